@@ -1,0 +1,607 @@
+/* simverbs: the per-process engine thread — the simulated NIC.
+ *
+ * It executes each QP's send queue in order: checks the path (ports up, no
+ * blackhole, destination QP ready, address right), reserves wire time on the
+ * sending port (rate and latency), moves the bytes straight into the peer's
+ * registered memory with process_vm_writev (no action by the peer's CPU), and
+ * posts completions, data first.  A path that stays broken is retried for
+ * 4.096 us x 2^timeout x (retry_cnt + 1), then the WR completes with
+ * RETRY_EXC_ERR and the QP flushes the rest, as RC hardware does. */
+#include "simverbs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SV_SPIN_NS 20000ull          /* stay awake this long after the last work */
+#define SV_INLINE_WAIT_NS 50000ull   /* wait this long in place rather than defer */
+#define SV_IDLE_WAIT_NS 200000000ull /* housekeeping period when idle */
+#define SV_REAP_PERIOD_NS 1000000000ull
+#define SV_BATCH 64 /* WRs per QP per pass: keeps QPs fair */
+
+static struct sv_fabric *fab(void) { return sv_lib.fab; }
+
+/* ---- wake-ups ---- */
+
+void sv_engine_kick(void) {
+  struct sv_fabric *f = fab();
+  if (sv_lib.proc < 0) return;
+  atomic_fetch_add(&f->procs[sv_lib.proc].doorbell, 1);
+  if (atomic_load(&sv_lib.engine_sleeping))
+    syscall(SYS_futex, &f->procs[sv_lib.proc].doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element) {
+  struct sv_async_record r = {.element = element, .type = type};
+  /* A full pipe means nobody reads events: dropping is what a full kernel
+   * event queue does too. */
+  if (write(ctx->async_wr, &r, sizeof(r)) < 0) return;
+}
+
+/* ---- completions ---- */
+
+static enum ibv_wc_opcode wc_opcode(uint32_t wr_opcode) {
+  switch (wr_opcode) {
+  case IBV_WR_RDMA_WRITE:
+  case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+  case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+  default: return IBV_WC_SEND;
+  }
+}
+
+static void complete_send(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st, uint32_t len) {
+  struct sv_qp *q = &fab()->qps[lq->index];
+  /* Successful unsignaled WRs complete silently; errors always surface. */
+  if (st == IBV_WC_SUCCESS && !lq->sig_all && !(w->send_flags & IBV_SEND_SIGNALED)) return;
+  struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_opcode(w->opcode), .qp_num = q->qpn};
+  if (st == IBV_WC_SUCCESS && w->opcode == IBV_WR_RDMA_READ) wc.byte_len = len;
+  if (st != IBV_WC_SUCCESS) wc.vendor_err = st == IBV_WC_WR_FLUSH_ERR ? 0xf9 : 0x81;
+  sv_cq_push(fab(), q->send_cq, &wc);
+}
+
+static void sq_pop(struct sv_qp_local *lq) {
+  atomic_store_explicit(&lq->sq_head, atomic_load(&lq->sq_head) + 1, memory_order_release);
+  lq->head_state = SV_HEAD_NEW;
+  lq->due_ns = lq->retry_start_ns = lq->rnr_start_ns = 0;
+}
+
+static int flush_queues(struct sv_qp_local *lq) {
+  struct sv_fabric *f = fab();
+  struct sv_qp *q = &f->qps[lq->index];
+  int progress = 0;
+  while (atomic_load(&lq->sq_head) != atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) {
+    complete_send(lq, &lq->sq[atomic_load(&lq->sq_head) & (lq->sq_size - 1)], IBV_WC_WR_FLUSH_ERR, 0);
+    sq_pop(lq);
+    progress = 1;
+  }
+  sv_lock(&q->rq_lock);
+  while (q->rq_count) {
+    struct sv_rwqe *w = (struct sv_rwqe *)((char *)sv_heap_ptr(f, q->rq_off) + (size_t)q->rq_head * q->rq_stride);
+    struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV,
+                        .qp_num = q->qpn, .vendor_err = 0xf9};
+    q->rq_head = (q->rq_head + 1) & (q->rq_size - 1);
+    q->rq_count--;
+    sv_cq_push(f, q->recv_cq, &wc);
+    progress = 1;
+  }
+  sv_unlock(&q->rq_lock);
+  return progress;
+}
+
+void sv_qp_to_error(struct sv_qp_local *lq) {
+  atomic_store(&fab()->qps[lq->index].state, IBV_QPS_ERR);
+  lq->qp.state = IBV_QPS_ERR;
+}
+
+/* ---- addressing and path checks ---- */
+
+static uint64_t retry_budget_ns(struct sv_qp *q) {
+  if (q->timeout == 0) return UINT64_MAX; /* timeout 0 means wait forever */
+  return (4096ull << q->timeout) * (q->retry_cnt + 1);
+}
+
+/* rdma-core's min_rnr_timer encoding, in microseconds. */
+static uint64_t rnr_timer_ns(uint32_t code) {
+  static const uint32_t us[32] = {655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,   320,
+                                  480,    640,  960,  1280, 1920,  2560,  3840,  5120,  7680,  10240, 15360,
+                                  20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return (uint64_t)us[code & 31] * 1000ull;
+}
+
+/* The destination QP this QP's packets reach, or NULL if they reach nothing
+ * (wrong address, destroyed or not-ready QP, dead owner). */
+static struct sv_qp *resolve_dest(struct sv_qp *q) {
+  struct sv_fabric *f = fab();
+  uint32_t idx = sv_qpn_index(q->dest_qpn);
+  if (idx >= SV_MAX_QPS) return NULL;
+  struct sv_qp *d = &f->qps[idx];
+  if (!atomic_load(&d->in_use) || d->qpn != q->dest_qpn) return NULL;
+  enum ibv_qp_state st = atomic_load(&d->state);
+  if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) return NULL;
+  struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
+  struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
+  if (lp->link_layer != rp->link_layer) return NULL;
+  if (rp->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+    if (q->ah.dlid != rp->lid) return NULL;
+  } else {
+    int match = 0;
+    for (uint32_t i = 0; i < rp->ngids && !match; i++)
+      match = memcmp(&q->ah.grh.dgid, &rp->gids[i], sizeof(union ibv_gid)) == 0;
+    if (!match) return NULL;
+  }
+  return d;
+}
+
+static int port_passes(struct sv_port *p) {
+  return atomic_load(&p->state) == IBV_PORT_ACTIVE && !atomic_load(&p->blackhole);
+}
+
+/* ---- data movement ---- */
+
+struct xfer {
+  struct iovec local[SV_MAX_SGE + 1];
+  int nlocal;
+  size_t len;
+};
+
+/* Translate the WR's gather list through the local MR table. */
+static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need_write, struct xfer *x) {
+  struct sv_fabric *f = fab();
+  x->nlocal = 0;
+  x->len = 0;
+  if (w->inline_len) {
+    x->local[0].iov_base = w->inl;
+    x->local[0].iov_len = w->inline_len;
+    x->nlocal = 1;
+    x->len = w->inline_len;
+    return IBV_WC_SUCCESS;
+  }
+  for (uint32_t i = 0; i < w->num_sge; i++) {
+    struct ibv_sge *s = &w->sge[i];
+    if (!s->length) continue;
+    struct sv_mr *m = sv_mr_lookup(f, s->lkey);
+    if (!m || m->owner != sv_lib.proc || m->pd_id != q->pd_id) return IBV_WC_LOC_PROT_ERR;
+    if (need_write && !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    if (s->addr < m->iova || s->addr + s->length > m->iova + m->length) return IBV_WC_LOC_PROT_ERR;
+    x->local[x->nlocal].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
+    x->local[x->nlocal].iov_len = s->length;
+    x->nlocal++;
+    x->len += s->length;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+/* Resolve an rkey range on the destination QP; 0 on access violation. */
+static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len, uint32_t need, struct iovec *out,
+                        pid_t *pid) {
+  struct sv_fabric *f = fab();
+  struct sv_mr *m = sv_mr_lookup(f, rkey);
+  if (!m || m->pd_id != d->pd_id || !(m->access & need) || !(d->access & need)) return 0;
+  if (va < m->iova || va + len > m->iova + m->length || va + len < va) return 0;
+  out->iov_base = (void *)(uintptr_t)(m->addr + (va - m->iova));
+  out->iov_len = len;
+  *pid = f->procs[m->owner].pid;
+  return 1;
+}
+
+/* Copy between our gather list and the peer's memory.  Returns bytes moved,
+ * or -1 when the peer process is gone. */
+static ssize_t move_bytes(pid_t pid, struct xfer *x, struct iovec *remote, int nremote, size_t limit, int read) {
+  if (limit == 0) return 0;
+  struct iovec local[SV_MAX_SGE + 1];
+  int n = 0;
+  size_t left = limit;
+  for (int i = 0; i < x->nlocal && left; i++) {
+    local[n] = x->local[i];
+    if (local[n].iov_len > left) local[n].iov_len = left;
+    left -= local[n].iov_len;
+    n++;
+  }
+  ssize_t done = read ? process_vm_readv(pid, local, (unsigned long)n, remote, (unsigned long)nremote, 0)
+                      : process_vm_writev(pid, local, (unsigned long)n, remote, (unsigned long)nremote, 0);
+  return done < 0 ? -1 : done;
+}
+
+static struct sv_rwqe *rq_peek(struct sv_qp *d) {
+  if (!d->rq_count) return NULL;
+  return (struct sv_rwqe *)((char *)sv_heap_ptr(fab(), d->rq_off) + (size_t)d->rq_head * d->rq_stride);
+}
+
+/* Scatter list of a receive WQE in the receiver's memory. */
+static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec *out, int *n, pid_t *pid) {
+  struct sv_fabric *f = fab();
+  size_t left = len;
+  *n = 0;
+  *pid = f->procs[d->owner].pid;
+  for (uint32_t i = 0; i < r->num_sge && left; i++) {
+    struct ibv_sge *s = &r->sge[i];
+    struct sv_mr *m = sv_mr_lookup(f, s->lkey);
+    if (!m || m->pd_id != d->pd_id || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    if (s->addr < m->iova || s->addr + s->length > m->iova + m->length) return IBV_WC_LOC_PROT_ERR;
+    size_t take = s->length < left ? s->length : left;
+    out[*n].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
+    out[*n].iov_len = take;
+    (*n)++;
+    left -= take;
+  }
+  return left ? IBV_WC_LOC_LEN_ERR : IBV_WC_SUCCESS;
+}
+
+/* The responder's QP breaks (bad access, overlong send): it goes to ERR and
+ * its owner raises the event. */
+static void fail_responder(struct sv_qp *d, enum sv_qp_fault why) {
+  atomic_store(&d->fault, why);
+  sv_proc_wake(fab(), d->owner);
+}
+
+enum exec_result { EXEC_DONE, EXEC_WAIT, EXEC_PATH_DOWN, EXEC_RNR, EXEC_FAIL };
+
+struct exec_out {
+  enum ibv_wc_status status;
+  uint32_t len;
+};
+
+/* Execute the head WR now; the path was found up. */
+static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w,
+                                int partial, struct exec_out *out) {
+  struct sv_fabric *f = fab();
+  struct xfer x;
+  int is_read = w->opcode == IBV_WR_RDMA_READ;
+  out->status = local_iov(q, w, is_read, &x);
+  if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL;
+  out->len = (uint32_t)x.len;
+  size_t limit = partial ? x.len / 2 : x.len;
+  struct iovec remote[SV_MAX_SGE];
+  int nremote = 1;
+  pid_t pid = 0;
+  if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || is_read) {
+    uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, &pid)) {
+      fail_responder(d, SV_QP_FAULT_ACCESS);
+      out->status = IBV_WC_REM_ACCESS_ERR;
+      return EXEC_FAIL;
+    }
+  }
+  int wants_rwqe = w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM ||
+                   w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  struct sv_rwqe *r = NULL;
+  if (wants_rwqe) {
+    sv_lock(&d->rq_lock);
+    r = rq_peek(d);
+    if (!r) {
+      sv_unlock(&d->rq_lock);
+      return EXEC_RNR;
+    }
+    if (w->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+      enum ibv_wc_status rs = recv_iov(d, r, x.len, remote, &nremote, &pid);
+      if (rs != IBV_WC_SUCCESS) {
+        /* The receiver completes its WQE in error and breaks; we see a NAK. */
+        struct ibv_wc wc = {.wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn,
+                            .vendor_err = 0x81};
+        d->rq_head = (d->rq_head + 1) & (d->rq_size - 1);
+        d->rq_count--;
+        sv_unlock(&d->rq_lock);
+        sv_cq_push(f, d->recv_cq, &wc);
+        fail_responder(d, SV_QP_FAULT_ERR);
+        out->status = IBV_WC_REM_INV_REQ_ERR;
+        return EXEC_FAIL;
+      }
+    }
+  }
+  ssize_t moved = x.len ? move_bytes(pid, &x, remote, nremote, limit, is_read) : 0;
+  if (moved < 0 || (size_t)moved != limit) {
+    if (r) sv_unlock(&d->rq_lock);
+    if (moved < 0 && errno == EFAULT) { /* registered memory was unmapped under the MR */
+      out->status = IBV_WC_REM_ACCESS_ERR;
+      return EXEC_FAIL;
+    }
+    return EXEC_PATH_DOWN; /* peer vanished: nothing answers any more */
+  }
+  if (partial) {
+    if (r) sv_unlock(&d->rq_lock);
+    return EXEC_PATH_DOWN; /* the rest of the message never arrives */
+  }
+  if (r) {
+    struct ibv_wc wc = {.wr_id = r->wr_id, .status = IBV_WC_SUCCESS, .qp_num = d->qpn, .src_qp = q->qpn,
+                        .byte_len = (uint32_t)x.len};
+    if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+      wc.byte_len = (uint32_t)x.len; /* mlx5 reports the write length */
+    } else {
+      wc.opcode = IBV_WC_RECV;
+    }
+    if (w->opcode != IBV_WR_SEND) {
+      wc.wc_flags = IBV_WC_WITH_IMM;
+      wc.imm_data = w->imm;
+    }
+    d->rq_head = (d->rq_head + 1) & (d->rq_size - 1);
+    d->rq_count--;
+    sv_unlock(&d->rq_lock);
+    sv_cq_push(f, d->recv_cq, &wc);
+  }
+  struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
+  struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
+  atomic_fetch_add(&lp->tx_bytes, x.len);
+  atomic_fetch_add(&lp->tx_wrs, 1);
+  atomic_fetch_add(&rp->rx_bytes, x.len);
+  atomic_fetch_add(&rp->rx_wrs, 1);
+  (void)lq;
+  return EXEC_DONE;
+}
+
+/* Reserve wire time on the sending port and return when the WR may execute.
+ * The copy itself takes real time, so the wire only delays a WR that would
+ * otherwise start before the previous one has left the port: over a stream
+ * that caps the rate, and a lone WR pays just the latency. */
+static uint64_t schedule(struct sv_port *p, size_t bytes, uint64_t now) {
+  uint64_t wire = p->rate_gbps ? (uint64_t)bytes * 8ull / p->rate_gbps : 0; /* ns */
+  uint64_t start, busy = atomic_load(&p->busy_until_ns);
+  do {
+    start = busy > now ? busy : now;
+  } while (!atomic_compare_exchange_weak(&p->busy_until_ns, &busy, start + wire));
+  return start + p->latency_ns + (uint64_t)atomic_load(&p->delay_us) * 1000ull;
+}
+
+static size_t wr_bytes(struct sv_swqe *w) {
+  if (w->inline_len) return w->inline_len;
+  size_t n = 0;
+  for (uint32_t i = 0; i < w->num_sge; i++) n += w->sge[i].length;
+  return n;
+}
+
+static void fail_qp(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st) {
+  complete_send(lq, w, st, 0);
+  sq_pop(lq);
+  sv_qp_to_error(lq);
+  flush_queues(lq);
+}
+
+static void note_deadline(uint64_t *next, uint64_t t) {
+  if (t < *next) *next = t;
+}
+
+/* Run out the retry budget for the head WR; fails the QP when it is spent. */
+static int retry_or_fail(struct sv_qp_local *lq, struct sv_qp *q, struct sv_swqe *w, uint64_t now, uint64_t *next) {
+  if (!lq->retry_start_ns) lq->retry_start_ns = now;
+  uint64_t budget = retry_budget_ns(q);
+  if (budget != UINT64_MAX && now - lq->retry_start_ns >= budget) {
+    fail_qp(lq, w, IBV_WC_RETRY_EXC_ERR);
+    return 1;
+  }
+  if (budget != UINT64_MAX) note_deadline(next, lq->retry_start_ns + budget);
+  return 0;
+}
+
+static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
+  struct sv_fabric *f = fab();
+  struct sv_qp *q = &f->qps[lq->index];
+  int progress = 0;
+  enum sv_qp_fault fault = atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
+  if (fault != SV_QP_FAULT_NONE && atomic_load(&q->state) != IBV_QPS_RESET) {
+    sv_qp_to_error(lq);
+    if (fault == SV_QP_FAULT_FATAL) sv_async_post(lq->ctx, IBV_EVENT_QP_FATAL, (uintptr_t)&lq->qp);
+    if (fault == SV_QP_FAULT_ACCESS) sv_async_post(lq->ctx, IBV_EVENT_QP_ACCESS_ERR, (uintptr_t)&lq->qp);
+  }
+  if (atomic_load(&f->devs[q->dev].fatal) && atomic_load(&q->state) != IBV_QPS_RESET) sv_qp_to_error(lq);
+  enum ibv_qp_state st = atomic_load(&q->state);
+  if (st == IBV_QPS_ERR) return flush_queues(lq);
+  if (st != IBV_QPS_RTS) return 0;
+  for (int n = 0; n < SV_BATCH; n++) {
+    uint32_t head = atomic_load(&lq->sq_head);
+    if (head == atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) break;
+    struct sv_swqe *w = &lq->sq[head & (lq->sq_size - 1)];
+    struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
+    if (lq->head_state == SV_HEAD_UNACKED) { /* delivered; the ACK is never coming */
+      progress |= retry_or_fail(lq, q, w, now, next);
+      break;
+    }
+    struct sv_qp *d = resolve_dest(q);
+    int path_up = d && port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]);
+    if (!path_up) {
+      progress |= retry_or_fail(lq, q, w, now, next);
+      break;
+    }
+    lq->retry_start_ns = 0; /* a link restored inside the budget is absorbed */
+    if (lq->head_state == SV_HEAD_NEW) {
+      lq->due_ns = schedule(lp, wr_bytes(w), now);
+      lq->head_state = SV_HEAD_SCHEDULED;
+    }
+    if (lq->due_ns > now && lq->due_ns - now <= SV_INLINE_WAIT_NS) {
+      while ((now = sv_now_ns()) < lq->due_ns) /* cheaper than a trip through the engine */
+        ;
+    }
+    if (lq->due_ns > now) {
+      note_deadline(next, lq->due_ns);
+      break;
+    }
+    int partial = 0;
+    if (w->opcode != IBV_WR_RDMA_READ && wr_bytes(w) > 1 && atomic_load(&lp->partial_write)) {
+      uint32_t left = atomic_load(&lp->partial_write);
+      partial = left && atomic_compare_exchange_strong(&lp->partial_write, &left, left - 1);
+    }
+    struct exec_out out = {0};
+    enum exec_result r = execute(lq, q, d, w, partial, &out);
+    if (r == EXEC_RNR) {
+      if (!lq->rnr_start_ns) lq->rnr_start_ns = now;
+      uint64_t t = rnr_timer_ns(d->min_rnr_timer);
+      if (q->rnr_retry != 7 && now - lq->rnr_start_ns >= t * q->rnr_retry) {
+        fail_qp(lq, w, IBV_WC_RNR_RETRY_EXC_ERR);
+        progress = 1;
+        break;
+      }
+      note_deadline(next, now + (t < 100000 ? t : 100000)); /* re-check often; posts do not wake us */
+      break;
+    }
+    lq->rnr_start_ns = 0;
+    if (r == EXEC_PATH_DOWN) {
+      if (partial) lq->head_state = SV_HEAD_UNACKED;
+      progress |= retry_or_fail(lq, q, w, now, next);
+      break;
+    }
+    progress = 1;
+    if (r == EXEC_FAIL) {
+      fail_qp(lq, w, out.status);
+      break;
+    }
+    uint32_t lost = atomic_load(&lp->ack_loss);
+    if (lost && atomic_compare_exchange_strong(&lp->ack_loss, &lost, lost - 1)) {
+      lq->head_state = SV_HEAD_UNACKED;
+      lq->retry_start_ns = now;
+      retry_or_fail(lq, q, w, now, next);
+      break;
+    }
+    complete_send(lq, w, IBV_WC_SUCCESS, out.len);
+    sq_pop(lq);
+  }
+  return progress;
+}
+
+/* Progress every QP whose executor lock is free; sv_lib.lock held. */
+static int progress_all(uint64_t now, uint64_t *next) {
+  int progress = 0, deferred = 0;
+  atomic_store(&sv_lib.work_deferred, 0);
+  for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next) {
+    if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
+      deferred = 1; /* a poster is executing it right now */
+      continue;
+    }
+    progress |= qp_progress(lq, now, next);
+    deferred |= atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail);
+    pthread_mutex_unlock(&lq->exec_lock);
+  }
+  if (deferred) atomic_store(&sv_lib.work_deferred, 1);
+  return progress;
+}
+
+void sv_qp_run(struct sv_qp_local *lq) {
+  if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
+    sv_engine_kick(); /* the current executor may already be past our WR */
+    return;
+  }
+  uint64_t next = UINT64_MAX;
+  qp_progress(lq, sv_now_ns(), &next);
+  int left = atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail);
+  pthread_mutex_unlock(&lq->exec_lock);
+  if (left) {
+    atomic_store(&sv_lib.work_deferred, 1);
+    sv_engine_kick(); /* it owns the timers */
+  }
+}
+
+void sv_progress_deferred(void) {
+  if (pthread_mutex_trylock(&sv_lib.lock) != 0) return;
+  uint64_t next = UINT64_MAX;
+  progress_all(sv_now_ns(), &next);
+  pthread_mutex_unlock(&sv_lib.lock);
+}
+
+/* ---- events ---- */
+
+static int deliver_device_events(struct sv_ctx *ctx) {
+  struct sv_device *d = &fab()->devs[ctx->dev];
+  uint64_t seq = atomic_load_explicit(&d->event_seq, memory_order_acquire);
+  int progress = 0;
+  while (ctx->event_seq_seen < seq) {
+    uint64_t want = ++ctx->event_seq_seen;
+    if (seq - want >= SV_EVENT_LOG) continue; /* overwritten before we looked */
+    uint32_t slot = (uint32_t)(want % SV_EVENT_LOG);
+    if (d->events[slot].seq != want) continue;
+    sv_async_post(ctx, d->events[slot].type, d->events[slot].element);
+    progress = 1;
+  }
+  return progress;
+}
+
+static int deliver_cq_events(void) {
+  struct sv_fabric *f = fab();
+  int progress = 0;
+  for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next) {
+    struct sv_cq *q = &f->cqs[lc->index];
+    if (atomic_exchange(&q->overrun, 0)) {
+      sv_async_post(sv_ctx_of(lc->cq.context), IBV_EVENT_CQ_ERR, (uintptr_t)&lc->cq);
+      progress = 1;
+    }
+    if (!atomic_load(&q->notify_pending) || !lc->cq.channel) continue;
+    atomic_store(&q->notify_pending, 0);
+    uint64_t handle = (uintptr_t)&lc->cq;
+    struct sv_channel *ch = (struct sv_channel *)lc->cq.channel;
+    if (write(ch->wr_fd, &handle, sizeof(handle)) < 0) continue;
+    progress = 1;
+  }
+  return progress;
+}
+
+/* ---- the thread ---- */
+
+static void wait_for_work(uint32_t seen, uint64_t now, uint64_t next) {
+  struct sv_fabric *f = fab();
+  _Atomic uint32_t *db = &f->procs[sv_lib.proc].doorbell;
+  uint64_t until = next < now + SV_IDLE_WAIT_NS ? next : now + SV_IDLE_WAIT_NS;
+  /* Spin briefly first: a futex sleep costs more than a short wire delay. */
+  uint64_t spin_until = now + SV_SPIN_NS;
+  while (sv_now_ns() < (until < spin_until ? until : spin_until)) {
+    if (atomic_load(db) != seen || atomic_load(&sv_lib.engine_stop)) return;
+    sched_yield();
+  }
+  now = sv_now_ns();
+  if (now >= until) return;
+  uint64_t wait = until - now;
+  struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull), .tv_nsec = (long)(wait % 1000000000ull)};
+  atomic_store(&sv_lib.engine_sleeping, 1);
+  if (atomic_load(db) == seen && !atomic_load(&sv_lib.engine_stop))
+    syscall(SYS_futex, db, FUTEX_WAIT, seen, &ts, NULL, 0);
+  atomic_store(&sv_lib.engine_sleeping, 0);
+}
+
+static void *engine_main(void *arg) {
+  (void)arg;
+  struct sv_fabric *f = fab();
+  uint64_t last_reap = sv_now_ns();
+  while (!atomic_load(&sv_lib.engine_stop)) {
+    uint32_t seen = atomic_load(&f->procs[sv_lib.proc].doorbell);
+    uint64_t now = sv_now_ns(), next = UINT64_MAX;
+    int progress = 0;
+    pthread_mutex_lock(&sv_lib.lock);
+    progress |= progress_all(now, &next);
+    for (struct sv_ctx *c = sv_lib.ctxs; c; c = c->next) progress |= deliver_device_events(c);
+    progress |= deliver_cq_events();
+    pthread_mutex_unlock(&sv_lib.lock);
+    if (now - last_reap > SV_REAP_PERIOD_NS) {
+      sv_reap_dead(f);
+      last_reap = now;
+    }
+    if (!progress) wait_for_work(seen, now, next);
+  }
+  return NULL;
+}
+
+int sv_engine_start(void) {
+  pthread_mutex_lock(&sv_lib.lock);
+  int rc = 0;
+  if (!sv_lib.engine_running) {
+    atomic_store(&sv_lib.engine_stop, 0);
+    rc = pthread_create(&sv_lib.engine, NULL, engine_main, NULL);
+    sv_lib.engine_running = rc == 0;
+  }
+  pthread_mutex_unlock(&sv_lib.lock);
+  return rc;
+}
+
+void sv_engine_stop(void) {
+  pthread_mutex_lock(&sv_lib.lock);
+  int running = sv_lib.engine_running;
+  sv_lib.engine_running = 0;
+  pthread_mutex_unlock(&sv_lib.lock);
+  if (!running) return;
+  atomic_store(&sv_lib.engine_stop, 1);
+  sv_engine_kick();
+  atomic_store(&sv_lib.engine_sleeping, 1);
+  sv_engine_kick();
+  pthread_join(sv_lib.engine, NULL);
+}

@@ -1,0 +1,265 @@
+/*
+ * simverbs: the shared state of one simulated RDMA fabric.
+ *
+ * One file in /dev/shm (named by SIMVERBS_FABRIC, default "default") holds the
+ * topology, the port states, the faults being injected, and every object a
+ * remote peer must reach without help from its owner's CPU: memory regions
+ * (for rkey checks), receive queues and completion queues.  Every process that
+ * opens a simulated device maps it; the `simverbs` tool maps it to bring the
+ * fabric up, pull links and inject faults.
+ *
+ * Offsets, never pointers, are stored in the segment: each process maps it at
+ * its own address.  Locks are robust process-shared mutexes so that a process
+ * that dies holding one never wedges the fabric.
+ */
+#ifndef SIMVERBS_FABRIC_H
+#define SIMVERBS_FABRIC_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
+#define SV_VERSION 1
+
+#define SV_MAX_HOSTS 16
+#define SV_MAX_DEVS 64
+#define SV_MAX_PORTS 2
+#define SV_MAX_PROCS 256
+#define SV_MAX_QPS 8192
+#define SV_MAX_CQS 4096
+#define SV_MAX_MRS 16384
+#define SV_MAX_HEAP_BLOCKS 16384
+#define SV_HEAP_BYTES (1ull << 30) /* sparse: tmpfs only backs touched pages */
+#define SV_NAME_LEN 64
+#define SV_NGIDS 4
+#define SV_EVENT_LOG 64
+#define SV_MAX_SGE 16
+#define SV_MAX_WR 16384
+#define SV_MAX_CQE 65536
+
+/* Port fault flags and counters: set by the tool or a test, read by senders. */
+struct sv_port {
+  _Atomic uint32_t state;       /* enum ibv_port_state: IBV_PORT_ACTIVE or IBV_PORT_DOWN */
+  uint32_t link_layer;          /* IBV_LINK_LAYER_INFINIBAND or IBV_LINK_LAYER_ETHERNET */
+  uint32_t rate_gbps;           /* reported and enforced on the sending side */
+  uint32_t latency_ns;          /* one-way latency added to every work request */
+  uint16_t lid;                 /* IB only; 0 on RoCE */
+  uint16_t pad0;
+  uint32_t ngids;
+  union ibv_gid gids[SV_NGIDS];
+  uint32_t gid_types[SV_NGIDS]; /* enum ibv_gid_type (IBV_GID_TYPE_IB/ROCE_V1/ROCE_V2) */
+  uint32_t ipv4;                /* RoCE: address in the IPv4-mapped GIDs, host order */
+  char netdev[16];              /* backing network interface, "" when none */
+  /* Faults.  A blackholed port stays ACTIVE but drops everything (a broken
+   * switch path): no event anywhere, only retries that run out. */
+  _Atomic uint32_t blackhole;
+  _Atomic uint32_t ack_loss;      /* next N requests: data lands, the ACK never comes back */
+  _Atomic uint32_t partial_write; /* next N writes: half the payload lands, then the link dies */
+  _Atomic uint32_t delay_us;      /* extra delay on every work request */
+  _Atomic uint64_t busy_until_ns; /* rate limiter: when the wire is free again */
+  _Atomic uint64_t tx_bytes, rx_bytes, tx_wrs, rx_wrs;
+};
+
+struct sv_device {
+  uint32_t in_use;
+  uint32_t host;
+  char name[SV_NAME_LEN];
+  uint64_t node_guid;      /* host order */
+  uint64_t sys_image_guid; /* host order */
+  char pci[32];            /* e.g. 0000:17:00.0 */
+  int32_t numa_node;
+  uint32_t nports;
+  uint32_t vendor_id, vendor_part_id;
+  _Atomic uint32_t fatal; /* device fatal injected: every QP errors, opens fail */
+  struct sv_port ports[SV_MAX_PORTS];
+  /* Async events for every context that has the device open (port events,
+   * device fatal).  Readers remember the last seq they delivered. */
+  _Atomic uint64_t event_seq;
+  struct {
+    uint64_t seq;
+    uint32_t type;    /* enum ibv_event_type */
+    uint32_t element; /* port number for port events */
+  } events[SV_EVENT_LOG];
+};
+
+struct sv_host {
+  uint32_t in_use;
+  char name[SV_NAME_LEN];
+};
+
+struct sv_proc {
+  _Atomic uint32_t in_use;
+  pid_t pid;
+  uint64_t start_time; /* /proc/<pid>/stat field 22: tells a reused pid apart */
+  uint32_t host;
+  _Atomic uint32_t doorbell; /* futex word: bumped to wake the owner's engine */
+};
+
+/* Receive work request as stored in a shared receive queue ring. */
+struct sv_rwqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t pad;
+  struct ibv_sge sge[]; /* stride = sizeof(struct sv_rwqe) + max_sge * sizeof(struct ibv_sge) */
+};
+
+/* QP fault requests, handled by the owner's engine: FATAL raises QP_FATAL,
+ * ACCESS (a peer broke an rkey rule) raises QP_ACCESS_ERR, ERR (the error
+ * completion was already posted) moves to ERR silently. */
+enum sv_qp_fault { SV_QP_FAULT_NONE = 0, SV_QP_FAULT_FATAL = 1, SV_QP_FAULT_ACCESS = 2, SV_QP_FAULT_ERR = 3 };
+
+struct sv_qp {
+  _Atomic uint32_t in_use;
+  uint32_t gen;
+  int32_t owner; /* proc index */
+  uint32_t dev;
+  uint32_t port;
+  uint32_t qp_type;
+  uint64_t pd_id;
+  _Atomic uint32_t state; /* enum ibv_qp_state */
+  uint32_t qpn;
+  uint32_t dest_qpn;
+  uint32_t access;    /* IBV_ACCESS_REMOTE_* allowed on this QP as responder */
+  int32_t recv_cq;    /* CQ table index */
+  int32_t send_cq;
+  _Atomic uint32_t fault; /* enum sv_qp_fault */
+  /* Attributes kept for ibv_query_qp and the transport rules. */
+  uint32_t rq_psn, sq_psn, path_mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer;
+  uint32_t max_rd_atomic, max_dest_rd_atomic, pkey_index;
+  struct ibv_ah_attr ah;
+  /* Receive queue ring in the heap: senders pop from it under rq_lock. */
+  pthread_mutex_t rq_lock;
+  uint32_t rq_size, rq_max_sge, rq_stride;
+  uint32_t rq_head, rq_count;
+  uint64_t rq_off;
+};
+
+struct sv_cq {
+  _Atomic uint32_t in_use;
+  uint32_t gen;
+  int32_t owner;
+  uint32_t dev;
+  pthread_mutex_t lock;
+  uint32_t size; /* entries */
+  uint32_t head, count;
+  uint64_t ring_off; /* struct ibv_wc[size] in the heap */
+  _Atomic uint32_t armed;          /* 0 none, 1 any completion, 2 solicited only */
+  _Atomic uint32_t notify_pending; /* completions seen while armed: owner writes the channel */
+  _Atomic uint32_t overrun;        /* CQ overflowed: owner raises IBV_EVENT_CQ_ERR */
+};
+
+struct sv_mr {
+  _Atomic uint32_t in_use;
+  uint32_t gen;
+  int32_t owner;
+  uint32_t dev;
+  uint64_t pd_id;
+  uint64_t addr; /* in the owner's address space */
+  uint64_t length;
+  uint64_t iova; /* address remote peers use; addr + (va - iova) */
+  uint32_t access;
+  uint32_t pad;
+};
+
+struct sv_heap_block {
+  uint64_t off, size;
+  int32_t owner; /* proc index, -1 when free */
+  uint32_t in_use;
+};
+
+struct sv_fabric {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t ready; /* set last by `simverbs up` */
+  char name[SV_NAME_LEN];
+  char run_dir[256]; /* holds the per-host sysfs trees */
+  pthread_mutex_t lock; /* robust; guards allocation of every table below */
+  _Atomic uint64_t next_pd_id;
+  uint32_t nhosts, ndevs;
+  struct sv_host hosts[SV_MAX_HOSTS];
+  struct sv_device devs[SV_MAX_DEVS];
+  struct sv_proc procs[SV_MAX_PROCS];
+  struct sv_qp qps[SV_MAX_QPS];
+  struct sv_cq cqs[SV_MAX_CQS];
+  struct sv_mr mrs[SV_MAX_MRS];
+  struct sv_heap_block heap_blocks[SV_MAX_HEAP_BLOCKS];
+  uint64_t heap_off; /* offset of the heap from the start of the segment */
+};
+
+/* ---- fabric.c: segment lifetime, locks, processes, heap ---- */
+
+/* Path of the segment for fabric `name` (NULL: $SIMVERBS_FABRIC or "default"). */
+void sv_fabric_path(const char *name, char *out, size_t len);
+/* Create (truncating any old one) a zeroed, initialised segment. */
+struct sv_fabric *sv_fabric_create(const char *name);
+/* Map an existing segment; NULL with errno set (ENOENT: not up). */
+struct sv_fabric *sv_fabric_attach(const char *name);
+void sv_fabric_detach(struct sv_fabric *f);
+/* Remove the segment and the run directory. */
+int sv_fabric_destroy(const char *name);
+size_t sv_fabric_size(void);
+
+/* Robust mutex helpers: recover a lock whose holder died. */
+void sv_mutex_init(pthread_mutex_t *m);
+void sv_lock(pthread_mutex_t *m);
+void sv_unlock(pthread_mutex_t *m);
+
+static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) {
+  return (char *)f + f->heap_off + off;
+}
+/* Allocate/free heap bytes for proc `owner`; returns offset or UINT64_MAX. */
+uint64_t sv_heap_alloc(struct sv_fabric *f, uint64_t size, int32_t owner);
+void sv_heap_free(struct sv_fabric *f, uint64_t off);
+
+int sv_host_index(struct sv_fabric *f, const char *name);
+int sv_device_index(struct sv_fabric *f, uint32_t host, const char *name);
+/* Parse "host:dev[:port]" (port defaults to 1 when `port` is non-NULL). */
+int sv_parse_target(struct sv_fabric *f, const char *spec, int *dev, int *port);
+
+/* Process registry: a live process gets a slot; dead ones are reaped. */
+int sv_proc_register(struct sv_fabric *f, uint32_t host);
+void sv_proc_unregister(struct sv_fabric *f, int proc);
+int sv_proc_alive(struct sv_fabric *f, int proc);
+void sv_reap_dead(struct sv_fabric *f);
+void sv_proc_wake(struct sv_fabric *f, int proc);
+void sv_wake_all(struct sv_fabric *f);
+
+/* ---- faults.c: what the tool and tests inject ---- */
+/* Port up/down: changes the state, logs PORT_ACTIVE/PORT_ERR, wakes everyone. */
+int sv_port_set_state(struct sv_fabric *f, int dev, int port, int up);
+void sv_device_post_event(struct sv_fabric *f, int dev, enum ibv_event_type type, uint32_t element);
+int sv_device_set_fatal(struct sv_fabric *f, int dev, int fatal);
+int sv_qp_inject_fatal(struct sv_fabric *f, uint32_t qpn);
+struct sv_qp *sv_qp_by_qpn(struct sv_fabric *f, uint32_t qpn);
+
+/* ---- sysfs.c: a sysfs-like tree per host under run_dir ---- */
+/* Create <run_dir>/<host>/sys/class/infiniband/<dev>/... for every device. */
+int sv_sysfs_create(struct sv_fabric *f);
+/* Rewrite ports/<port>/state and phys_state after a link change. */
+int sv_sysfs_update_port(struct sv_fabric *f, int dev, int port);
+/* The sysfs root a process of `host` sees: <run_dir>/<host>/sys */
+void sv_sysfs_root(struct sv_fabric *f, uint32_t host, char *out, size_t len);
+
+/* ---- config.c: topology file -> fabric ---- */
+/* Fill hosts and devices from a config file; on error, print file:line: why. */
+int sv_config_load(struct sv_fabric *f, const char *path);
+
+/* Helpers shared by the library and the tool. */
+uint64_t sv_now_ns(void);
+/* IB rate encoding of a port: active_width and active_speed for rate_gbps. */
+void sv_rate_to_width_speed(uint32_t rate_gbps, uint8_t *width, uint8_t *speed);
+
+/* Keys and QP numbers encode a table index and a generation, so a stale key
+ * never matches a reused slot. */
+static inline uint32_t sv_make_key(uint32_t idx, uint32_t gen) { return (gen << 16) | (idx & 0xffff); }
+static inline uint32_t sv_key_index(uint32_t key) { return key & 0xffff; }
+static inline uint32_t sv_key_gen(uint32_t key) { return key >> 16; }
+static inline uint32_t sv_make_qpn(uint32_t idx, uint32_t gen) { return ((gen & 0x7ff) << 13) | (idx & 0x1fff); }
+static inline uint32_t sv_qpn_index(uint32_t qpn) { return qpn & 0x1fff; }
+static inline uint32_t sv_qpn_gen(uint32_t qpn) { return (qpn >> 13) & 0x7ff; }
+
+#endif

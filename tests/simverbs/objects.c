@@ -1,0 +1,335 @@
+/* simverbs: protection domains, memory regions, completion queues and
+ * channels, async events. */
+#include "simverbs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct sv_fabric *fab(void) { return sv_lib.fab; }
+
+SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) {
+  struct sv_pd *pd = calloc(1, sizeof(*pd));
+  if (!pd) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  pd->pd.context = c;
+  pd->id = atomic_fetch_add(&fab()->next_pd_id, 1);
+  pd->pd.handle = (uint32_t)pd->id;
+  return &pd->pd;
+}
+
+SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
+  free(pd);
+  return 0;
+}
+
+/* ---- memory regions ---- */
+
+struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key) {
+  uint32_t idx = sv_key_index(key);
+  if (idx >= SV_MAX_MRS) return NULL;
+  struct sv_mr *m = &f->mrs[idx];
+  if (!atomic_load_explicit(&m->in_use, memory_order_acquire) || m->gen != sv_key_gen(key)) return NULL;
+  return m;
+}
+
+static const int sv_known_access =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+    IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                          unsigned int access) {
+  struct sv_fabric *f = fab();
+  /* Optional-range bits (relaxed ordering and future ones) are hints: accept. */
+  unsigned mandatory = access & ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
+  if ((mandatory & ~(unsigned)sv_known_access) ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+    errno = EINVAL; /* the kernel refuses remote write without local write */
+    return NULL;
+  }
+  if (!addr && length) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct sv_mr_handle *h = calloc(1, sizeof(*h));
+  if (!h) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  int idx = -1;
+  sv_lock(&f->lock);
+  for (int i = 1; i < SV_MAX_MRS; i++) /* index 0 unused: key 0 is never valid */
+    if (!atomic_load(&f->mrs[i].in_use)) {
+      idx = i;
+      struct sv_mr *m = &f->mrs[i];
+      m->gen = (m->gen + 1) & 0xffff;
+      if (m->gen == 0) m->gen = 1;
+      m->owner = sv_lib.proc;
+      m->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
+      m->pd_id = ((struct sv_pd *)pd)->id;
+      m->addr = (uint64_t)(uintptr_t)addr;
+      m->length = length;
+      m->iova = iova;
+      m->access = access;
+      atomic_store_explicit(&m->in_use, 1, memory_order_release);
+      break;
+    }
+  sv_unlock(&f->lock);
+  if (idx < 0) {
+    free(h);
+    errno = ENOMEM;
+    return NULL;
+  }
+  h->index = idx;
+  h->mr.context = pd->context;
+  h->mr.pd = pd;
+  h->mr.addr = addr;
+  h->mr.length = length;
+  h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, f->mrs[idx].gen);
+  h->mr.handle = (uint32_t)idx;
+  return &h->mr;
+}
+
+#undef ibv_reg_mr
+SV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, (uint64_t)(uintptr_t)addr, (unsigned)access);
+}
+
+#undef ibv_reg_mr_iova
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                         int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned)access);
+}
+
+SV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
+  struct sv_mr_handle *h = (struct sv_mr_handle *)mr;
+  atomic_store(&fab()->mrs[h->index].in_use, 0);
+  free(h);
+  return 0;
+}
+
+/* ---- completion channels ---- */
+
+SV_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) {
+  struct sv_channel *ch = calloc(1, sizeof(*ch));
+  int fds[2];
+  if (!ch || pipe2(fds, O_CLOEXEC) != 0) {
+    free(ch);
+    errno = ENOMEM;
+    return NULL;
+  }
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  ch->ch.context = c;
+  ch->ch.fd = fds[0];
+  ch->wr_fd = fds[1];
+  return &ch->ch;
+}
+
+SV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel) {
+  struct sv_channel *ch = (struct sv_channel *)channel;
+  if (channel->refcnt) return EBUSY;
+  close(ch->ch.fd);
+  close(ch->wr_fd);
+  free(ch);
+  return 0;
+}
+
+/* ---- completion queues ---- */
+
+SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+                                       struct ibv_comp_channel *channel, int comp_vector) {
+  struct sv_fabric *f = fab();
+  if (cqe < 1 || cqe >= SV_MAX_CQE || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct sv_cq_local *lc = calloc(1, sizeof(*lc));
+  if (!lc) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  uint32_t size = 1;
+  while (size < (uint32_t)cqe + 1) size <<= 1; /* hardware rounds up too */
+  uint64_t off = sv_heap_alloc(f, (uint64_t)size * sizeof(struct ibv_wc), sv_lib.proc);
+  int idx = -1;
+  if (off != UINT64_MAX) {
+    sv_lock(&f->lock);
+    for (int i = 0; i < SV_MAX_CQS; i++)
+      if (!atomic_load(&f->cqs[i].in_use)) {
+        struct sv_cq *q = &f->cqs[i];
+        idx = i;
+        q->gen++;
+        q->owner = sv_lib.proc;
+        q->dev = (uint32_t)sv_ctx_of(c)->dev;
+        q->size = size;
+        q->head = q->count = 0;
+        q->ring_off = off;
+        atomic_store(&q->armed, 0);
+        atomic_store(&q->notify_pending, 0);
+        atomic_store(&q->overrun, 0);
+        atomic_store(&q->in_use, 1);
+        break;
+      }
+    sv_unlock(&f->lock);
+  }
+  if (idx < 0) {
+    if (off != UINT64_MAX) sv_heap_free(f, off);
+    free(lc);
+    errno = ENOMEM;
+    return NULL;
+  }
+  lc->index = idx;
+  lc->cq.context = c;
+  lc->cq.channel = channel;
+  lc->cq.cq_context = cq_context;
+  lc->cq.handle = (uint32_t)idx;
+  lc->cq.cqe = (int)size - 1;
+  pthread_mutex_init(&lc->cq.mutex, NULL);
+  pthread_cond_init(&lc->cq.cond, NULL);
+  if (channel) atomic_fetch_add((_Atomic int *)&channel->refcnt, 1);
+  pthread_mutex_lock(&sv_lib.lock);
+  lc->next = sv_lib.cqs;
+  sv_lib.cqs = lc;
+  pthread_mutex_unlock(&sv_lib.lock);
+  return &lc->cq;
+}
+
+SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
+  struct sv_cq_local *lc = (struct sv_cq_local *)cq;
+  struct sv_fabric *f = fab();
+  pthread_mutex_lock(&sv_lib.lock);
+  for (int i = 0; i < SV_MAX_QPS; i++) {
+    struct sv_qp *q = &f->qps[i];
+    if (atomic_load(&q->in_use) && q->owner == sv_lib.proc &&
+        (q->send_cq == lc->index || q->recv_cq == lc->index)) {
+      pthread_mutex_unlock(&sv_lib.lock);
+      return EBUSY; /* a QP still completes into it */
+    }
+  }
+  for (struct sv_cq_local **p = &sv_lib.cqs; *p; p = &(*p)->next)
+    if (*p == lc) {
+      *p = lc->next;
+      break;
+    }
+  pthread_mutex_unlock(&sv_lib.lock);
+  struct sv_cq *q = &f->cqs[lc->index];
+  sv_lock(&q->lock);
+  atomic_store(&q->in_use, 0);
+  sv_unlock(&q->lock);
+  sv_heap_free(f, q->ring_off);
+  if (cq->channel) atomic_fetch_sub((_Atomic int *)&cq->channel->refcnt, 1);
+  free(lc);
+  return 0;
+}
+
+/* Append one completion.  Called by the CQ's owner and by remote senders.
+ * Returns -1 on overrun: the completion is lost and the owner is told. */
+int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
+  struct sv_cq *q = &f->cqs[cq_index];
+  int rc = 0;
+  sv_lock(&q->lock);
+  if (!atomic_load(&q->in_use)) {
+    sv_unlock(&q->lock);
+    return -1;
+  }
+  if (q->count == q->size) {
+    atomic_store(&q->overrun, 1);
+    rc = -1;
+  } else {
+    struct ibv_wc *ring = sv_heap_ptr(f, q->ring_off);
+    ring[(q->head + q->count) & (q->size - 1)] = *wc;
+    q->count++;
+  }
+  sv_unlock(&q->lock);
+  uint32_t armed = atomic_load(&q->armed);
+  int wake = rc != 0;
+  if (armed && (armed == 1 || (wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS) &&
+      atomic_exchange(&q->armed, 0)) {
+    atomic_fetch_add(&q->notify_pending, 1);
+    wake = 1;
+  }
+  if (wake) sv_proc_wake(f, q->owner);
+  return rc;
+}
+
+int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
+  struct sv_fabric *f = fab();
+  struct sv_cq *q = &f->cqs[((struct sv_cq_local *)cq)->index];
+  if (n < 0) return -1;
+  if (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0) {
+    /* Busy pollers drive deferred work: on 2 cores the engine thread may not
+     * get a CPU for a whole time slice while they spin. */
+    if (atomic_load_explicit(&sv_lib.work_deferred, memory_order_relaxed)) sv_progress_deferred();
+    return 0;
+  }
+  sv_lock(&q->lock);
+  struct ibv_wc *ring = sv_heap_ptr(f, q->ring_off);
+  int got = 0;
+  while (got < n && q->count) {
+    wc[got++] = ring[q->head];
+    q->head = (q->head + 1) & (q->size - 1);
+    q->count--;
+  }
+  sv_unlock(&q->lock);
+  return got;
+}
+
+int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
+  struct sv_cq *q = &fab()->cqs[((struct sv_cq_local *)cq)->index];
+  atomic_store(&q->armed, solicited_only ? 2u : 1u);
+  return 0;
+}
+
+SV_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context) {
+  uint64_t handle;
+  ssize_t n = read(channel->fd, &handle, sizeof(handle));
+  if (n != (ssize_t)sizeof(handle)) return -1;
+  *cq = (struct ibv_cq *)(uintptr_t)handle;
+  *cq_context = (*cq)->cq_context;
+  return 0;
+}
+
+SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- async events ---- */
+
+SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *event) {
+  struct sv_async_record r;
+  ssize_t n = read(c->async_fd, &r, sizeof(r));
+  if (n != (ssize_t)sizeof(r)) return -1;
+  memset(event, 0, sizeof(*event));
+  event->event_type = (enum ibv_event_type)r.type;
+  switch (r.type) {
+  case IBV_EVENT_CQ_ERR:
+    event->element.cq = (struct ibv_cq *)(uintptr_t)r.element;
+    break;
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+  case IBV_EVENT_COMM_EST:
+  case IBV_EVENT_SQ_DRAINED:
+  case IBV_EVENT_PATH_MIG:
+  case IBV_EVENT_PATH_MIG_ERR:
+  case IBV_EVENT_QP_LAST_WQE_REACHED:
+    event->element.qp = (struct ibv_qp *)(uintptr_t)r.element;
+    break;
+  case IBV_EVENT_DEVICE_FATAL:
+    event->element.port_num = 0;
+    break;
+  default:
+    event->element.port_num = (int)r.element;
+  }
+  return 0;
+}
+
+SV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) { (void)event; }

@@ -1,0 +1,353 @@
+/* simverbs: RC queue pairs — creation, the state machine with the kernel's
+ * attribute-mask rules, and posting work requests. */
+#include "simverbs.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct sv_fabric *fab(void) { return sv_lib.fab; }
+
+static struct sv_qp *shared_qp(struct sv_qp_local *lq) { return &fab()->qps[lq->index]; }
+
+SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
+  struct sv_fabric *f = fab();
+  struct ibv_qp_cap *cap = &attr->cap;
+  if (attr->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP; /* the fabric models reliable connections only */
+    return NULL;
+  }
+  if (attr->srq) {
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > SV_MAX_WR || cap->max_recv_wr > SV_MAX_WR ||
+      cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE || cap->max_inline_data > SV_MAX_INLINE ||
+      attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct sv_qp_local *lq = calloc(1, sizeof(*lq));
+  if (!lq) goto nomem;
+  /* Like hardware, round queue sizes up; report what was granted. */
+  lq->sq_size = 1;
+  while (lq->sq_size < cap->max_send_wr + 1) lq->sq_size <<= 1;
+  lq->sq = calloc(lq->sq_size, sizeof(*lq->sq));
+  if (!lq->sq) goto nomem;
+  uint32_t rq_size = 1;
+  while (rq_size < cap->max_recv_wr + 1) rq_size <<= 1;
+  uint32_t rq_sge = cap->max_recv_sge ? cap->max_recv_sge : 1;
+  uint32_t stride = (uint32_t)(sizeof(struct sv_rwqe) + rq_sge * sizeof(struct ibv_sge));
+  uint64_t off = sv_heap_alloc(f, (uint64_t)rq_size * stride, sv_lib.proc);
+  if (off == UINT64_MAX) goto nomem;
+  int idx = -1;
+  sv_lock(&f->lock);
+  for (int i = 0; i < SV_MAX_QPS; i++)
+    if (!atomic_load(&f->qps[i].in_use)) {
+      struct sv_qp *q = &f->qps[i];
+      idx = i;
+      q->gen = (q->gen + 1) & 0x7ff;
+      if (q->gen == 0) q->gen = 1; /* keeps QP numbers 0 and 1 (SMI/GSI) unused */
+      q->owner = sv_lib.proc;
+      q->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
+      q->port = 1;
+      q->qp_type = IBV_QPT_RC;
+      q->pd_id = ((struct sv_pd *)pd)->id;
+      q->qpn = sv_make_qpn((uint32_t)i, q->gen);
+      q->dest_qpn = 0;
+      q->access = 0;
+      q->send_cq = ((struct sv_cq_local *)attr->send_cq)->index;
+      q->recv_cq = ((struct sv_cq_local *)attr->recv_cq)->index;
+      atomic_store(&q->fault, SV_QP_FAULT_NONE);
+      q->rq_size = rq_size;
+      q->rq_max_sge = rq_sge;
+      q->rq_stride = stride;
+      q->rq_head = q->rq_count = 0;
+      q->rq_off = off;
+      atomic_store(&q->state, IBV_QPS_RESET);
+      atomic_store(&q->in_use, 1);
+      break;
+    }
+  sv_unlock(&f->lock);
+  if (idx < 0) {
+    sv_heap_free(f, off);
+    goto nomem;
+  }
+  lq->index = idx;
+  lq->ctx = sv_ctx_of(pd->context);
+  lq->max_inline = cap->max_inline_data;
+  lq->max_send_sge = cap->max_send_sge;
+  lq->max_recv_sge = rq_sge;
+  lq->sig_all = attr->sq_sig_all;
+  pthread_mutex_init(&lq->post_lock, NULL);
+  pthread_mutex_init(&lq->exec_lock, NULL);
+  lq->qp.context = pd->context;
+  lq->qp.qp_context = attr->qp_context;
+  lq->qp.pd = pd;
+  lq->qp.send_cq = attr->send_cq;
+  lq->qp.recv_cq = attr->recv_cq;
+  lq->qp.handle = (uint32_t)idx;
+  lq->qp.qp_num = f->qps[idx].qpn;
+  lq->qp.state = IBV_QPS_RESET;
+  lq->qp.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&lq->qp.mutex, NULL);
+  pthread_cond_init(&lq->qp.cond, NULL);
+  cap->max_send_wr = lq->sq_size - 1;
+  cap->max_recv_wr = rq_size - 1;
+  cap->max_recv_sge = rq_sge;
+  pthread_mutex_lock(&sv_lib.lock);
+  lq->next = sv_lib.qps;
+  sv_lib.qps = lq;
+  pthread_mutex_unlock(&sv_lib.lock);
+  return &lq->qp;
+nomem:
+  if (lq) free(lq->sq);
+  free(lq);
+  errno = ENOMEM;
+  return NULL;
+}
+
+SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  struct sv_qp *q = shared_qp(lq);
+  pthread_mutex_lock(&sv_lib.lock); /* the engine is between passes */
+  for (struct sv_qp_local **p = &sv_lib.qps; *p; p = &(*p)->next)
+    if (*p == lq) {
+      *p = lq->next;
+      break;
+    }
+  pthread_mutex_lock(&lq->exec_lock); /* and no poster is executing it */
+  pthread_mutex_unlock(&lq->exec_lock);
+  sv_lock(&q->rq_lock);
+  atomic_store(&q->state, IBV_QPS_RESET);
+  atomic_store(&q->in_use, 0); /* peers now see an unreachable QP */
+  sv_unlock(&q->rq_lock);
+  pthread_mutex_unlock(&sv_lib.lock);
+  sv_heap_free(fab(), q->rq_off);
+  free(lq->sq);
+  free(lq);
+  return 0;
+}
+
+/* Required and optional attribute masks per RC transition, as the kernel
+ * checks them (IB spec table "QP state transition attributes"). */
+struct transition {
+  enum ibv_qp_state from, to;
+  int required, optional;
+};
+
+static const struct transition rc_transitions[] = {
+    {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0},
+    {IBV_QPS_INIT, IBV_QPS_INIT, IBV_QP_STATE, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS},
+    {IBV_QPS_INIT, IBV_QPS_RTR,
+     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+         IBV_QP_MIN_RNR_TIMER,
+     IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX},
+    {IBV_QPS_RTR, IBV_QPS_RTS,
+     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+     IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPS_RTS, IBV_QPS_RTS, IBV_QP_STATE,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER},
+};
+
+static int check_transition(enum ibv_qp_state from, enum ibv_qp_state to, int mask) {
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return (mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE)) ? EINVAL : 0;
+  for (size_t i = 0; i < sizeof(rc_transitions) / sizeof(rc_transitions[0]); i++) {
+    const struct transition *t = &rc_transitions[i];
+    if (t->from != from || t->to != to) continue;
+    if ((mask & t->required) != t->required) return EINVAL;
+    if (mask & ~(t->required | t->optional)) return EINVAL;
+    return 0;
+  }
+  return EINVAL; /* SQD/SQE and every other edge are not modelled */
+}
+
+static int check_attr_values(struct sv_qp *q, struct ibv_qp_attr *a, int mask) {
+  struct sv_device *d = &fab()->devs[q->dev];
+  if ((mask & IBV_QP_PORT) && (a->port_num < 1 || a->port_num > d->nports)) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_AV)) {
+    struct sv_port *p = &d->ports[((mask & IBV_QP_PORT) ? a->port_num : q->port) - 1];
+    if (p->link_layer == IBV_LINK_LAYER_ETHERNET && !a->ah_attr.is_global) return EINVAL; /* RoCE needs a GRH */
+    if (a->ah_attr.is_global && a->ah_attr.grh.sgid_index >= p->ngids) return EINVAL;
+  }
+  if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != atomic_load(&q->state)) return EINVAL;
+  return 0;
+}
+
+SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  struct sv_qp *q = shared_qp(lq);
+  if (!(mask & IBV_QP_STATE)) return EINVAL; /* not modelled: attribute-only changes */
+  pthread_mutex_lock(&sv_lib.lock);
+  pthread_mutex_lock(&lq->exec_lock);
+  enum ibv_qp_state from = atomic_load(&q->state), to = a->qp_state;
+  int rc = check_transition(from, to, mask);
+  if (!rc) rc = check_attr_values(q, a, mask);
+  if (rc) goto out;
+  if (mask & IBV_QP_PORT) q->port = a->port_num;
+  if (mask & IBV_QP_ACCESS_FLAGS) q->access = a->qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) q->pkey_index = a->pkey_index;
+  if (mask & IBV_QP_AV) q->ah = a->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) q->path_mtu = a->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) q->dest_qpn = a->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) q->rq_psn = a->rq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = a->max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = a->min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) q->timeout = a->timeout;
+  if (mask & IBV_QP_RETRY_CNT) q->retry_cnt = a->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) q->rnr_retry = a->rnr_retry;
+  if (mask & IBV_QP_SQ_PSN) q->sq_psn = a->sq_psn;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q->max_rd_atomic = a->max_rd_atomic;
+  if (to == IBV_QPS_RESET) {
+    /* Reset discards both queues without completions. */
+    atomic_store(&lq->sq_head, atomic_load(&lq->sq_tail));
+    lq->head_state = SV_HEAD_NEW;
+    lq->retry_start_ns = lq->rnr_start_ns = 0;
+    sv_lock(&q->rq_lock);
+    q->rq_head = q->rq_count = 0;
+    sv_unlock(&q->rq_lock);
+  }
+  atomic_store(&q->state, to);
+  qp->state = to;
+out:
+  pthread_mutex_unlock(&lq->exec_lock);
+  pthread_mutex_unlock(&sv_lib.lock);
+  if (!rc && to == IBV_QPS_ERR) sv_engine_kick(); /* the engine flushes */
+  return rc;
+}
+
+SV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  struct sv_qp *q = shared_qp(lq);
+  (void)mask; /* everything is cheap to report */
+  memset(a, 0, sizeof(*a));
+  a->qp_state = a->cur_qp_state = atomic_load(&q->state);
+  a->path_mtu = q->path_mtu;
+  a->qp_access_flags = (int)q->access;
+  a->pkey_index = (uint16_t)q->pkey_index;
+  a->port_num = (uint8_t)q->port;
+  a->ah_attr = q->ah;
+  a->dest_qp_num = q->dest_qpn;
+  a->rq_psn = q->rq_psn;
+  a->sq_psn = q->sq_psn;
+  a->max_dest_rd_atomic = (uint8_t)q->max_dest_rd_atomic;
+  a->max_rd_atomic = (uint8_t)q->max_rd_atomic;
+  a->min_rnr_timer = (uint8_t)q->min_rnr_timer;
+  a->timeout = (uint8_t)q->timeout;
+  a->retry_cnt = (uint8_t)q->retry_cnt;
+  a->rnr_retry = (uint8_t)q->rnr_retry;
+  a->cap.max_send_wr = lq->sq_size - 1;
+  a->cap.max_recv_wr = q->rq_size - 1;
+  a->cap.max_send_sge = lq->max_send_sge;
+  a->cap.max_recv_sge = lq->max_recv_sge;
+  a->cap.max_inline_data = lq->max_inline;
+  if (init) {
+    memset(init, 0, sizeof(*init));
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->cap = a->cap;
+    init->qp_type = IBV_QPT_RC;
+    init->sq_sig_all = lq->sig_all;
+  }
+  return 0;
+}
+
+static int valid_send_opcode(enum ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+/* Copy one WR into the send queue; inline payload is captured now. */
+static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr) {
+  uint32_t head = atomic_load_explicit(&lq->sq_head, memory_order_acquire);
+  uint32_t tail = atomic_load_explicit(&lq->sq_tail, memory_order_relaxed);
+  if (tail - head >= lq->sq_size - 1) return ENOMEM;
+  if (!valid_send_opcode(wr->opcode) || wr->num_sge < 0 || (uint32_t)wr->num_sge > lq->max_send_sge)
+    return EINVAL;
+  struct sv_swqe *w = &lq->sq[tail & (lq->sq_size - 1)];
+  w->wr_id = wr->wr_id;
+  w->opcode = wr->opcode;
+  w->send_flags = wr->send_flags;
+  w->imm = wr->imm_data;
+  w->remote_addr = wr->wr.rdma.remote_addr;
+  w->rkey = wr->wr.rdma.rkey;
+  w->num_sge = (uint32_t)wr->num_sge;
+  w->inline_len = 0;
+  if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ) {
+    size_t total = 0;
+    for (int i = 0; i < wr->num_sge; i++) total += wr->sg_list[i].length;
+    if (total > lq->max_inline) return EINVAL;
+    for (int i = 0; i < wr->num_sge; i++) {
+      memcpy(w->inl + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+      w->inline_len += wr->sg_list[i].length;
+    }
+    w->num_sge = 0;
+  } else {
+    memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+  }
+  atomic_store_explicit(&lq->sq_tail, tail + 1, memory_order_release);
+  return 0;
+}
+
+int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  enum ibv_qp_state st = atomic_load(&shared_qp(lq)->state);
+  int rc = 0;
+  /* Hardware accepts posts on an ERR QP and flushes them; before RTS it refuses. */
+  if (st != IBV_QPS_RTS && st != IBV_QPS_ERR && st != IBV_QPS_SQD) {
+    *bad = wr;
+    return EINVAL;
+  }
+  pthread_mutex_lock(&lq->post_lock);
+  for (; wr; wr = wr->next)
+    if ((rc = enqueue_send(lq, wr)) != 0) break;
+  pthread_mutex_unlock(&lq->post_lock);
+  if (rc) *bad = wr;
+  sv_qp_run(lq);
+  return rc;
+}
+
+int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  struct sv_qp *q = shared_qp(lq);
+  enum ibv_qp_state st = atomic_load(&q->state);
+  int rc = 0;
+  if (st == IBV_QPS_RESET) {
+    *bad = wr;
+    return EINVAL;
+  }
+  sv_lock(&q->rq_lock);
+  for (; wr; wr = wr->next) {
+    if (q->rq_count == q->rq_size - 1) {
+      rc = ENOMEM;
+      break;
+    }
+    if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->rq_max_sge) {
+      rc = EINVAL;
+      break;
+    }
+    struct sv_rwqe *w = (struct sv_rwqe *)((char *)sv_heap_ptr(fab(), q->rq_off) +
+                                           (size_t)((q->rq_head + q->rq_count) & (q->rq_size - 1)) * q->rq_stride);
+    w->wr_id = wr->wr_id;
+    w->num_sge = (uint32_t)wr->num_sge;
+    memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+    q->rq_count++;
+  }
+  sv_unlock(&q->rq_lock);
+  if (rc) *bad = wr;
+  if (st == IBV_QPS_ERR) sv_engine_kick();
+  return rc;
+}
+
+int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
+  (void)srq;
+  *bad = wr;
+  return EOPNOTSUPP;
+}

@@ -1,0 +1,141 @@
+/* simverbs: the process-local side of the simulated libibverbs.
+ *
+ * Each process that opens a simulated device gets one engine thread — its
+ * "NIC" — that executes send queues, delivers completion-channel and async
+ * events, and reaps crashed peers.  Objects a peer must reach (receive queues,
+ * CQ rings, MR keys) live in the shared fabric segment; the send queue, which
+ * only the owner's engine consumes, lives in private memory. */
+#ifndef SIMVERBS_H
+#define SIMVERBS_H
+
+#include "fabric.h"
+#include "sv_export.h"
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define SV_MAX_INLINE 256
+
+struct sv_device_handle {
+  struct ibv_device dev;
+  int index; /* fabric device index */
+};
+
+struct sv_ctx {
+  struct verbs_context vctx; /* ibv_context sits at its end, as libibverbs requires */
+  int dev;
+  int async_rd, async_wr; /* pipe carrying struct sv_async_record */
+  uint64_t event_seq_seen;
+  struct sv_ctx *next;
+};
+
+/* What the engine writes into the async pipe (the kernel's format). */
+struct sv_async_record {
+  uint64_t element;
+  uint32_t type;
+  uint32_t reserved;
+};
+
+struct sv_pd {
+  struct ibv_pd pd;
+  uint64_t id;
+};
+
+struct sv_mr_handle {
+  struct ibv_mr mr;
+  int index;
+};
+
+struct sv_channel {
+  struct ibv_comp_channel ch;
+  int wr_fd;
+};
+
+struct sv_cq_local {
+  struct ibv_cq cq;
+  int index;
+  struct sv_cq_local *next;
+};
+
+/* Send work request as copied at post time (inline data included, so the
+ * caller may reuse its buffer at once, as on hardware). */
+struct sv_swqe {
+  uint64_t wr_id;
+  uint64_t remote_addr;
+  uint32_t opcode, send_flags, imm, num_sge;
+  uint32_t rkey, inline_len;
+  struct ibv_sge sge[SV_MAX_SGE];
+  uint8_t inl[SV_MAX_INLINE];
+};
+
+/* Progress of the WR at the head of a send queue. */
+enum sv_head_state {
+  SV_HEAD_NEW = 0,      /* not yet scheduled on the wire */
+  SV_HEAD_SCHEDULED,    /* bandwidth reserved; executes at due_ns */
+  SV_HEAD_UNACKED,      /* data went out but no ACK will come: runs out the retries */
+};
+
+struct sv_qp_local {
+  struct ibv_qp qp;
+  int index; /* fabric QP index */
+  struct sv_ctx *ctx;
+  struct sv_swqe *sq;
+  uint32_t sq_size, max_inline, max_send_sge, max_recv_sge;
+  int sig_all;
+  pthread_mutex_t post_lock; /* posters among themselves */
+  pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
+  _Atomic uint32_t sq_head, sq_tail;
+  /* Engine-only state for the head WR. */
+  enum sv_head_state head_state;
+  uint64_t due_ns, retry_start_ns, rnr_start_ns;
+  struct sv_qp_local *next;
+};
+
+/* The one per-process instance of the simulated library. */
+struct sv_lib {
+  pthread_mutex_t lock; /* lists below; held by the engine for a whole pass */
+  struct sv_fabric *fab;
+  int proc, host;
+  int open_contexts;
+  struct sv_device_handle *devs; /* this host's devices, kept for the process lifetime */
+  int ndevs;
+  struct sv_ctx *ctxs;
+  struct sv_qp_local *qps;
+  struct sv_cq_local *cqs;
+  pthread_t engine;
+  int engine_running;
+  _Atomic int engine_stop;
+  _Atomic int engine_sleeping;
+  _Atomic int work_deferred; /* some send queue waits on a timer: pollers help */
+};
+
+extern struct sv_lib sv_lib;
+
+/* device.c */
+int sv_lib_attach(void);
+struct sv_ctx *sv_ctx_of(struct ibv_context *c);
+
+/* objects.c */
+int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc);
+int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key);
+
+/* qp.c */
+int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+/* engine.c */
+int sv_engine_start(void);
+void sv_engine_stop(void);
+void sv_engine_kick(void);
+void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element);
+void sv_qp_to_error(struct sv_qp_local *lq);
+/* Execute what a QP's send queue can execute now, in the caller's thread. */
+void sv_qp_run(struct sv_qp_local *lq);
+/* Run one progress pass over deferred work if nobody else is. */
+void sv_progress_deferred(void);
+
+#endif

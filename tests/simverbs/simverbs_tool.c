@@ -1,0 +1,862 @@
+/*
+ * simverbs: the operator's tool for a simulated RDMA fabric.
+ *
+ *   simverbs up <config> [--fabric NAME]      bring a fabric up (replaces an old one)
+ *   simverbs down [--fabric NAME]             remove it
+ *   simverbs run --host H [--fabric NAME] -- CMD [ARGS...]
+ *   simverbs link HOST:NIC[:PORT] down|up
+ *   simverbs fault ...                        inject faults
+ *   simverbs status [--fabric NAME]
+ *
+ * Every bad input gets a message that says what was wrong and what is
+ * accepted, and a non-zero exit: 2 for usage errors, 1 when the command could
+ * not be carried out.  docs/SIMVERBS.md has examples.
+ */
+#include "fabric.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+#define LIB_NAME "libibverbs.so.1"
+#define MAX_COUNT 1000000u       /* ack-loss / partial-write */
+#define MAX_DELAY_US 60000000u   /* one minute: beyond any sane QP timeout */
+
+/* ---- usage ---- */
+
+struct cmd_help {
+  const char *name, *usage, *text;
+};
+
+static const struct cmd_help helps[] = {
+    {"up", "simverbs up <config> [--fabric NAME]",
+     "Create the fabric from a topology file, build each host's sysfs tree and\n"
+     "mark it ready.  An existing fabric of that name is replaced (processes\n"
+     "still using it keep their old copy).  Without --fabric or $SIMVERBS_FABRIC\n"
+     "the name comes from the file's 'fabric' line, else \"default\".\n"},
+    {"down", "simverbs down [--fabric NAME]",
+     "Remove the fabric's segment and sysfs trees.  Running processes are not\n"
+     "killed; they keep their mapping until they exit.\n"},
+    {"run", "simverbs run --host HOST [--fabric NAME] -- CMD [ARGS...]",
+     "Run CMD as a process of HOST: sets SIMVERBS_FABRIC and SIMVERBS_HOST and\n"
+     "puts the simulated " LIB_NAME " first on LD_LIBRARY_PATH.\n"},
+    {"link", "simverbs link HOST:NIC[:PORT] down|up",
+     "Pull or restore a link (port 1 by default): the port changes state, its\n"
+     "sysfs files follow, and every context of the NIC gets IBV_EVENT_PORT_ERR\n"
+     "or IBV_EVENT_PORT_ACTIVE.\n"},
+    {"fault",
+     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|delay US|clear\n"
+     "simverbs fault HOST:NIC device-fatal|device-recover\n"
+     "simverbs fault qp QPN fatal",
+     "Port faults (on the sending port): blackhole drops everything while the\n"
+     "port stays ACTIVE (only retries running out reveal it); ack-loss makes the\n"
+     "next N requests land without their ACK; partial-write makes the next N\n"
+     "writes land half their payload before the link dies; delay adds US\n"
+     "microseconds to every request; clear removes them all.  device-fatal\n"
+     "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
+     "device-recover lets it be opened again.  qp QPN fatal moves one QP\n"
+     "(decimal or 0x hex) to the error state with IBV_EVENT_QP_FATAL.\n"},
+    {"status", "simverbs status [--fabric NAME]",
+     "Show hosts, NICs, port states, faults, traffic counters, live processes\n"
+     "and the QPs, CQs and MRs they own.\n"},
+};
+#define NHELPS (sizeof(helps) / sizeof(helps[0]))
+
+/* A usage may span lines: the first gets `first`, the others `rest`. */
+static void print_usage(FILE *out, const char *usage, const char *first, const char *rest) {
+  const char *prefix = first;
+  while (*usage) {
+    size_t n = strcspn(usage, "\n");
+    fprintf(out, "%s%.*s\n", prefix, (int)n, usage);
+    usage += n + (usage[n] == '\n');
+    prefix = rest;
+  }
+}
+
+static void usage_all(FILE *out) {
+  fputs("simverbs: a simulated RDMA fabric for testing verbs programs without hardware\n\nUsage:\n", out);
+  for (size_t i = 0; i < NHELPS; i++)
+    print_usage(out, helps[i].usage, "  ", "  ");
+  fputs("\nThe fabric name comes from --fabric, else $SIMVERBS_FABRIC, else \"default\".\n"
+        "'simverbs <command> --help' explains a command; docs/SIMVERBS.md has examples.\n",
+        out);
+}
+
+static const struct cmd_help *help_of(const char *cmd) {
+  for (size_t i = 0; i < NHELPS; i++)
+    if (strcmp(helps[i].name, cmd) == 0)
+      return &helps[i];
+  return NULL;
+}
+
+static void usage_cmd(const char *cmd, FILE *out) {
+  const struct cmd_help *h = help_of(cmd);
+  print_usage(out, h->usage, "Usage: ", "       ");
+  fprintf(out, "\n%s", h->text);
+}
+
+static int bad_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A usage error: say what was wrong, show the usage, exit 2. */
+static int bad_usage(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "simverbs %s: ", cmd);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  print_usage(stderr, help_of(cmd)->usage, "Usage: ", "       ");
+  return EXIT_USAGE;
+}
+
+/* ---- arguments ---- */
+
+struct args {
+  const char *cmd;
+  const char *fabric; /* --fabric, NULL when not given */
+  const char *host;   /* --host (run only) */
+  bool help;
+  int npos;
+  char **pos;  /* positional arguments (points into argv) */
+  char **exec; /* run: the command and its arguments */
+};
+
+static bool is_number_like(const char *s) { return s[0] == '-' && s[1] >= '0' && s[1] <= '9'; }
+
+/* Options with a value: "--opt VALUE" or "--opt=VALUE".  Returns 1 when
+ * argv[*i] is that option, 0 when not, -1 on a missing value. */
+static int opt_value(char **argv, int argc, int *i, const char *opt, const char **out) {
+  size_t n = strlen(opt);
+  if (strncmp(argv[*i], opt, n) != 0)
+    return 0;
+  if (argv[*i][n] == '=') {
+    *out = argv[*i] + n + 1;
+    return **out ? 1 : -1;
+  }
+  if (argv[*i][n] != '\0')
+    return 0;
+  /* "--host --fabric x" is a forgotten value, not a host named "--fabric". */
+  if (*i + 1 >= argc || (argv[*i + 1][0] == '-' && argv[*i + 1][1] != '\0'))
+    return -1;
+  *out = argv[++*i];
+  return 1;
+}
+
+static int parse_one_opt(struct args *a, int argc, char **argv, int *i) {
+  const char *opt = argv[*i];
+  int r;
+  if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) {
+    a->help = true;
+    return 0;
+  }
+  if ((r = opt_value(argv, argc, i, "--fabric", &a->fabric)) != 0)
+    return r < 0 ? bad_usage(a->cmd, "--fabric needs a fabric name") : 0;
+  if (strcmp(a->cmd, "run") == 0 && (r = opt_value(argv, argc, i, "--host", &a->host)) != 0)
+    return r < 0 ? bad_usage(a->cmd, "--host needs a host name") : 0;
+  return bad_usage(a->cmd, "unknown option '%s'", opt);
+}
+
+/* Split a subcommand's arguments into options and positionals.  For `run`,
+ * everything after "--" (or from the first non-option) is the command. */
+static int parse_args(struct args *a, int argc, char **argv) {
+  bool run = strcmp(a->cmd, "run") == 0, only_pos = false;
+  a->pos = calloc((size_t)argc + 1, sizeof(*a->pos));
+  if (!a->pos) {
+    perror("simverbs");
+    return 1;
+  }
+  for (int i = 0; i < argc; i++) {
+    char *s = argv[i];
+    int rc;
+    if (!only_pos && strcmp(s, "--") == 0) {
+      if (run) {
+        a->exec = argv + i + 1;
+        return 0;
+      }
+      only_pos = true;
+      continue;
+    }
+    if (only_pos || s[0] != '-' || s[1] == '\0' || is_number_like(s)) {
+      if (run) {
+        a->exec = argv + i;
+        return 0;
+      }
+      a->pos[a->npos++] = s;
+      continue;
+    }
+    if ((rc = parse_one_opt(a, argc, argv, &i)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Fabric and host names become file names: keep to a safe charset. */
+static bool name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= SV_NAME_LEN || s[0] == '.' || s[0] == '-')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+          s[i] == '.' || s[i] == '_' || s[i] == '-'))
+      return false;
+  return true;
+}
+
+/* --fabric, else $SIMVERBS_FABRIC, else `fallback` (NULL: "default"). */
+static const char *fabric_name(const struct args *a, const char *fallback) {
+  const char *env = getenv("SIMVERBS_FABRIC");
+  const char *name = a->fabric ? a->fabric : env && *env ? env : fallback ? fallback : "default";
+  if (name_ok(name))
+    return name;
+  fprintf(stderr,
+          "simverbs %s: fabric name '%s'%s is invalid: use 1 to %d letters, digits, '.', '_' or "
+          "'-', not starting with '.' or '-'\n",
+          a->cmd, name,
+          a->fabric     ? ""
+          : name == env ? " (from $SIMVERBS_FABRIC)"
+                        : " (from the config file's fabric line)",
+          SV_NAME_LEN - 1);
+  return NULL;
+}
+
+static int parse_uint(const char *s, uint32_t max, int base, uint32_t *out) {
+  char *end;
+  unsigned long long v;
+  if (!((s[0] >= '0' && s[0] <= '9') || (base == 16 && s[0] && strchr("abcdefABCDEF", s[0]))))
+    return -1;
+  errno = 0;
+  v = strtoull(s, &end, base);
+  if (errno || *end || v > max)
+    return -1;
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* ---- attaching ---- */
+
+static struct sv_fabric *open_fabric(const char *cmd, const char *name) {
+  char path[PATH_MAX];
+  struct sv_fabric *f;
+  sv_fabric_path(name, path, sizeof(path));
+  f = sv_fabric_attach(name);
+  if (!f) {
+    if (errno == ENOENT)
+      fprintf(stderr, "simverbs %s: fabric '%s' is not up (no %s): start it with `simverbs up <config> --fabric %s`\n",
+              cmd, name, path, name);
+    else if (errno == EPROTO)
+      fprintf(stderr, "simverbs %s: %s was made by another simverbs version: run `simverbs up` again\n", cmd, path);
+    else
+      fprintf(stderr, "simverbs %s: cannot map %s: %s\n", cmd, path, strerror(errno));
+    return NULL;
+  }
+  if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
+    fprintf(stderr, "simverbs %s: fabric '%s' is not ready (an `up` is running or failed): run `simverbs up` again\n",
+            cmd, name);
+    sv_fabric_detach(f);
+    return NULL;
+  }
+  return f;
+}
+
+static void list_hosts(struct sv_fabric *f, FILE *out) {
+  for (uint32_t h = 0; h < f->nhosts; h++)
+    fprintf(out, "%s%s", h ? ", " : "", f->hosts[h].name);
+}
+
+static void list_nics(struct sv_fabric *f, int host, FILE *out) {
+  bool first = true;
+  for (uint32_t d = 0; d < f->ndevs; d++)
+    if (f->devs[d].in_use && (int)f->devs[d].host == host) {
+      fprintf(out, "%s%s", first ? "" : ", ", f->devs[d].name);
+      first = false;
+    }
+  if (first)
+    fputs("none", out);
+}
+
+/* sv_parse_target only says no; work out which part was wrong. */
+static void explain_target(struct sv_fabric *f, const char *cmd, const char *spec, bool with_port) {
+  char buf[3 * SV_NAME_LEN];
+  const char *shape = with_port ? "HOST:NIC[:PORT], e.g. a:mlx5_0:1" : "HOST:NIC (no port), e.g. a:mlx5_0";
+  char *nic, *port;
+  int h, d;
+  if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf) || !(nic = strchr(buf, ':'))) {
+    fprintf(stderr, "simverbs %s: target '%s' is malformed: use %s\n", cmd, spec, shape);
+    return;
+  }
+  *nic++ = '\0';
+  if ((port = strchr(nic, ':')))
+    *port++ = '\0';
+  if ((h = sv_host_index(f, buf)) < 0) {
+    fprintf(stderr, "simverbs %s: fabric '%s' has no host '%s': its hosts are ", cmd, f->name, buf);
+    list_hosts(f, stderr);
+  } else if ((d = sv_device_index(f, (uint32_t)h, nic)) < 0) {
+    fprintf(stderr, "simverbs %s: host '%s' has no nic '%s': its nics are ", cmd, buf, nic);
+    list_nics(f, h, stderr);
+  } else if (!with_port) {
+    fprintf(stderr, "simverbs %s: '%s' names a port; this fault applies to a whole nic: use %s", cmd, spec, shape);
+  } else {
+    fprintf(stderr, "simverbs %s: port '%s' of %s:%s is invalid: it has port%s 1%s", cmd, port, buf, nic,
+            f->devs[d].nports > 1 ? "s" : "", f->devs[d].nports > 1 ? " and 2" : "");
+  }
+  fputc('\n', stderr);
+}
+
+static int resolve_target(struct sv_fabric *f, const char *cmd, const char *spec, bool with_port, int *dev,
+                          int *port) {
+  if (sv_parse_target(f, spec, dev, with_port ? port : NULL) == 0)
+    return 0;
+  explain_target(f, cmd, spec, with_port);
+  return -1;
+}
+
+/* ---- up ---- */
+
+/* The name a config file declares with `fabric <name>`, if any.  Only a
+ * peek: sv_config_load checks the file properly. */
+static void declared_fabric(const char *path, char *out, size_t len) {
+  FILE *in = fopen(path, "re");
+  char line[1024], *save = NULL;
+  out[0] = '\0';
+  if (!in)
+    return;
+  while (!out[0] && fgets(line, sizeof(line), in)) {
+    char *hash = strchr(line, '#'), *w1, *w2;
+    if (hash)
+      *hash = '\0';
+    w1 = strtok_r(line, " \t\r\n", &save);
+    w2 = w1 ? strtok_r(NULL, " \t\r\n", &save) : NULL;
+    if (w1 && w2 && strcmp(w1, "fabric") == 0)
+      snprintf(out, len, "%s", w2);
+  }
+  fclose(in);
+}
+
+static void print_summary(struct sv_fabric *f) {
+  uint32_t nports = 0;
+  for (uint32_t d = 0; d < f->ndevs; d++)
+    nports += f->devs[d].nports;
+  printf("fabric '%s' is up: %u host%s, %u nic%s, %u port%s\n", f->name, f->nhosts, f->nhosts == 1 ? "" : "s",
+         f->ndevs, f->ndevs == 1 ? "" : "s", nports, nports == 1 ? "" : "s");
+  for (uint32_t h = 0; h < f->nhosts; h++) {
+    printf("  host %s\n", f->hosts[h].name);
+    for (uint32_t d = 0; d < f->ndevs; d++) {
+      const struct sv_device *dv = &f->devs[d];
+      const struct sv_port *p = &dv->ports[0];
+      if (dv->host != h)
+        continue;
+      printf("    %-10s %-4s %3u Gb/s  %u port%s  pci %s  numa %d", dv->name,
+             p->link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", p->rate_gbps, dv->nports,
+             dv->nports == 1 ? " " : "s", dv->pci, (int)dv->numa_node);
+      for (uint32_t i = 0; i < dv->nports; i++)
+        if (dv->ports[i].link_layer == IBV_LINK_LAYER_INFINIBAND)
+          printf("  lid %u", dv->ports[i].lid);
+        else
+          printf("  %s %u.%u.%u.%u", dv->ports[i].netdev, dv->ports[i].ipv4 >> 24, (dv->ports[i].ipv4 >> 16) & 0xff,
+                 (dv->ports[i].ipv4 >> 8) & 0xff, dv->ports[i].ipv4 & 0xff);
+      putchar('\n');
+    }
+  }
+  printf("sysfs trees under %s\n", f->run_dir);
+  printf("next: simverbs run --host %s --fabric %s -- ibv_devinfo\n", f->hosts[0].name, f->name);
+}
+
+/* Build the new fabric under a temporary name and rename it into place only
+ * once it is complete: a bad config leaves the running fabric alone, and no
+ * process can attach to a half-built one. */
+static int cmd_up(struct args *a) {
+  char declared[SV_NAME_LEN], tmp_name[SV_NAME_LEN + 32], tmp_path[PATH_MAX], path[PATH_MAX];
+  const char *name;
+  struct sv_fabric *f;
+  if (a->npos != 1)
+    return a->npos ? bad_usage(a->cmd, "expected one config file, got extra argument '%s'", a->pos[1])
+                   : bad_usage(a->cmd, "missing the config file");
+  declared_fabric(a->pos[0], declared, sizeof(declared));
+  if (!(name = fabric_name(a, declared[0] ? declared : NULL)))
+    return EXIT_USAGE;
+  if (access(a->pos[0], R_OK) != 0) {
+    fprintf(stderr, "%s: cannot read the config file: %s\n", a->pos[0], strerror(errno));
+    return 1;
+  }
+  snprintf(tmp_name, sizeof(tmp_name), "%s.up-%ld", name, (long)getpid());
+  sv_fabric_path(tmp_name, tmp_path, sizeof(tmp_path));
+  sv_fabric_path(name, path, sizeof(path));
+  if (!(f = sv_fabric_create(tmp_name))) {
+    fprintf(stderr, "simverbs up: cannot create %s: %s\n", tmp_path, strerror(errno));
+    return 1;
+  }
+  /* The segment was made under the temporary name: give it its real one.
+   * Names are at most SV_NAME_LEN - 1 characters, so neither truncates. */
+  if (snprintf(f->name, sizeof(f->name), "%s", name) >= (int)sizeof(f->name) ||
+      snprintf(f->run_dir, sizeof(f->run_dir), "%s.d", path) >= (int)sizeof(f->run_dir)) {
+    fprintf(stderr, "simverbs up: fabric name '%s' is too long\n", name);
+    goto fail_tmp;
+  }
+  if (sv_config_load(f, a->pos[0]) != 0)
+    goto fail_tmp;
+  sv_fabric_destroy(name); /* the old segment and its sysfs trees, if any */
+  if (sv_sysfs_create(f) != 0)
+    goto fail_sysfs;
+  __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+  if (rename(tmp_path, path) != 0) {
+    fprintf(stderr, "simverbs up: cannot move %s to %s: %s\n", tmp_path, path, strerror(errno));
+    goto fail_sysfs;
+  }
+  print_summary(f);
+  sv_fabric_detach(f);
+  return 0;
+fail_sysfs:
+  sv_fabric_destroy(name); /* removes the half-written run directory */
+fail_tmp:
+  sv_fabric_detach(f);
+  sv_fabric_destroy(tmp_name);
+  fprintf(stderr, "simverbs up: fabric '%s' was not brought up\n", name);
+  return 1;
+}
+
+/* ---- down ---- */
+
+static int cmd_down(struct args *a) {
+  const char *name;
+  char path[PATH_MAX];
+  struct sv_fabric *f;
+  int live = 0;
+  if (a->npos)
+    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  sv_fabric_path(name, path, sizeof(path));
+  if ((f = sv_fabric_attach(name))) {
+    sv_reap_dead(f);
+    for (int i = 0; i < SV_MAX_PROCS; i++)
+      live += atomic_load(&f->procs[i].in_use) != 0;
+    sv_fabric_detach(f);
+  }
+  if (sv_fabric_destroy(name) != 0) {
+    if (errno == ENOENT)
+      fprintf(stderr, "simverbs down: fabric '%s' is not up (no %s)\n", name, path);
+    else
+      fprintf(stderr, "simverbs down: cannot remove %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  printf("fabric '%s' is down\n", name);
+  if (live)
+    printf("note: %d process%s still had it open; they keep their own copy until they exit\n", live,
+           live == 1 ? "" : "es");
+  return 0;
+}
+
+/* ---- run ---- */
+
+/* The simulated library lives in lib/ next to this executable. */
+static int library_dir(char *out, size_t len) {
+  char exe[PATH_MAX], lib[PATH_MAX + 32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  char *slash;
+  if (n <= 0) {
+    fprintf(stderr, "simverbs run: cannot find this executable (/proc/self/exe): %s\n", strerror(errno));
+    return -1;
+  }
+  exe[n] = '\0';
+  if (!(slash = strrchr(exe, '/')))
+    return -1;
+  *slash = '\0';
+  if (snprintf(out, len, "%s/lib", exe) >= (int)len)
+    return -1;
+  snprintf(lib, sizeof(lib), "%s/" LIB_NAME, out);
+  if (access(lib, R_OK) != 0) {
+    fprintf(stderr, "simverbs run: the simulated library %s is missing (%s): build the simverbs_ibverbs target\n",
+            lib, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int set_env(const char *libdir, const char *fabric, const char *host) {
+  const char *old = getenv("LD_LIBRARY_PATH");
+  char *ld;
+  int rc;
+  if (asprintf(&ld, "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "") < 0)
+    return -1;
+  rc = setenv("LD_LIBRARY_PATH", ld, 1) || setenv("SIMVERBS_FABRIC", fabric, 1) || setenv("SIMVERBS_HOST", host, 1);
+  free(ld);
+  return rc ? -1 : 0;
+}
+
+static int cmd_run(struct args *a) {
+  char libdir[PATH_MAX];
+  const char *name;
+  struct sv_fabric *f;
+  int h;
+  if (!a->host)
+    return bad_usage(a->cmd, "missing --host HOST");
+  if (!a->exec || !a->exec[0])
+    return bad_usage(a->cmd, "missing the command to run after --");
+  if (!(name = fabric_name(a, NULL)) )
+    return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name)))
+    return 1;
+  h = sv_host_index(f, a->host);
+  if (h < 0) {
+    fprintf(stderr, "simverbs run: fabric '%s' has no host '%s': its hosts are ", name, a->host);
+    list_hosts(f, stderr);
+    fputc('\n', stderr);
+  }
+  sv_fabric_detach(f);
+  if (h < 0 || library_dir(libdir, sizeof(libdir)) != 0)
+    return 1;
+  if (set_env(libdir, name, a->host) != 0) {
+    perror("simverbs run: setting the environment");
+    return 1;
+  }
+  execvp(a->exec[0], a->exec);
+  fprintf(stderr, "simverbs run: cannot run '%s': %s\n", a->exec[0], strerror(errno));
+  return errno == ENOENT ? 127 : 126; /* what shells return */
+}
+
+/* ---- link ---- */
+
+static int cmd_link(struct args *a) {
+  const char *name;
+  struct sv_fabric *f;
+  int dev, port, up, was_up, rc;
+  if (a->npos != 2)
+    return bad_usage(a->cmd, "expected HOST:NIC[:PORT] then down or up, got %d argument%s", a->npos,
+                     a->npos == 1 ? "" : "s");
+  if (strcmp(a->pos[1], "down") != 0 && strcmp(a->pos[1], "up") != 0)
+    return bad_usage(a->cmd, "unknown link state '%s': use down or up", a->pos[1]);
+  up = strcmp(a->pos[1], "up") == 0;
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name)))
+    return 1;
+  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) {
+    sv_fabric_detach(f);
+    return 1;
+  }
+  was_up = atomic_load(&f->devs[dev].ports[port - 1].state) == IBV_PORT_ACTIVE;
+  rc = sv_port_set_state(f, dev, port, up);
+  if (rc != 0)
+    fprintf(stderr, "simverbs link: %s:%s:%d is %s but its sysfs files could not be updated\n",
+            f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, up ? "up" : "down");
+  else
+    printf("%s:%s:%d %s%s\n", f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, up ? "up" : "down",
+           was_up == up ? " (it already was: no event raised)" : "");
+  sv_fabric_detach(f);
+  return rc ? 1 : 0;
+}
+
+/* ---- fault ---- */
+
+static int fault_qp(struct args *a, struct sv_fabric *f) {
+  const char *s = a->pos[1];
+  bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  uint32_t qpn;
+  if (a->npos != 3 || strcmp(a->pos[2], "fatal") != 0)
+    return bad_usage(a->cmd, "expected: qp QPN fatal");
+  if (parse_uint(hex ? s + 2 : s, 0xffffff, hex ? 16 : 10, &qpn) != 0)
+    return bad_usage(a->cmd, "QP number '%s' is invalid: use decimal or 0x hex, at most 0xffffff", s);
+  if (sv_qp_inject_fatal(f, qpn) != 0) {
+    fprintf(stderr, "simverbs fault: no live QP 0x%06x (%u): it may have been destroyed; `simverbs status` lists "
+            "the processes that own QPs\n", qpn, qpn);
+    return 1;
+  }
+  printf("QP 0x%06x (%u): fatal error injected\n", qpn, qpn);
+  return 0;
+}
+
+static int fault_device(struct args *a, struct sv_fabric *f) {
+  bool fatal = strcmp(a->pos[1], "device-fatal") == 0;
+  int dev;
+  if (a->npos != 2)
+    return bad_usage(a->cmd, "%s takes no value", a->pos[1]);
+  if (resolve_target(f, a->cmd, a->pos[0], false, &dev, NULL) != 0)
+    return 1;
+  sv_device_set_fatal(f, dev, fatal);
+  printf("%s:%s: %s\n", f->hosts[f->devs[dev].host].name, f->devs[dev].name,
+         fatal ? "device fatal error injected" : "recovered (new opens succeed again)");
+  return 0;
+}
+
+/* Parse the value of a port fault: `count` faults default to 1. */
+static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t max, uint32_t *out) {
+  if (a->npos > 3)
+    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[3]);
+  if (a->npos < 3) {
+    if (required)
+      return bad_usage(a->cmd, "%s needs a value", a->pos[1]);
+    *out = dflt;
+    return 0;
+  }
+  if (parse_uint(a->pos[2], max, 10, out) != 0) {
+    fprintf(stderr, "simverbs fault: %s value '%s' is invalid: use a whole number 0 to %u\n", a->pos[1], a->pos[2],
+            max);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+static bool is_port_fault(const char *what) {
+  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "delay", "clear"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(what, names[i]) == 0)
+      return true;
+  return false;
+}
+
+static int fault_port_apply(struct args *a, struct sv_port *p) {
+  const char *what = a->pos[1];
+  uint32_t v;
+  int rc;
+  if (strcmp(what, "blackhole") == 0) {
+    if (a->npos != 3 || (strcmp(a->pos[2], "on") != 0 && strcmp(a->pos[2], "off") != 0))
+      return bad_usage(a->cmd, "blackhole takes on or off");
+    atomic_store(&p->blackhole, strcmp(a->pos[2], "on") == 0);
+  } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0) {
+    if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0)
+      return rc;
+    atomic_store(what[0] == 'a' ? &p->ack_loss : &p->partial_write, v);
+  } else if (strcmp(what, "delay") == 0) {
+    if ((rc = fault_value(a, true, 0, MAX_DELAY_US, &v)) != 0)
+      return rc;
+    atomic_store(&p->delay_us, v);
+  } else { /* clear */
+    if (a->npos != 2)
+      return bad_usage(a->cmd, "clear takes no value");
+    atomic_store(&p->blackhole, 0);
+    atomic_store(&p->ack_loss, 0);
+    atomic_store(&p->partial_write, 0);
+    atomic_store(&p->delay_us, 0);
+  }
+  return 0;
+}
+
+static int fault_port(struct args *a, struct sv_fabric *f) {
+  int dev, port, rc;
+  struct sv_port *p;
+  if (!is_port_fault(a->pos[1]))
+    return bad_usage(a->cmd,
+                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], delay US, clear, "
+                     "device-fatal or device-recover",
+                     a->pos[1]);
+  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0)
+    return 1;
+  p = &f->devs[dev].ports[port - 1];
+  if ((rc = fault_port_apply(a, p)) != 0)
+    return rc;
+  sv_wake_all(f); /* engines re-check the port at once */
+  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, delay %u us\n", f->hosts[f->devs[dev].host].name,
+         f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off", atomic_load(&p->ack_loss),
+         atomic_load(&p->partial_write), atomic_load(&p->delay_us));
+  return 0;
+}
+
+static int cmd_fault(struct args *a) {
+  const char *name;
+  struct sv_fabric *f;
+  int rc;
+  if (a->npos < 2)
+    return bad_usage(a->cmd, "expected a target and a fault");
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name)))
+    return 1;
+  if (strcmp(a->pos[0], "qp") == 0)
+    rc = fault_qp(a, f);
+  else if (strcmp(a->pos[1], "device-fatal") == 0 || strcmp(a->pos[1], "device-recover") == 0)
+    rc = fault_device(a, f);
+  else
+    rc = fault_port(a, f);
+  sv_fabric_detach(f);
+  return rc;
+}
+
+/* ---- status ---- */
+
+static const char *ibv_qp_state_name(uint32_t s) {
+  static const char *const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+static void print_port(const struct sv_port *p, uint32_t port) {
+  uint32_t bh = atomic_load(&p->blackhole), al = atomic_load(&p->ack_loss);
+  uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us);
+  printf("      port %u  %-6s", port, atomic_load(&p->state) == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN");
+  if (p->link_layer == IBV_LINK_LAYER_INFINIBAND)
+    printf("  lid %u", p->lid);
+  else
+    printf("  %s %u.%u.%u.%u", p->netdev, p->ipv4 >> 24, (p->ipv4 >> 16) & 0xff, (p->ipv4 >> 8) & 0xff, p->ipv4 & 0xff);
+  printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
+         (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
+         (unsigned long long)atomic_load(&p->rx_wrs));
+  if (!bh && !al && !pw && !dl)
+    printf(" none");
+  if (bh)
+    printf(" blackhole");
+  if (al)
+    printf(" ack-loss %u", al);
+  if (pw)
+    printf(" partial-write %u", pw);
+  if (dl)
+    printf(" delay %u us", dl);
+  putchar('\n');
+}
+
+static void print_devices(struct sv_fabric *f) {
+  for (uint32_t h = 0; h < f->nhosts; h++) {
+    printf("  host %s\n", f->hosts[h].name);
+    for (uint32_t d = 0; d < f->ndevs; d++) {
+      struct sv_device *dv = &f->devs[d];
+      if (!dv->in_use || dv->host != h)
+        continue;
+      printf("    %-10s %-4s %3u Gb/s  pci %s  events %llu%s\n", dv->name,
+             dv->ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", dv->ports[0].rate_gbps, dv->pci,
+             (unsigned long long)atomic_load(&dv->event_seq), atomic_load(&dv->fatal) ? "  DEVICE FATAL" : "");
+      for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++)
+        print_port(&dv->ports[p], p + 1);
+    }
+  }
+}
+
+/* Objects per owning process, from the shared tables. */
+struct obj_counts {
+  int qps[SV_MAX_PROCS], cqs[SV_MAX_PROCS], mrs[SV_MAX_PROCS];
+  int qp_total, cq_total, mr_total;
+};
+
+static void count_one(int32_t owner, int *per, int *total) {
+  (*total)++;
+  if (owner >= 0 && owner < SV_MAX_PROCS)
+    per[owner]++;
+}
+
+static void count_objects(struct sv_fabric *f, struct obj_counts *c) {
+  memset(c, 0, sizeof(*c));
+  for (int i = 0; i < SV_MAX_QPS; i++)
+    if (atomic_load(&f->qps[i].in_use))
+      count_one(f->qps[i].owner, c->qps, &c->qp_total);
+  for (int i = 0; i < SV_MAX_CQS; i++)
+    if (atomic_load(&f->cqs[i].in_use))
+      count_one(f->cqs[i].owner, c->cqs, &c->cq_total);
+  for (int i = 0; i < SV_MAX_MRS; i++)
+    if (atomic_load(&f->mrs[i].in_use))
+      count_one(f->mrs[i].owner, c->mrs, &c->mr_total);
+}
+
+/* The QPs of one process, with the QPN `simverbs fault qp` takes. */
+static void print_qps(struct sv_fabric *f, int proc) {
+  for (int q = 0; q < SV_MAX_QPS; q++) {
+    const struct sv_qp *qp = &f->qps[q];
+    const struct sv_device *d;
+    if (!atomic_load(&qp->in_use) || qp->owner != proc || qp->dev >= SV_MAX_DEVS)
+      continue;
+    d = &f->devs[qp->dev];
+    printf("    qp 0x%06x (%u)  %s:%s:%u  %s\n", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
+           d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)));
+  }
+}
+
+static void print_procs(struct sv_fabric *f) {
+  struct obj_counts c;
+  int live = 0;
+  count_objects(f, &c);
+  printf("processes:\n");
+  for (int i = 0; i < SV_MAX_PROCS; i++) {
+    struct sv_proc *p = &f->procs[i];
+    if (!atomic_load(&p->in_use))
+      continue;
+    live++;
+    printf("  pid %-8d host %-12s %d QPs, %d CQs, %d MRs\n", (int)p->pid,
+           p->host < f->nhosts ? f->hosts[p->host].name : "?", c.qps[i], c.cqs[i], c.mrs[i]);
+    print_qps(f, i);
+  }
+  if (!live)
+    printf("  none\n");
+  printf("objects: %d QPs, %d CQs, %d MRs\n", c.qp_total, c.cq_total, c.mr_total);
+}
+
+static int cmd_status(struct args *a) {
+  const char *name;
+  char path[PATH_MAX];
+  struct sv_fabric *f;
+  if (a->npos)
+    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name)))
+    return 1;
+  sv_fabric_path(name, path, sizeof(path));
+  sv_reap_dead(f); /* crashed processes would otherwise show as live */
+  printf("fabric '%s'  segment %s  sysfs %s\n", f->name, path, f->run_dir);
+  print_devices(f);
+  print_procs(f);
+  sv_fabric_detach(f);
+  return 0;
+}
+
+/* ---- main ---- */
+
+static int dispatch(struct args *a) {
+  static const struct {
+    const char *name;
+    int (*fn)(struct args *);
+  } cmds[] = {{"up", cmd_up},     {"down", cmd_down},   {"run", cmd_run},
+              {"link", cmd_link}, {"fault", cmd_fault}, {"status", cmd_status}};
+  for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+    if (strcmp(cmds[i].name, a->cmd) == 0) {
+      if (a->help) {
+        usage_cmd(a->cmd, stdout);
+        return 0;
+      }
+      return cmds[i].fn(a);
+    }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  struct args a = {0};
+  int first = 1, rc;
+  /* Options before the subcommand: --help and --fabric. */
+  while (first < argc && argv[first][0] == '-') {
+    int r;
+    if (strcmp(argv[first], "--help") == 0 || strcmp(argv[first], "-h") == 0) {
+      usage_all(stdout);
+      return 0;
+    }
+    a.cmd = "";
+    if ((r = opt_value(argv, argc, &first, "--fabric", &a.fabric)) <= 0) {
+      fprintf(stderr, r < 0 ? "simverbs: --fabric needs a fabric name\n" : "simverbs: unknown option '%s'\n",
+              argv[first]);
+      usage_all(stderr);
+      return EXIT_USAGE;
+    }
+    first++;
+  }
+  if (first >= argc) {
+    usage_all(stderr);
+    return EXIT_USAGE;
+  }
+  a.cmd = argv[first];
+  if (strcmp(a.cmd, "help") == 0) {
+    if (first + 1 < argc && help_of(argv[first + 1]))
+      usage_cmd(argv[first + 1], stdout);
+    else
+      usage_all(stdout);
+    return 0;
+  }
+  if (!help_of(a.cmd)) {
+    fprintf(stderr, "simverbs: unknown command '%s': use up, down, run, link, fault or status\n", a.cmd);
+    return EXIT_USAGE;
+  }
+  rc = parse_args(&a, argc - first - 1, argv + first + 1);
+  if (rc == 0)
+    rc = dispatch(&a);
+  free(a.pos);
+  return rc;
+}

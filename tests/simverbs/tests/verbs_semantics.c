@@ -1,0 +1,570 @@
+/* The simulated fabric behaves like RC hardware: exact completion statuses,
+ * async events and QP states for every injectable fault and for bad input.
+ *
+ * Each test (a separate process under Criterion) brings up its own fabric,
+ * one host with two NICs, and connects QP A on mlx5_0 to QP B on mlx5_1. */
+#include "fabric.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BUF_SIZE (1 << 20)
+#define WAIT_MS 10000
+
+struct end {
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_cq *cq;
+  struct ibv_qp *qp;
+  struct ibv_mr *mr;
+  char *buf;
+  uint16_t lid;
+};
+
+static struct sv_fabric *fab;
+static char fabric_name[64];
+static struct end A, B;
+
+static void bring_up_fabric(void) {
+  snprintf(fabric_name, sizeof(fabric_name), "vs%d", (int)getpid());
+  fab = sv_fabric_create(fabric_name);
+  cr_assert_not_null(fab, "cannot create fabric: %s", strerror(errno));
+  cr_assert_eq(sv_config_load(fab, SV_TEST_CONFIG), 0);
+  cr_assert_eq(sv_sysfs_create(fab), 0);
+  fab->ready = 1;
+  setenv("SIMVERBS_FABRIC", fabric_name, 1);
+  setenv("SIMVERBS_HOST", "node0", 1);
+}
+
+static void open_end(struct end *e, const char *name, int cqe) {
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  cr_assert_not_null(list);
+  for (int i = 0; i < n; i++)
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0) e->ctx = ibv_open_device(list[i]);
+  ibv_free_device_list(list);
+  cr_assert_not_null(e->ctx, "cannot open %s", name);
+  e->pd = ibv_alloc_pd(e->ctx);
+  e->cq = ibv_create_cq(e->ctx, cqe, NULL, NULL, 0);
+  e->buf = calloc(1, BUF_SIZE);
+  e->mr = ibv_reg_mr(e->pd, e->buf, BUF_SIZE,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  struct ibv_qp_init_attr ia = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4,
+                                        .max_recv_sge = 4, .max_inline_data = 64}};
+  e->qp = ibv_create_qp(e->pd, &ia);
+  cr_assert(e->pd && e->cq && e->mr && e->qp);
+  struct ibv_port_attr pa;
+  cr_assert_eq(ibv_query_port(e->ctx, 1, &pa), 0);
+  e->lid = pa.lid;
+}
+
+static int to_init(struct end *e) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+  return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int to_rtr(struct end *e, struct end *peer) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = peer->qp->qp_num,
+                          .max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+                          .ah_attr = {.dlid = peer->lid, .port_num = 1}};
+  return ibv_modify_qp(e->qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+/* timeout 8: 1.05 ms per attempt; 3 retries: the budget is about 4.2 ms. */
+static int to_rts(struct end *e, uint8_t timeout, uint8_t rnr_retry) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = timeout, .retry_cnt = 3, .rnr_retry = rnr_retry,
+                          .max_rd_atomic = 1};
+  return ibv_modify_qp(e->qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static void connect_pair(uint8_t timeout) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rtr(&B, &A), 0);
+  cr_assert_eq(to_rts(&A, timeout, 7), 0);
+  cr_assert_eq(to_rts(&B, timeout, 7), 0);
+}
+
+static void setup(void) {
+  bring_up_fabric();
+  open_end(&A, "mlx5_0", 256);
+  open_end(&B, "mlx5_1", 256);
+}
+
+static void setup_connected(void) {
+  setup();
+  connect_pair(8);
+}
+
+static void teardown(void) {
+  /* The process exits right after; the fabric file is what must not leak. */
+  sv_fabric_destroy(fabric_name);
+}
+
+/* Poll until one completion arrives or WAIT_MS pass; returns 1 if one came. */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms) {
+  uint64_t deadline = sv_now_ns() + (uint64_t)ms * 1000000ull;
+  do {
+    int n = ibv_poll_cq(cq, 1, wc);
+    cr_assert_geq(n, 0);
+    if (n == 1) return 1;
+  } while (sv_now_ns() < deadline);
+  return 0;
+}
+
+static struct ibv_wc expect_wc(struct ibv_cq *cq) {
+  struct ibv_wc wc;
+  cr_assert(poll_one(cq, &wc, WAIT_MS), "no completion within %d ms", WAIT_MS);
+  return wc;
+}
+
+static int cq_is_empty(struct ibv_cq *cq) {
+  struct ibv_wc wc;
+  return ibv_poll_cq(cq, 1, &wc) == 0;
+}
+
+static enum ibv_event_type expect_async(struct end *e) {
+  struct pollfd p = {.fd = e->ctx->async_fd, .events = POLLIN};
+  cr_assert_eq(poll(&p, 1, WAIT_MS), 1, "no async event within %d ms", WAIT_MS);
+  struct ibv_async_event ev;
+  cr_assert_eq(ibv_get_async_event(e->ctx, &ev), 0);
+  ibv_ack_async_event(&ev);
+  return ev.event_type;
+}
+
+static enum ibv_qp_state qp_state(struct end *e) {
+  struct ibv_qp_attr a;
+  struct ibv_qp_init_attr ia;
+  cr_assert_eq(ibv_query_qp(e->qp, &a, IBV_QP_STATE, &ia), 0);
+  return a.qp_state;
+}
+
+static void post_recv(struct end *e, uint64_t id, uint64_t off, uint32_t len) {
+  struct ibv_sge s = {.addr = (uintptr_t)e->buf + off, .length = len, .lkey = e->mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = len ? 1 : 0}, *bad;
+  cr_assert_eq(ibv_post_recv(e->qp, &wr, &bad), 0);
+}
+
+static int post_write(struct end *e, struct end *to, enum ibv_wr_opcode op, uint64_t id, uint64_t off, uint32_t len,
+                      uint32_t rkey) {
+  struct ibv_sge s = {.addr = (uintptr_t)e->buf + off, .length = len, .lkey = e->mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = op,
+                           .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(0xabcd)},
+                     *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)to->buf + off;
+  wr.wr.rdma.rkey = rkey;
+  return ibv_post_send(e->qp, &wr, &bad);
+}
+
+static void fill(char *p, size_t n, int seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (char)(i * 7 + (size_t)seed);
+}
+
+TestSuite(data, .init = setup_connected, .fini = teardown, .timeout = 60);
+TestSuite(faults, .init = setup_connected, .fini = teardown, .timeout = 60);
+TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(flap, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(data, write_with_imm_lands_then_completes) {
+  fill(A.buf, BUF_SIZE, 3);
+  post_recv(&B, 77, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, BUF_SIZE, B.mr->rkey), 0);
+  struct ibv_wc r = expect_wc(B.cq), s = expect_wc(A.cq);
+  cr_assert_eq(r.status, IBV_WC_SUCCESS);
+  cr_assert_eq(r.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  cr_assert_eq(r.wr_id, 77);
+  cr_assert(r.wc_flags & IBV_WC_WITH_IMM);
+  cr_assert_eq(be32toh(r.imm_data), 0xabcd);
+  cr_assert_eq(r.byte_len, BUF_SIZE);
+  cr_assert_eq(r.qp_num, B.qp->qp_num);
+  cr_assert_eq(s.status, IBV_WC_SUCCESS);
+  cr_assert_eq(s.opcode, IBV_WC_RDMA_WRITE);
+  cr_assert_eq(s.wr_id, 1);
+  cr_assert_eq(memcmp(A.buf, B.buf, BUF_SIZE), 0);
+}
+
+Test(data, send_scatters_over_sges_and_inline_is_copied_at_post) {
+  char msg[48];
+  fill(msg, sizeof(msg), 9);
+  struct ibv_sge rs[2] = {{.addr = (uintptr_t)B.buf, .length = 16, .lkey = B.mr->lkey},
+                          {.addr = (uintptr_t)B.buf + 4096, .length = 64, .lkey = B.mr->lkey}};
+  struct ibv_recv_wr rwr = {.wr_id = 5, .sg_list = rs, .num_sge = 2}, *rbad;
+  cr_assert_eq(ibv_post_recv(B.qp, &rwr, &rbad), 0);
+  struct ibv_sge ss = {.addr = (uintptr_t)msg, .length = sizeof(msg)};
+  struct ibv_send_wr wr = {.wr_id = 6, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE},
+                     *bad;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  memset(msg, 0, sizeof(msg)); /* inline data was captured at post time */
+  struct ibv_wc r = expect_wc(B.cq);
+  cr_assert_eq(r.status, IBV_WC_SUCCESS);
+  cr_assert_eq(r.opcode, IBV_WC_RECV);
+  cr_assert_eq(r.byte_len, 48);
+  char want[48];
+  fill(want, sizeof(want), 9);
+  cr_assert_eq(memcmp(B.buf, want, 16), 0);
+  cr_assert_eq(memcmp(B.buf + 4096, want + 16, 32), 0);
+  cr_assert_eq(expect_wc(A.cq).opcode, IBV_WC_SEND);
+}
+
+Test(data, rdma_read_and_unsignaled_writes) {
+  fill(B.buf, 8192, 1);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8192, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 11, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE}, *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)B.buf + 65536;
+  wr.wr.rdma.rkey = B.mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0); /* unsignaled: no completion */
+  struct ibv_send_wr rd = {.wr_id = 12, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+                           .send_flags = IBV_SEND_SIGNALED};
+  rd.wr.rdma.remote_addr = (uintptr_t)B.buf;
+  rd.wr.rdma.rkey = B.mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &rd, &bad), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.wr_id, 12, "the unsignaled write must not complete");
+  cr_assert_eq(wc.opcode, IBV_WC_RDMA_READ);
+  cr_assert_eq(wc.byte_len, 8192);
+  cr_assert_eq(memcmp(A.buf, B.buf, 8192), 0);
+  cr_assert(cq_is_empty(A.cq));
+}
+
+Test(data, completion_channel_delivers_an_event) {
+  struct ibv_comp_channel *ch = ibv_create_comp_channel(B.ctx);
+  cr_assert_not_null(ch);
+  struct ibv_cq *cq = ibv_create_cq(B.ctx, 16, (void *)0x1234, ch, 0);
+  cr_assert_not_null(cq);
+  cr_assert_eq(ibv_req_notify_cq(cq, 0), 0);
+  /* A second QP pair whose receive CQ is the notified one. */
+  struct ibv_qp_init_attr ia = {.send_cq = B.cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp *old = B.qp;
+  B.qp = ibv_create_qp(B.pd, &ia);
+  struct ibv_qp_init_attr ia2 = ia;
+  ia2.send_cq = ia2.recv_cq = A.cq;
+  A.qp = ibv_create_qp(A.pd, &ia2);
+  connect_pair(8);
+  post_recv(&B, 21, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 22, 0, 100, B.mr->rkey), 0);
+  struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+  cr_assert_eq(poll(&p, 1, WAIT_MS), 1, "no completion event");
+  struct ibv_cq *ev_cq;
+  void *ev_ctx;
+  cr_assert_eq(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  cr_assert_eq(ev_cq, cq);
+  cr_assert_eq(ev_ctx, (void *)0x1234);
+  ibv_ack_cq_events(cq, 1);
+  cr_assert_eq(expect_wc(cq).wr_id, 21);
+  (void)old;
+}
+
+Test(faults, local_port_down_raises_port_err_then_retry_exceeded_and_flush) {
+  cr_assert_eq(sv_port_set_state(fab, 0, 1, 0), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_PORT_ERR);
+  struct ibv_port_attr pa;
+  cr_assert_eq(ibv_query_port(A.ctx, 1, &pa), 0);
+  cr_assert_eq(pa.state, IBV_PORT_DOWN);
+  post_recv(&B, 70, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 4096, B.mr->rkey), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 2, 0, 4096, B.mr->rkey), 0);
+  uint64_t t0 = sv_now_ns();
+  struct ibv_wc a = expect_wc(A.cq), b = expect_wc(A.cq);
+  cr_assert_eq(a.wr_id, 1);
+  cr_assert_eq(a.status, IBV_WC_RETRY_EXC_ERR, "got %s", ibv_wc_status_str(a.status));
+  cr_assert_geq(sv_now_ns() - t0, 4000000ull, "the retry budget (4.2 ms) must run out first");
+  cr_assert_eq(b.wr_id, 2);
+  cr_assert_eq(b.status, IBV_WC_WR_FLUSH_ERR);
+  cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
+  cr_assert(cq_is_empty(B.cq), "the receiver must see nothing");
+  cr_assert_eq(sv_port_set_state(fab, 0, 1, 1), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_PORT_ACTIVE);
+}
+
+Test(faults, remote_port_down_exhausts_sender_retries_receiver_sees_nothing) {
+  cr_assert_eq(sv_port_set_state(fab, 1, 1, 0), 0);
+  post_recv(&B, 70, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 4096, B.mr->rkey), 0);
+  struct ibv_wc a = expect_wc(A.cq);
+  cr_assert_eq(a.status, IBV_WC_RETRY_EXC_ERR);
+  cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
+  cr_assert_eq(qp_state(&B), IBV_QPS_RTS);
+  cr_assert(cq_is_empty(B.cq));
+}
+
+Test(faults, blackhole_gives_no_event_only_retry_exceeded) {
+  atomic_store(&fab->devs[1].ports[0].blackhole, 1);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  struct pollfd p = {.fd = A.ctx->async_fd, .events = POLLIN};
+  cr_assert_eq(poll(&p, 1, 0), 0, "a blackhole raises no port event");
+}
+
+Test(flap, flap_shorter_than_retry_budget_is_absorbed) {
+  connect_pair(18); /* about 1.07 s per attempt, 4.3 s in all */
+  cr_assert_eq(sv_port_set_state(fab, 0, 1, 0), 0);
+  fill(A.buf, 4096, 5);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 4096, B.mr->rkey), 0);
+  cr_assert(cq_is_empty(A.cq));
+  cr_assert_eq(sv_port_set_state(fab, 0, 1, 1), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+  cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0);
+  cr_assert_eq(qp_state(&A), IBV_QPS_RTS);
+}
+
+Test(faults, ack_loss_delivers_data_and_receive_but_sender_gets_retry_exceeded) {
+  atomic_store(&fab->devs[0].ports[0].ack_loss, 1);
+  fill(A.buf, 4096, 8);
+  post_recv(&B, 70, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 4096, B.mr->rkey), 0);
+  struct ibv_wc r = expect_wc(B.cq);
+  cr_assert_eq(r.status, IBV_WC_SUCCESS);
+  cr_assert_eq(r.wr_id, 70);
+  cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  cr_assert_eq(atomic_load(&fab->devs[0].ports[0].ack_loss), 0, "a one-shot fault is consumed");
+}
+
+Test(faults, partial_write_lands_half_then_fails_without_receive_completion) {
+  atomic_store(&fab->devs[0].ports[0].partial_write, 1);
+  fill(A.buf, 8192, 4);
+  post_recv(&B, 70, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 8192, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0, "the first half landed");
+  for (int i = 4096; i < 8192; i++) cr_assert_eq(B.buf[i], 0, "byte %d of the second half landed", i);
+  cr_assert(cq_is_empty(B.cq), "an unfinished message never completes at the receiver");
+}
+
+Test(faults, qp_fatal_raises_event_and_flushes_posted_receives) {
+  post_recv(&B, 70, 0, 0);
+  post_recv(&B, 71, 0, 0);
+  cr_assert_eq(sv_qp_inject_fatal(fab, B.qp->qp_num), 0);
+  cr_assert_eq(expect_async(&B), IBV_EVENT_QP_FATAL);
+  struct ibv_wc a = expect_wc(B.cq), b = expect_wc(B.cq);
+  cr_assert_eq(a.wr_id, 70);
+  cr_assert_eq(a.status, IBV_WC_WR_FLUSH_ERR);
+  cr_assert_eq(b.wr_id, 71);
+  cr_assert_eq(qp_state(&B), IBV_QPS_ERR);
+  /* Posting on an ERR QP is accepted and flushed at once. */
+  cr_assert_eq(post_write(&B, &A, IBV_WR_RDMA_WRITE, 9, 0, 64, A.mr->rkey), 0);
+  struct ibv_wc f = expect_wc(B.cq);
+  cr_assert_eq(f.wr_id, 9);
+  cr_assert_eq(f.status, IBV_WC_WR_FLUSH_ERR);
+}
+
+Test(faults, device_fatal_errors_every_qp_and_refuses_new_contexts) {
+  cr_assert_eq(sv_device_set_fatal(fab, 0, 1), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_DEVICE_FATAL);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_WR_FLUSH_ERR);
+  cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
+  struct ibv_device **list = ibv_get_device_list(NULL);
+  errno = 0;
+  cr_assert_null(ibv_open_device(list[0]));
+  cr_assert_eq(errno, EIO);
+  cr_assert_eq(sv_device_set_fatal(fab, 0, 0), 0);
+  struct ibv_context *c = ibv_open_device(list[0]);
+  cr_assert_not_null(c, "a recovered device opens again");
+  ibv_close_device(c);
+  ibv_free_device_list(list);
+}
+
+Test(faults, rnr_retry_exceeded_when_nothing_is_posted) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .rnr_retry = 1};
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_RNR_RETRY), EINVAL,
+               "RNR_RETRY may only be set on RTR->RTS");
+  struct ibv_qp_attr e = {.qp_state = IBV_QPS_ERR};
+  cr_assert_eq(ibv_modify_qp(A.qp, &e, IBV_QP_STATE), 0);
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rts(&A, 8, 1), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+Test(faults, added_delay_holds_completions_back) {
+  atomic_store(&fab->devs[0].ports[0].delay_us, 20000);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_geq(sv_now_ns() - t0, 20000000ull);
+}
+
+Test(faults, crashed_peer_process_is_seen_as_unreachable_and_reaped) {
+  int tochild[2], toparent[2];
+  cr_assert_eq(pipe(tochild), 0);
+  cr_assert_eq(pipe(toparent), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The child is a fresh process on the same host: its own library state. */
+    struct end C = {0};
+    open_end(&C, "mlx5_1", 16);
+    uint32_t info[2] = {C.qp->qp_num, C.lid};
+    uint64_t rkey_addr[2] = {C.mr->rkey, (uintptr_t)C.buf};
+    struct end peer = {0};
+    if (write(toparent[1], info, sizeof(info)) < 0 || write(toparent[1], rkey_addr, sizeof(rkey_addr)) < 0 ||
+        read(tochild[0], info, sizeof(info)) != sizeof(info))
+      _exit(2);
+    struct ibv_qp fake = {.qp_num = info[0]};
+    peer.qp = &fake;
+    peer.lid = (uint16_t)info[1];
+    if (to_init(&C) || to_rtr(&C, &peer) || to_rts(&C, 8, 7)) _exit(3);
+    if (write(toparent[1], info, 1) < 0) _exit(4);
+    pause(); /* killed by the parent */
+    _exit(0);
+  }
+  uint32_t info[2];
+  uint64_t rkey_addr[2];
+  cr_assert_eq(read(toparent[0], info, sizeof(info)), sizeof(info));
+  cr_assert_eq(read(toparent[0], rkey_addr, sizeof(rkey_addr)), sizeof(rkey_addr));
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  struct ibv_qp fake = {.qp_num = info[0]};
+  struct end child = {.qp = &fake, .lid = (uint16_t)info[1]};
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_rtr(&A, &child), 0);
+  cr_assert_eq(to_rts(&A, 8, 7), 0);
+  uint32_t mine[2] = {A.qp->qp_num, A.lid};
+  cr_assert_eq(write(tochild[1], mine, sizeof(mine)), sizeof(mine));
+  char c;
+  cr_assert_eq(read(toparent[0], &c, 1), 1);
+  /* Alive: a write lands in the child's memory. */
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.rdma.remote_addr = rkey_addr[1];
+  wr.wr.rdma.rkey = (uint32_t)rkey_addr[0];
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  kill(pid, SIGKILL);
+  cr_assert_eq(waitpid(pid, NULL, 0), pid);
+  wr.wr_id = 2;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  /* The fabric keeps working for everyone else. */
+  sv_reap_dead(fab);
+  int live = 0;
+  for (int i = 0; i < SV_MAX_PROCS; i++) live += atomic_load(&fab->procs[i].in_use) != 0;
+  cr_assert_eq(live, 1, "the dead process's slot must be reclaimed");
+}
+
+Test(bad_input, wrong_attribute_masks_are_einval) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PORT), EINVAL, "INIT needs PKEY_INDEX and ACCESS");
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS |
+                                           IBV_QP_TIMEOUT),
+               EINVAL, "TIMEOUT is not allowed on RESET->INIT");
+  struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
+  cr_assert_eq(ibv_modify_qp(A.qp, &rtr, IBV_QP_STATE), EINVAL, "RESET->RTR is illegal");
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(ibv_modify_qp(A.qp, &rtr, IBV_QP_STATE | IBV_QP_AV), EINVAL, "RTR needs its full mask");
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  struct ibv_qp_attr bad_port = {.qp_state = IBV_QPS_INIT, .port_num = 9};
+  cr_assert_eq(ibv_modify_qp(B.qp, &bad_port, IBV_QP_STATE | IBV_QP_PORT), EINVAL);
+  cr_assert_eq(qp_state(&A), IBV_QPS_RTR);
+}
+
+Test(bad_input, posting_before_rts_is_refused) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), EINVAL);
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8, .lkey = A.mr->lkey};
+  struct ibv_recv_wr wr = {.sg_list = &s, .num_sge = 1}, *bad = NULL;
+  cr_assert_eq(ibv_post_recv(A.qp, &wr, &bad), EINVAL, "no receives in RESET");
+  cr_assert_eq(bad, &wr);
+}
+
+Test(bad_input, bad_rkey_and_out_of_bounds_are_remote_access_errors) {
+  connect_pair(8);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey ^ 0x10000), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
+  cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
+  cr_assert_eq(expect_async(&B), IBV_EVENT_QP_ACCESS_ERR);
+  cr_assert_eq(qp_state(&B), IBV_QPS_ERR);
+}
+
+Test(bad_input, out_of_bounds_write_is_remote_access_error) {
+  connect_pair(8);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 3, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)B.buf + BUF_SIZE - 32; /* runs 32 bytes past the region */
+  wr.wr.rdma.rkey = B.mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
+  for (int i = 0; i < 32; i++) cr_assert_eq(B.buf[BUF_SIZE - 32 + i], 0, "nothing of a refused write lands");
+}
+
+Test(bad_input, bad_lkey_is_local_protection_error) {
+  connect_pair(8);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey + 1};
+  struct ibv_send_wr wr = {.wr_id = 3, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)B.buf;
+  wr.wr.rdma.rkey = B.mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.wr_id, 3);
+  cr_assert_eq(wc.status, IBV_WC_LOC_PROT_ERR);
+}
+
+Test(bad_input, send_longer_than_receive_buffer) {
+  connect_pair(8);
+  post_recv(&B, 40, 0, 16);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 4, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  struct ibv_wc r = expect_wc(B.cq);
+  cr_assert_eq(r.wr_id, 40);
+  cr_assert_eq(r.status, IBV_WC_LOC_LEN_ERR);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+Test(bad_input, cq_overrun_raises_cq_err) {
+  struct ibv_cq *tiny = ibv_create_cq(A.ctx, 1, NULL, NULL, 0);
+  cr_assert_not_null(tiny);
+  struct ibv_qp_init_attr ia = {.send_cq = tiny, .recv_cq = tiny, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+  A.qp = ibv_create_qp(A.pd, &ia);
+  cr_assert_not_null(A.qp);
+  connect_pair(8);
+  for (int i = 0; i < 4; i++) cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, (uint64_t)i, 0, 8, B.mr->rkey), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_CQ_ERR);
+}
+
+Test(bad_input, unsupported_qp_types_and_huge_queues_fail_cleanly) {
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_UD,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+  errno = 0;
+  cr_assert_null(ibv_create_qp(A.pd, &ia));
+  cr_assert_eq(errno, EOPNOTSUPP);
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 1u << 30;
+  cr_assert_null(ibv_create_qp(A.pd, &ia));
+  cr_assert_eq(errno, EINVAL);
+  cr_assert_null(ibv_create_cq(A.ctx, 0, NULL, NULL, 0));
+  cr_assert_null(ibv_reg_mr(A.pd, A.buf, 64, IBV_ACCESS_REMOTE_WRITE), "remote write needs local write");
+}
