@@ -16,9 +16,15 @@ sv_cleanup() {
 trap sv_cleanup EXIT
 
 sv_up() { "$SIMVERBS" up "$1" --fabric "$FABRIC" >/dev/null; }
+# In a sanitizer build the simulated library is instrumented, so Debian's
+# uninstrumented programs must load the sanitizer runtimes first (SV_PRELOAD);
+# their own leaks are not ours to report.
 sv_run() {
   local host=$1
   shift
+  if [ -n "${SV_PRELOAD:-}" ]; then
+    set -- env LD_PRELOAD="$SV_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$@"
+  fi
   "$SIMVERBS" run --host "$host" --fabric "$FABRIC" -- "$@"
 }
 # Start a background command on a host; its pid is reaped by sv_cleanup.
@@ -40,11 +46,12 @@ free_port() {
 }
 
 # Poll (bounded) until something listens on TCP port $1: servers must be
-# ready before their clients connect.
+# ready before their clients connect.  $2: the server's pid, $3: its output.
 wait_listen() {
-  local deadline=$((SECONDS + ${2:-20}))
+  local deadline=$((SECONDS + 20))
   until ss -Hltn "sport = :$1" | grep -q .; do
-    ((SECONDS < deadline)) || { echo "nothing listens on port $1 after ${2:-20}s" >&2; return 1; }
+    kill -0 "$2" 2>/dev/null || fail "the server exited before listening: $(cat "$3")"
+    ((SECONDS < deadline)) || fail "nothing listens on port $1 after 20s: $(cat "$3")"
     sleep 0.05
   done
 }

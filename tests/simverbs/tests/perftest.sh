@@ -12,7 +12,7 @@ trap 'rm -f "$out"; sv_cleanup' EXIT
 # --use_old_post_send: the generic verbs path; -F: no CPU-frequency warning gate.
 sv_spawn "$out" node0 timeout 120 "$prog" -d mlx5_0 -p "$port" -F "$@"
 server=$SV_LAST
-wait_listen "$port"
+wait_listen "$port" "$server" "$out"
 client_out=$(sv_run node1 timeout 120 "$prog" -d mlx5_0 -p "$port" -F "$@" 127.0.0.1 2>&1) ||
   fail "client failed: $client_out"
 wait "$server" || fail "server failed: $(cat "$out")"

@@ -10,7 +10,7 @@ out=$(mktemp)
 trap 'rm -f "$out"; sv_cleanup' EXIT
 sv_spawn "$out" "$server_host" timeout 60 ibv_rc_pingpong -d mlx5_0 -p "$port" -n 200 "$@"
 server=$SV_LAST
-wait_listen "$port"
+wait_listen "$port" "$server" "$out"
 client_out=$(sv_run "$client_host" timeout 60 ibv_rc_pingpong -d mlx5_0 -p "$port" -n 200 "$@" 127.0.0.1 2>&1) ||
   fail "client failed: $client_out"
 wait "$server" || fail "server failed: $(cat "$out")"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages linkpass builds and tests with, when missing.
+# Safe to run again: it installs nothing that is already there.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config          # toolchain
+  libibverbs-dev rdma-core ibverbs-utils    # verbs headers, ibv_devinfo, ibv_rc_pingpong
+  perftest                                  # ib_write_bw & co, run on the simulated fabric
+  libnl-3-dev libnl-route-3-dev             # link state through netlink
+  libcriterion-dev                          # unit tests
+  iproute2 procps psmisc                    # ss, ip, pkill
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]}; run as root or install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
