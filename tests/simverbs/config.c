@@ -229,7 +229,7 @@ static int split_list(const struct cfg *c, const char *key, char *s, char *items
 }
 
 static int parse_netdevs(const struct cfg *c, char *s, struct cfg_nic *nic) {
-  char *items[SV_MAX_PORTS];
+  char *items[SV_MAX_PORTS] = {0};
   if (split_list(c, "netdev", s, items, &nic->nnetdevs))
     return -1;
   for (uint32_t i = 0; i < nic->nnetdevs; i++) {
@@ -241,7 +241,7 @@ static int parse_netdevs(const struct cfg *c, char *s, struct cfg_nic *nic) {
 }
 
 static int parse_ips(const struct cfg *c, char *s, struct cfg_nic *nic) {
-  char *items[SV_MAX_PORTS];
+  char *items[SV_MAX_PORTS] = {0};
   struct in_addr a;
   if (split_list(c, "ip", s, items, &nic->nips))
     return -1;

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct sv_lib sv_lib = {.lock = PTHREAD_MUTEX_INITIALIZER, .proc = -1, .host = -1};
+struct sv_lib sv_lib = {
+    .lock = PTHREAD_MUTEX_INITIALIZER, .window_lock = PTHREAD_MUTEX_INITIALIZER, .proc = -1, .host = -1};
 
 /* A forked child inherits none of the parent's contexts (as with hardware,
  * whose doorbells and queues are not shared across fork): it starts afresh,

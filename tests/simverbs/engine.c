@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -177,23 +178,69 @@ static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need
   return IBV_WC_SUCCESS;
 }
 
+/* Where this process can reach a peer's registered address directly: our
+ * own memory, or the peer's shared window mapped here.  NULL: use
+ * process_vm_writev/readv. */
+static char *direct_ptr(struct sv_fabric *f, struct sv_mr *m, void *remote) {
+  if (m->owner == sv_lib.proc) return remote;
+  char *base = sv_window_map(f, m);
+  return base ? base + ((uintptr_t)remote - m->addr) : NULL;
+}
+
 /* Resolve an rkey range on the destination QP; 0 on access violation. */
 static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len, uint32_t need, struct iovec *out,
-                        pid_t *pid) {
+                        char **direct, pid_t *pid) {
   struct sv_fabric *f = fab();
   struct sv_mr *m = sv_mr_lookup(f, rkey);
   if (!m || m->pd_id != d->pd_id || !(m->access & need) || !(d->access & need)) return 0;
   if (va < m->iova || va + len > m->iova + m->length || va + len < va) return 0;
   out->iov_base = (void *)(uintptr_t)(m->addr + (va - m->iova));
   out->iov_len = len;
+  *direct = direct_ptr(f, m, out->iov_base);
   *pid = f->procs[m->owner].pid;
   return 1;
 }
 
+/* memcpy between our gather list and directly reachable remote segments.
+ * The last byte is stored last, with release order: programs such as
+ * ib_write_lat spin on a buffer's final byte and read the rest after it. */
+static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit, int read) {
+  size_t li = 0, loff = 0;
+  for (int r = 0; r < nremote && limit; r++) {
+    size_t roff = 0;
+    while (roff < remote[r].iov_len && limit) {
+      size_t n = x->local[li].iov_len - loff;
+      if (n > remote[r].iov_len - roff) n = remote[r].iov_len - roff;
+      if (n > limit) n = limit;
+      char *l = (char *)x->local[li].iov_base + loff, *d = direct[r] + roff;
+      if (read) {
+        memcpy(l, d, n);
+      } else if (n == limit) {
+        memcpy(d, l, n - 1);
+        __atomic_store_n(d + n - 1, l[n - 1], __ATOMIC_RELEASE);
+      } else {
+        memcpy(d, l, n);
+      }
+      limit -= n;
+      roff += n;
+      loff += n;
+      if (loff == x->local[li].iov_len) li++, loff = 0;
+    }
+  }
+}
+
 /* Copy between our gather list and the peer's memory.  Returns bytes moved,
  * or -1 when the peer process is gone. */
-static ssize_t move_bytes(pid_t pid, struct xfer *x, struct iovec *remote, int nremote, size_t limit, int read) {
+static ssize_t move_bytes(pid_t pid, struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit,
+                          int read) {
   if (limit == 0) return 0;
+  int all_direct = 1;
+  for (int i = 0; i < nremote; i++) all_direct &= direct[i] != NULL;
+  if (all_direct) {
+    if (pid != getpid() && kill(pid, 0) != 0) return -1; /* a window outlives its process */
+    copy_direct(x, remote, direct, nremote, limit, read);
+    return (ssize_t)limit;
+  }
   struct iovec local[SV_MAX_SGE + 1];
   int n = 0;
   size_t left = limit;
@@ -214,7 +261,8 @@ static struct sv_rwqe *rq_peek(struct sv_qp *d) {
 }
 
 /* Scatter list of a receive WQE in the receiver's memory. */
-static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec *out, int *n, pid_t *pid) {
+static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec *out, char **direct, int *n,
+                    pid_t *pid) {
   struct sv_fabric *f = fab();
   size_t left = len;
   *n = 0;
@@ -227,6 +275,7 @@ static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec
     size_t take = s->length < left ? s->length : left;
     out[*n].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
     out[*n].iov_len = take;
+    direct[*n] = direct_ptr(f, m, out[*n].iov_base);
     (*n)++;
     left -= take;
   }
@@ -258,11 +307,12 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   out->len = (uint32_t)x.len;
   size_t limit = partial ? x.len / 2 : x.len;
   struct iovec remote[SV_MAX_SGE];
+  char *direct[SV_MAX_SGE];
   int nremote = 1;
   pid_t pid = 0;
   if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || is_read) {
     uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-    if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, &pid)) {
+    if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, direct, &pid)) {
       fail_responder(d, SV_QP_FAULT_ACCESS);
       out->status = IBV_WC_REM_ACCESS_ERR;
       return EXEC_FAIL;
@@ -279,7 +329,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       return EXEC_RNR;
     }
     if (w->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
-      enum ibv_wc_status rs = recv_iov(d, r, x.len, remote, &nremote, &pid);
+      enum ibv_wc_status rs = recv_iov(d, r, x.len, remote, direct, &nremote, &pid);
       if (rs != IBV_WC_SUCCESS) {
         /* The receiver completes its WQE in error and breaks; we see a NAK. */
         struct ibv_wc wc = {.wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn,
@@ -294,7 +344,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       }
     }
   }
-  ssize_t moved = x.len ? move_bytes(pid, &x, remote, nremote, limit, is_read) : 0;
+  ssize_t moved = x.len ? move_bytes(pid, &x, remote, direct, nremote, limit, is_read) : 0;
   if (moved < 0 || (size_t)moved != limit) {
     if (r) sv_unlock(&d->rq_lock);
     if (moved < 0 && errno == EFAULT) { /* registered memory was unmapped under the MR */
@@ -511,8 +561,13 @@ static int deliver_device_events(struct sv_ctx *ctx) {
     uint64_t want = ++ctx->event_seq_seen;
     if (seq - want >= SV_EVENT_LOG) continue; /* overwritten before we looked */
     uint32_t slot = (uint32_t)(want % SV_EVENT_LOG);
-    if (d->events[slot].seq != want) continue;
-    sv_async_post(ctx, d->events[slot].type, d->events[slot].element);
+    if (__atomic_load_n(&d->events[slot].seq, __ATOMIC_ACQUIRE) != want) continue;
+    uint32_t type = __atomic_load_n(&d->events[slot].type, __ATOMIC_RELAXED);
+    uint32_t element = __atomic_load_n(&d->events[slot].element, __ATOMIC_RELAXED);
+    /* The writer may have lapped us while we read: then the entry is gone. */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&d->events[slot].seq, __ATOMIC_RELAXED) != want) continue;
+    sv_async_post(ctx, type, element);
     progress = 1;
   }
   return progress;

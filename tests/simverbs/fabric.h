@@ -162,7 +162,12 @@ struct sv_mr {
   uint64_t length;
   uint64_t iova; /* address remote peers use; addr + (va - iova) */
   uint32_t access;
-  uint32_t pad;
+  /* Shared window (window.c): the owner's fd of a memfd now backing
+   * [addr, addr + length), which peers map to write with a plain memcpy.
+   * -1 when the region could not be shared: peers use process_vm_writev. */
+  int32_t win_fd;
+  uint64_t win_id; /* unique per fabric: a peer's cached mapping never goes stale */
+  uint64_t win_off, win_len; /* where addr sits in the memfd; the memfd's size */
 };
 
 struct sv_heap_block {
@@ -179,6 +184,7 @@ struct sv_fabric {
   char run_dir[256]; /* holds the per-host sysfs trees */
   pthread_mutex_t lock; /* robust; guards allocation of every table below */
   _Atomic uint64_t next_pd_id;
+  _Atomic uint64_t next_window_id;
   uint32_t nhosts, ndevs;
   struct sv_host hosts[SV_MAX_HOSTS];
   struct sv_device devs[SV_MAX_DEVS];

@@ -29,15 +29,17 @@ static struct sv_device *dev_get(struct sv_fabric *f, int dev) {
  * The lock only orders writers among themselves. */
 void sv_device_post_event(struct sv_fabric *f, int dev, enum ibv_event_type type, uint32_t element) {
   struct sv_device *d = dev_get(f, dev);
-  uint64_t seq;
+  uint64_t seq, slot;
   if (!d)
     return;
   sv_lock(&f->lock);
   seq = atomic_load_explicit(&d->event_seq, memory_order_relaxed) + 1;
-  __typeof__(d->events[0]) *e = &d->events[seq % SV_EVENT_LOG];
-  __atomic_store_n(&e->type, (uint32_t)type, __ATOMIC_RELAXED);
-  __atomic_store_n(&e->element, element, __ATOMIC_RELAXED);
-  __atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
+  slot = seq % SV_EVENT_LOG;
+  /* The entry is plain memory that readers poll: GCC's atomic builtins give
+   * the stores the ordering the header's plain fields cannot. */
+  __atomic_store_n(&d->events[slot].type, (uint32_t)type, __ATOMIC_RELAXED);
+  __atomic_store_n(&d->events[slot].element, element, __ATOMIC_RELAXED);
+  __atomic_store_n(&d->events[slot].seq, seq, __ATOMIC_RELEASE);
   atomic_store_explicit(&d->event_seq, seq, memory_order_release);
   sv_unlock(&f->lock);
 }

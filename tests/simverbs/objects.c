@@ -61,6 +61,9 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
     errno = ENOMEM;
     return NULL;
   }
+  /* Share the pages before taking the fabric lock: it copies the region. */
+  struct sv_mr shared = {.addr = (uint64_t)(uintptr_t)addr, .length = length};
+  sv_window_share(&shared);
   int idx = -1;
   sv_lock(&f->lock);
   for (int i = 1; i < SV_MAX_MRS; i++) /* index 0 unused: key 0 is never valid */
@@ -76,11 +79,16 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
       m->length = length;
       m->iova = iova;
       m->access = access;
+      m->win_fd = shared.win_fd;
+      m->win_id = shared.win_id;
+      m->win_off = shared.win_off;
+      m->win_len = shared.win_len;
       atomic_store_explicit(&m->in_use, 1, memory_order_release);
       break;
     }
   sv_unlock(&f->lock);
   if (idx < 0) {
+    sv_window_release(&shared);
     free(h);
     errno = ENOMEM;
     return NULL;
@@ -109,6 +117,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 SV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   struct sv_mr_handle *h = (struct sv_mr_handle *)mr;
   atomic_store(&fab()->mrs[h->index].in_use, 0);
+  sv_window_release(&fab()->mrs[h->index]);
   free(h);
   return 0;
 }

@@ -92,6 +92,17 @@ struct sv_qp_local {
   struct sv_qp_local *next;
 };
 
+#define SV_PEER_MAPS 1024
+
+/* A peer's shared window mapped into this process (window.c). */
+struct sv_peer_map {
+  char *base;
+  pid_t pid;
+  uint64_t id;
+};
+
+struct sv_window;
+
 /* The one per-process instance of the simulated library. */
 struct sv_lib {
   pthread_mutex_t lock; /* lists below; held by the engine for a whole pass */
@@ -108,6 +119,10 @@ struct sv_lib {
   _Atomic int engine_stop;
   _Atomic int engine_sleeping;
   _Atomic int work_deferred; /* some send queue waits on a timer: pollers help */
+  pthread_mutex_t window_lock; /* the two tables below */
+  struct sv_window *windows;   /* our registered memory, shared with peers */
+  struct sv_peer_map peer_maps[SV_PEER_MAPS];
+  int npeer_maps;
 };
 
 extern struct sv_lib sv_lib;
@@ -121,6 +136,11 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc);
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key);
+
+/* window.c */
+void sv_window_share(struct sv_mr *m);
+void sv_window_release(struct sv_mr *m);
+char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m);
 
 /* qp.c */
 int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -97,6 +97,10 @@ static const struct cmd_help *help_of(const char *cmd) {
 
 static void usage_cmd(const char *cmd, FILE *out) {
   const struct cmd_help *h = help_of(cmd);
+  if (!h) { /* not a command: the overview is the most useful answer */
+    usage_all(out);
+    return;
+  }
   print_usage(out, h->usage, "Usage: ", "       ");
   fprintf(out, "\n%s", h->text);
 }
@@ -105,13 +109,15 @@ static int bad_usage(const char *cmd, const char *fmt, ...) __attribute__((forma
 
 /* A usage error: say what was wrong, show the usage, exit 2. */
 static int bad_usage(const char *cmd, const char *fmt, ...) {
+  const struct cmd_help *h = help_of(cmd);
   va_list ap;
   fprintf(stderr, "simverbs %s: ", cmd);
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  print_usage(stderr, help_of(cmd)->usage, "Usage: ", "       ");
+  if (h)
+    print_usage(stderr, h->usage, "Usage: ", "       ");
   return EXIT_USAGE;
 }
 
@@ -225,10 +231,12 @@ static const char *fabric_name(const struct args *a, const char *fallback) {
   return NULL;
 }
 
+/* Digits only: strtoull alone would take signs, blanks and a second "0x". */
 static int parse_uint(const char *s, uint32_t max, int base, uint32_t *out) {
+  const char *digits = base == 16 ? "0123456789abcdefABCDEF" : "0123456789";
   char *end;
   unsigned long long v;
-  if (!((s[0] >= '0' && s[0] <= '9') || (base == 16 && s[0] && strchr("abcdefABCDEF", s[0]))))
+  if (!*s || s[strspn(s, digits)] != '\0')
     return -1;
   errno = 0;
   v = strtoull(s, &end, base);
@@ -286,7 +294,12 @@ static void explain_target(struct sv_fabric *f, const char *cmd, const char *spe
   const char *shape = with_port ? "HOST:NIC[:PORT], e.g. a:mlx5_0:1" : "HOST:NIC (no port), e.g. a:mlx5_0";
   char *nic, *port;
   int h, d;
-  if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf) || !(nic = strchr(buf, ':'))) {
+  if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf)) {
+    fprintf(stderr, "simverbs %s: target is too long: names have at most %d characters; use %s\n", cmd,
+            SV_NAME_LEN - 1, shape);
+    return;
+  }
+  if (!(nic = strchr(buf, ':'))) {
     fprintf(stderr, "simverbs %s: target '%s' is malformed: use %s\n", cmd, spec, shape);
     return;
   }
@@ -416,7 +429,8 @@ fail_sysfs:
 fail_tmp:
   sv_fabric_detach(f);
   sv_fabric_destroy(tmp_name);
-  fprintf(stderr, "simverbs up: fabric '%s' was not brought up\n", name);
+  fprintf(stderr, "simverbs up: fabric '%s' was not brought up%s\n", name,
+          access(path, F_OK) == 0 ? "; the one already up is unchanged" : "");
   return 1;
 }
 
@@ -447,8 +461,8 @@ static int cmd_down(struct args *a) {
   }
   printf("fabric '%s' is down\n", name);
   if (live)
-    printf("note: %d process%s still had it open; they keep their own copy until they exit\n", live,
-           live == 1 ? "" : "es");
+    printf("note: %d process%s still had it open and keep%s running on the old copy until exit\n", live,
+           live == 1 ? "" : "es", live == 1 ? "s" : "");
   return 0;
 }
 
@@ -844,7 +858,7 @@ int main(int argc, char **argv) {
   }
   a.cmd = argv[first];
   if (strcmp(a.cmd, "help") == 0) {
-    if (first + 1 < argc && help_of(argv[first + 1]))
+    if (first + 1 < argc)
       usage_cmd(argv[first + 1], stdout);
     else
       usage_all(stdout);

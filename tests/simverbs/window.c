@@ -1,0 +1,156 @@
+/* simverbs: registered memory that peers write with a plain memcpy.
+ *
+ * process_vm_writev pins the target pages on every call and moves about a
+ * quarter of what memcpy does on this kind of machine.  So, when a region is
+ * registered, its pages are moved onto a memfd (content copied, then the
+ * memfd mapped over the same addresses) and peers map that memfd once
+ * through /proc/<pid>/fd.  The owner sees the same memory at the same
+ * addresses; only the backing changes, much as registration pins pages on
+ * real hardware.
+ *
+ * Only whole pages that are private anonymous memory are moved, so no other
+ * data shares the pages (nobody else can be writing them while they are
+ * copied) and file mappings keep their meaning.  Everything else stays
+ * reachable through process_vm_writev.  Like rdma-core after ibv_fork_init,
+ * moved pages are not inherited by a forked child (MADV_DONTFORK). */
+#include "simverbs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct sv_window {
+  uintptr_t start, end;
+  int fd;
+  uint64_t id;
+  int refs;
+  struct sv_window *next;
+};
+
+static int page_aligned(uintptr_t v) { return (v & 4095) == 0; }
+
+/* True when [start, end) is entirely private anonymous read-write memory. */
+static int private_anonymous(uintptr_t start, uintptr_t end) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) return 0;
+  char line[512];
+  uintptr_t covered = start;
+  int ok = 1;
+  while (ok && covered < end && fgets(line, sizeof(line), maps)) {
+    unsigned long lo, hi, inode;
+    char perms[8], path[256] = "";
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %255s", &lo, &hi, perms, &inode, path) < 4) continue;
+    if (hi <= covered || lo >= end) continue;
+    ok = lo <= covered && strcmp(perms, "rw-p") == 0 && inode == 0 && (!path[0] || !strcmp(path, "[heap]"));
+    covered = hi;
+  }
+  fclose(maps);
+  return ok && covered >= end;
+}
+
+static struct sv_window *find_window(uintptr_t start, uintptr_t end) {
+  for (struct sv_window *w = sv_lib.windows; w; w = w->next)
+    if (w->start <= start && end <= w->end) return w;
+  return NULL;
+}
+
+/* Move [start, end) onto a new memfd; returns the window or NULL. */
+static struct sv_window *make_window(uintptr_t start, uintptr_t end) {
+  size_t len = end - start;
+  struct sv_window *w = calloc(1, sizeof(*w));
+  int fd = memfd_create("simverbs-mr", MFD_CLOEXEC);
+  void *tmp = MAP_FAILED;
+  if (!w || fd < 0 || ftruncate(fd, (off_t)len) != 0) goto fail;
+  tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (tmp == MAP_FAILED) goto fail;
+  memcpy(tmp, (void *)start, len);
+  if (mmap((void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
+  munmap(tmp, len);
+  madvise((void *)start, len, MADV_DONTFORK);
+  w->start = start;
+  w->end = end;
+  w->fd = fd;
+  w->id = atomic_fetch_add(&sv_lib.fab->next_window_id, 1) + 1;
+  return w;
+fail:
+  if (tmp != MAP_FAILED) munmap(tmp, len);
+  if (fd >= 0) close(fd);
+  free(w);
+  return NULL;
+}
+
+void sv_window_share(struct sv_mr *m) {
+  uintptr_t start = (uintptr_t)m->addr, end = start + m->length;
+  m->win_fd = -1;
+  m->win_id = 0;
+  if (!m->length || !page_aligned(start) || !page_aligned(end)) return;
+  pthread_mutex_lock(&sv_lib.window_lock);
+  struct sv_window *w = find_window(start, end);
+  if (!w && private_anonymous(start, end) && (w = make_window(start, end))) {
+    w->next = sv_lib.windows;
+    sv_lib.windows = w;
+  }
+  if (w) {
+    w->refs++;
+    m->win_fd = w->fd;
+    m->win_id = w->id;
+    m->win_off = start - w->start;
+    m->win_len = w->end - w->start;
+  }
+  pthread_mutex_unlock(&sv_lib.window_lock);
+}
+
+/* The memory stays mapped (it is the caller's buffer); the fd goes with the
+ * last registration, and peers' mappings keep the pages alive. */
+void sv_window_release(struct sv_mr *m) {
+  if (m->win_fd < 0) return;
+  pthread_mutex_lock(&sv_lib.window_lock);
+  for (struct sv_window **p = &sv_lib.windows; *p; p = &(*p)->next) {
+    struct sv_window *w = *p;
+    if (w->id != m->win_id) continue;
+    if (--w->refs == 0) {
+      *p = w->next;
+      close(w->fd);
+      free(w);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&sv_lib.window_lock);
+}
+
+/* Where the peer's window of MR `m` is mapped here, or NULL.  Mappings are
+ * never evicted: an executor in another thread may be copying into one, and
+ * address space is cheap.  When the table is full, peers fall back to
+ * process_vm_writev. */
+char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m) {
+  if (m->win_fd < 0) return NULL;
+  pid_t pid = f->procs[m->owner].pid;
+  char *base = NULL;
+  pthread_mutex_lock(&sv_lib.window_lock);
+  int i;
+  for (i = 0; i < sv_lib.npeer_maps; i++) {
+    struct sv_peer_map *pm = &sv_lib.peer_maps[i];
+    if (pm->id == m->win_id && pm->pid == pid) {
+      base = pm->base;
+      goto out;
+    }
+  }
+  if (i == SV_PEER_MAPS) goto out;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, m->win_fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) goto out;
+  void *p = mmap(NULL, m->win_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) goto out;
+  sv_lib.peer_maps[i] = (struct sv_peer_map){.base = p, .pid = pid, .id = m->win_id};
+  sv_lib.npeer_maps++;
+  base = p;
+out:
+  pthread_mutex_unlock(&sv_lib.window_lock);
+  return base ? base + m->win_off : NULL;
+}
