@@ -1,0 +1,321 @@
+/*
+ * linkpass-perf: pipelined transfers over the plugin.
+ */
+#include "xfer.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pattern.h"
+
+double xfer_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int efail(struct xengine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int efail(struct xengine *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->err, sizeof(e->err), fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int xconn_setup(struct xengine *e, struct xconn *c) {
+  size_t bytes = (size_t)e->slots * e->step;
+  ncclResult_t r;
+  if (posix_memalign((void **)&c->slots, 4096, bytes)) {
+    c->slots = NULL;
+    return efail(e, "out of memory for %zu bytes of slots", bytes);
+  }
+  memset(c->slots, 0, bytes);
+  r = e->net->ops->reg_mr(e->net, c->comm, c->slots, bytes, NCCL_PTR_HOST, &c->slots_mh);
+  if (r != ncclSuccess) goto fail;
+  for (int i = 0; e->direct && i < e->nregions; i++) {
+    r = e->net->ops->reg_mr(e->net, c->comm, e->regions[i].base, e->regions[i].len, NCCL_PTR_HOST, &c->region_mh[i]);
+    if (r != ncclSuccess) goto fail;
+  }
+  return 0;
+fail:
+  efail(e, "regMr on the %s comm of rank %d (channel %d, dev %d) failed: %s", c->is_send ? "send" : "recv", c->peer,
+        c->channel, c->dev, lp_result_str(r));
+  return -1;
+}
+
+void xconn_teardown(struct xengine *e, struct xconn *c) {
+  for (int i = 0; i < XFER_MAX_REGIONS; i++) {
+    if (c->region_mh[i]) e->net->ops->dereg_mr(e->net, c->comm, c->region_mh[i]);
+    c->region_mh[i] = NULL;
+  }
+  if (c->slots_mh) e->net->ops->dereg_mr(e->net, c->comm, c->slots_mh);
+  c->slots_mh = NULL;
+  free(c->slots);
+  c->slots = NULL;
+}
+
+void xchan_clear(struct xchan *ch) {
+  ch->nsends = ch->nrecvs = 0;
+  ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
+}
+
+void xchan_free(struct xchan *ch) {
+  free(ch->sends);
+  free(ch->recvs);
+  ch->sends = NULL;
+  ch->recvs = NULL;
+  ch->sends_cap = ch->recvs_cap = 0;
+  xchan_clear(ch);
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap * 2 : 64;
+  while (nc < need) nc *= 2;
+  void *p = realloc(*arr, nc * elem);
+  if (!p) return -1;
+  *arr = p;
+  *cap = nc;
+  return 0;
+}
+
+int xchan_add_send(struct xchan *ch, size_t bytes, const char *src, int32_t dep) {
+  if (grow((void **)&ch->sends, &ch->sends_cap, ch->nsends + 1, sizeof(*ch->sends))) return -1;
+  ch->sends[ch->nsends++] = (struct xsend){bytes, src, dep};
+  return 0;
+}
+
+int xchan_add_recv(struct xchan *ch, size_t bytes, const char *in, char *out, int32_t fwd) {
+  if (grow((void **)&ch->recvs, &ch->recvs_cap, ch->nrecvs + 1, sizeof(*ch->recvs))) return -1;
+  ch->recvs[ch->nrecvs++] = (struct xrecv){bytes, in, out, fwd};
+  return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static char *slot(struct xengine *e, struct xconn *c, size_t idx) {
+  return c->slots + (idx % (size_t)e->slots) * e->step;
+}
+
+/* Memory handle of a user pointer on a connection (direct mode). */
+static void *region_mh(struct xengine *e, struct xconn *c, const char *p) {
+  for (int i = 0; i < e->nregions; i++)
+    if (p >= e->regions[i].base && p <= e->regions[i].base + e->regions[i].len) return c->region_mh[i];
+  return NULL;
+}
+
+/* A receive lands in place when nothing has to be combined with it. */
+static int recv_in_place(struct xengine *e, const struct xrecv *r) { return e->direct && !r->in && r->out; }
+/* A forwarded result is sent from the user buffer when it was stored there. */
+static int fwd_in_place(struct xengine *e, const struct xrecv *r) { return e->direct && r->out; }
+
+/* ------------------------------------------------------------ progress */
+
+static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
+  struct xconn *c = ch->rc;
+  while (ch->rpost < ch->nrecvs && ch->rpost < ch->rcons + (size_t)e->slots) {
+    struct xrecv *r = &ch->recvs[ch->rpost];
+    void *data, *mh;
+    size_t size;
+    int tag = c->peer; /* NCCL tags a receive with the sender's rank */
+    if (recv_in_place(e, r)) {
+      data = r->out;
+      mh = region_mh(e, c, r->out);
+      size = r->bytes;
+    } else {
+      /* post the whole slot: the plugin must cope with a sender sending less */
+      data = slot(e, c, ch->rpost);
+      mh = c->slots_mh;
+      size = e->step;
+    }
+    void *req = NULL;
+    ncclResult_t res = e->net->ops->irecv(e->net, c->comm, 1, &data, &size, &tag, &mh, &req);
+    if (res != ncclSuccess)
+      return efail(e, "irecv from rank %d (channel %d, dev %d, message %zu of %zu, %zu bytes) failed: %s", c->peer,
+                   c->channel, c->dev, ch->rpost, ch->nrecvs, size, lp_result_str(res));
+    if (!req) {
+      c->nulls++;
+      break;
+    }
+    ch->rreq[ch->rpost % (size_t)e->slots] = req;
+    ch->rpost++;
+    *progress = 1;
+  }
+  return 0;
+}
+
+static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
+  struct xconn *c = ch->rc;
+  while (ch->rdone < ch->rpost) {
+    int done = 0, size = -1;
+    ncclResult_t res = e->net->ops->test(e->net, ch->rreq[ch->rdone % (size_t)e->slots], &done, &size);
+    if (res != ncclSuccess)
+      return efail(e, "test of a receive from rank %d (channel %d, dev %d, message %zu of %zu) failed: %s", c->peer,
+                   c->channel, c->dev, ch->rdone, ch->nrecvs, lp_result_str(res));
+    if (!done) break;
+    if (size < 0 || (size_t)size != ch->recvs[ch->rdone].bytes)
+      return efail(e, "receive from rank %d (channel %d, dev %d, message %zu of %zu) completed with %d bytes, "
+                   "expected %zu",
+                   c->peer, c->channel, c->dev, ch->rdone, ch->nrecvs, size, ch->recvs[ch->rdone].bytes);
+    ch->rreq[ch->rdone % (size_t)e->slots] = NULL;
+    ch->rdone++;
+    c->msgs++;
+    *progress = 1;
+  }
+  return 0;
+}
+
+/* Combine a received message with local data; store and/or stage it for
+ * the send that forwards it. */
+static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
+  size_t es = perf_dtype_size(e->dtype);
+  while (ch->rcons < ch->rdone) {
+    struct xrecv *r = &ch->recvs[ch->rcons];
+    char *stage = NULL;
+    if (r->fwd >= 0 && !fwd_in_place(e, r)) {
+      /* the forwarding send's slot must have finished its previous use */
+      if ((size_t)r->fwd >= ch->sdone + (size_t)e->slots) return;
+      stage = slot(e, ch->sc, (size_t)r->fwd);
+    }
+    const char *got = recv_in_place(e, r) ? r->out : slot(e, ch->rc, ch->rcons);
+    if (r->in) {
+      char *dst = r->out ? r->out : stage;
+      if (dst) pattern_reduce(dst, got, r->in, e->dtype, e->redop, r->bytes / es);
+      if (r->out && stage) memcpy(stage, r->out, r->bytes);
+    } else {
+      if (r->out && got != r->out) memcpy(r->out, got, r->bytes);
+      if (stage) memcpy(stage, got, r->bytes);
+    }
+    ch->rcons++;
+    *progress = 1;
+  }
+}
+
+static int post_sends(struct xengine *e, struct xchan *ch, int *progress) {
+  struct xconn *c = ch->sc;
+  while (ch->spost < ch->nsends && ch->spost < ch->sdone + (size_t)e->slots) {
+    struct xsend *s = &ch->sends[ch->spost];
+    void *data, *mh;
+    if (s->dep >= 0) {
+      if ((size_t)s->dep >= ch->rcons) break; /* its data has not arrived yet */
+      struct xrecv *r = &ch->recvs[s->dep];
+      if (fwd_in_place(e, r)) {
+        data = r->out;
+        mh = region_mh(e, c, r->out);
+      } else {
+        data = slot(e, c, ch->spost); /* filled by consume_recvs */
+        mh = c->slots_mh;
+      }
+    } else if (e->direct) {
+      data = (void *)s->src;
+      mh = region_mh(e, c, s->src);
+    } else {
+      data = slot(e, c, ch->spost);
+      mh = c->slots_mh;
+      /* stage once: a NULL request (no clear-to-send yet) leaves it staged */
+      if (ch->sfilled <= ch->spost) {
+        memcpy(data, s->src, s->bytes);
+        ch->sfilled = ch->spost + 1;
+      }
+    }
+    void *req = NULL;
+    /* NCCL tags a send with the sender's own rank */
+    ncclResult_t res = e->net->ops->isend(e->net, c->comm, data, s->bytes, e->rank, mh, &req);
+    if (res != ncclSuccess)
+      return efail(e, "isend to rank %d (channel %d, dev %d, message %zu of %zu, %zu bytes) failed: %s", c->peer,
+                   c->channel, c->dev, ch->spost, ch->nsends, s->bytes, lp_result_str(res));
+    if (!req) {
+      c->nulls++;
+      break;
+    }
+    ch->sreq[ch->spost % (size_t)e->slots] = req;
+    ch->spost++;
+    *progress = 1;
+  }
+  return 0;
+}
+
+static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
+  struct xconn *c = ch->sc;
+  while (ch->sdone < ch->spost) {
+    int done = 0, size = -1;
+    ncclResult_t res = e->net->ops->test(e->net, ch->sreq[ch->sdone % (size_t)e->slots], &done, &size);
+    if (res != ncclSuccess)
+      return efail(e, "test of a send to rank %d (channel %d, dev %d, message %zu of %zu) failed: %s", c->peer,
+                   c->channel, c->dev, ch->sdone, ch->nsends, lp_result_str(res));
+    if (!done) break;
+    ch->sreq[ch->sdone % (size_t)e->slots] = NULL;
+    ch->sdone++;
+    c->msgs++;
+    *progress = 1;
+  }
+  return 0;
+}
+
+static int chan_done(const struct xchan *ch) { return ch->rcons == ch->nrecvs && ch->sdone == ch->nsends; }
+
+/* What a stalled channel waits for, in words. */
+static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, double idle) {
+  size_t used = (size_t)snprintf(e->err, sizeof(e->err), "no progress for %.1f s (--stall-timeout):", idle);
+  for (int i = 0; i < nchans && used < sizeof(e->err); i++) {
+    struct xchan *ch = &chans[i];
+    if (chan_done(ch)) continue;
+    if (ch->rcons < ch->nrecvs)
+      used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
+                               " [recv from rank %d ch %d dev %d: %zu/%zu done, %zu posted%s]", ch->rc->peer,
+                               ch->rc->channel, ch->rc->dev, ch->rdone, ch->nrecvs, ch->rpost,
+                               ch->rpost == ch->rdone ? ", irecv refused" : "");
+    if (used < sizeof(e->err) && ch->sdone < ch->nsends) {
+      const char *why = ch->spost > ch->sdone ? "waiting for completion"
+                        : ch->spost < ch->nsends && ch->sends[ch->spost].dep >= 0 &&
+                                (size_t)ch->sends[ch->spost].dep >= ch->rcons
+                            ? "waiting for data from upstream"
+                            : "no clear-to-send (isend returned NULL)";
+      used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
+                               " [send to rank %d ch %d dev %d: %zu/%zu done, %zu posted, %s]", ch->sc->peer,
+                               ch->sc->channel, ch->sc->dev, ch->sdone, ch->nsends, ch->spost, why);
+    }
+  }
+}
+
+int xfer_run(struct xengine *e, struct xchan *chans, int nchans) {
+  double last_progress = xfer_now(), last_tick = last_progress;
+  for (int i = 0; i < nchans; i++) {
+    struct xchan *ch = &chans[i];
+    ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
+    if ((ch->nrecvs && !ch->rc) || (ch->nsends && !ch->sc)) return efail(e, "internal: channel %d has no connection", i);
+  }
+  for (;;) {
+    int progress = 0, busy = 0;
+    for (int i = 0; i < nchans; i++) {
+      struct xchan *ch = &chans[i];
+      if (chan_done(ch)) continue;
+      busy = 1;
+      if (ch->rc && (post_recvs(e, ch, &progress) || test_recvs(e, ch, &progress))) return -1;
+      if (ch->rc) consume_recvs(e, ch, &progress);
+      if (ch->sc && (post_sends(e, ch, &progress) || test_sends(e, ch, &progress))) return -1;
+    }
+    if (!busy) return 0;
+    double now = xfer_now();
+    if (progress) {
+      last_progress = now;
+    } else {
+      if (now - last_progress > e->stall_timeout) {
+        describe_stall(e, chans, nchans, now - last_progress);
+        return -1;
+      }
+      /* Ranks, the plugin's threads and (in simulation) the fabric's engine
+       * share few cores: give them the CPU when there is nothing to do. */
+      sched_yield();
+    }
+    if (e->tick && now - last_tick > 0.05) {
+      last_tick = now;
+      e->tick(e->tick_arg);
+    }
+  }
+}

@@ -1,0 +1,100 @@
+/*
+ * linkpass-perf: the pipelined transfer engine, NCCL's proxy in miniature.
+ *
+ * A channel is one send connection and one receive connection.  A collective
+ * is compiled (coll.c) into an ordered list of messages per direction; a
+ * received message may be reduced with local data and stored, and may be
+ * forwarded by a later send of the same channel (the ring's recvReduceSend).
+ *
+ * Each connection owns `slots` buffers of `step` bytes registered with the
+ * plugin (NCCL_STEPS buffers of the Simple protocol): up to `slots` receives
+ * are posted ahead, a slot is re-posted only after its data was consumed, and
+ * a send slot is refilled only after its previous send completed.  With -R 1
+ * user buffers are registered instead and used in place where no reduction
+ * is needed (zero copy).  isend/irecv returning a NULL request means "not
+ * now" and is retried; test() is polled on the oldest request.
+ */
+#ifndef LINKPASS_PERF_XFER_H
+#define LINKPASS_PERF_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netload.h"
+#include "opts.h"
+
+#define XFER_MAX_REGIONS 2
+
+/* One direction of one plugin connection. */
+struct xconn {
+  void *comm;        /* sendComm or recvComm */
+  int is_send;
+  int peer, channel, dev;
+  char *slots;       /* slots * step bytes */
+  void *slots_mh;
+  void *region_mh[XFER_MAX_REGIONS];
+  uint64_t nulls;    /* isend/irecv that said "not now" */
+  uint64_t msgs;
+};
+
+struct xrecv {
+  size_t bytes;
+  const char *in; /* local operand to reduce with, or NULL */
+  char *out;      /* where the result is stored, or NULL */
+  int32_t fwd;    /* send index that forwards the result, or -1 */
+};
+
+struct xsend {
+  size_t bytes;
+  const char *src; /* data to send when dep < 0 */
+  int32_t dep;     /* recv index whose result this send carries, or -1 */
+};
+
+struct xchan {
+  struct xconn *sc, *rc;
+  struct xsend *sends;
+  size_t nsends, sends_cap;
+  struct xrecv *recvs;
+  size_t nrecvs, recvs_cap;
+  /* progress (reset by xchan_reset) */
+  size_t rpost, rdone, rcons, spost, sdone;
+  size_t sfilled; /* sends below this index have their slot staged */
+  void *rreq[PERF_MAX_SLOTS], *sreq[PERF_MAX_SLOTS];
+};
+
+struct xengine {
+  struct lp_net *net;
+  int rank;
+  int slots;
+  size_t step;
+  int direct; /* -R 1 */
+  struct {
+    char *base;
+    size_t len;
+  } regions[XFER_MAX_REGIONS];
+  int nregions;
+  enum perf_dtype dtype;
+  enum perf_redop redop;
+  double stall_timeout;
+  /* called about every 50 ms while a transfer runs (per-second output) */
+  void (*tick)(void *arg);
+  void *tick_arg;
+  char err[1024];
+};
+
+/* Register the slots (and, with direct, every region) on a connection. */
+int xconn_setup(struct xengine *e, struct xconn *c);
+void xconn_teardown(struct xengine *e, struct xconn *c);
+
+/* Message lists. */
+void xchan_clear(struct xchan *ch);
+void xchan_free(struct xchan *ch);
+int xchan_add_send(struct xchan *ch, size_t bytes, const char *src, int32_t dep);
+int xchan_add_recv(struct xchan *ch, size_t bytes, const char *in, char *out, int32_t fwd);
+
+/* Run every channel's lists to completion; 0, or -1 with e->err set. */
+int xfer_run(struct xengine *e, struct xchan *chans, int nchans);
+
+double xfer_now(void);
+
+#endif
