@@ -1,0 +1,113 @@
+/*
+ * The event ring: a small bounded lock-free multi-producer single-consumer
+ * queue that carries fault and state events from the data-path and monitor
+ * threads to the one control thread.  docs/EVENT_RING.md has the design.
+ *
+ * - Any number of threads may call lp_ring_push() at once.  It never blocks,
+ *   takes no lock and makes no system call, except one eventfd write when the
+ *   consumer has announced that it is going to sleep.  When the ring is full
+ *   it returns false and counts the event in the overflow counter.
+ * - Exactly one thread (the consumer) calls lp_ring_pop() and lp_ring_wait().
+ * - Events come out in the order their pushes claimed a slot; in particular
+ *   the events of one producer come out in the order it pushed them.
+ *
+ * The ring holds no global state: every ring is a caller-owned struct.
+ */
+#ifndef LP_EVENT_RING_H
+#define LP_EVENT_RING_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What happened.  The meaning of `status` and `arg` depends on the type. */
+enum lp_event_type {
+  LP_EV_NONE = 0,
+  LP_EV_WC_ERROR,       /* error completion on a data or CTS QP: status = ibv_wc_status, arg = wr_id */
+  LP_EV_ASYNC,          /* device async event (PORT_ERR, QP_FATAL, DEVICE_FATAL, CQ_ERR...): status = ibv_event_type */
+  LP_EV_WATCHDOG_STALL, /* outstanding work made no progress: arg = nanoseconds since the last progress */
+  LP_EV_PEER_NOTICE,    /* the peer reported a failure over the out-of-band channel: status = its reason */
+  LP_EV_PORT_DOWN,      /* a port left ACTIVE (seen by polling or by an async event) */
+  LP_EV_PORT_UP,        /* a port became ACTIVE again */
+  LP_EV_TIMER,          /* a timer fired (hold-down, retry): arg = timer id */
+  LP_EV_STOP,           /* the control thread is asked to finish */
+  LP_EV_TYPE_COUNT
+};
+
+/* One event: 40 bytes, copied in and out of the ring by value. */
+struct lp_event {
+  uint32_t type; /* enum lp_event_type */
+  uint32_t dev;  /* linkpass device (NIC) index */
+  uint32_t port;
+  int32_t status;
+  uint64_t comm_id; /* the connection concerned, 0 if none */
+  uint64_t arg;
+  uint64_t time_ns; /* CLOCK_MONOTONIC when the producer saw it */
+};
+
+#define LP_RING_CACHELINE 64
+#define LP_RING_MIN_CAPACITY 2u
+#define LP_RING_MAX_CAPACITY (1u << 24)
+
+/* One slot per cache line, so that producers filling neighbouring slots do
+ * not fight over a line.  `seq` tells who may touch `ev` (see event_ring.c). */
+struct lp_ring_slot {
+  alignas(LP_RING_CACHELINE) _Atomic uint64_t seq;
+  struct lp_event ev;
+};
+
+/* Callers use the functions below and never touch the fields.  The fields
+ * that different threads write often are kept at least a cache line apart,
+ * with padding rather than alignas, so that the ring needs no more than the
+ * usual alignment: it may live in any malloc'd or embedded struct. */
+struct lp_event_ring {
+  /* Set at init, then only read. */
+  struct lp_ring_slot *slots;
+  uint64_t mask; /* capacity - 1 */
+  uint32_t capacity;
+  int wake_fd; /* eventfd, -1 when closed */
+  char pad0[LP_RING_CACHELINE];
+  _Atomic uint64_t tail; /* producers: next position to claim */
+  char pad1[LP_RING_CACHELINE];
+  _Atomic uint32_t sleeping;  /* consumer is about to sleep, or sleeps; producers read it */
+  _Atomic uint64_t overflows; /* producers, on a full ring only */
+  char pad2[LP_RING_CACHELINE];
+  uint64_t head; /* consumer only: next position to read */
+};
+
+/* Set up a ring of `capacity_pow2` slots: a power of two between
+ * LP_RING_MIN_CAPACITY and LP_RING_MAX_CAPACITY.  Returns 0, or a negative
+ * errno: -EINVAL for any other capacity, -ENOMEM, or the error of eventfd(2).
+ * On failure the ring is left so that lp_ring_fini() is harmless. */
+int lp_ring_init(struct lp_event_ring *r, uint32_t capacity_pow2);
+
+/* Free the ring.  No thread may use it any more.  Safe to call twice. */
+void lp_ring_fini(struct lp_event_ring *r);
+
+/* Any thread.  Copy `*e` into the ring.  Returns false, and adds one to the
+ * overflow counter, when the ring is full; never waits for the consumer. */
+bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e);
+
+/* Consumer only.  Take the oldest event into `*out`.  Returns false when
+ * there is none ready: the ring is empty, or the producer of the oldest event
+ * has claimed its slot but not finished writing it. */
+bool lp_ring_pop(struct lp_event_ring *r, struct lp_event *out);
+
+/* Consumer only.  Wait until lp_ring_pop() has an event to return, at most
+ * `timeout_ms` milliseconds (negative: no limit; 0: just look).  Returns 1 if
+ * an event is ready, 0 on timeout, or a negative errno if poll(2) or read(2)
+ * failed.  A push that completes after the consumer started waiting always
+ * wakes it: no wake-up is ever lost. */
+int lp_ring_wait(struct lp_event_ring *r, int timeout_ms);
+
+/* Any thread.  Pushes refused because the ring was full, since init. */
+uint64_t lp_ring_overflows(const struct lp_event_ring *r);
+
+/* Slot count given at init. */
+static inline uint32_t lp_ring_capacity(const struct lp_event_ring *r) { return r->capacity; }
+
+/* "wc_error", "port_down"...; "unknown" for a value outside the enum. */
+const char *lp_event_type_name(uint32_t type);
+
+#endif
