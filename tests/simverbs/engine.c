@@ -562,10 +562,10 @@ static int deliver_device_events(struct sv_ctx *ctx) {
     if (seq - want >= SV_EVENT_LOG) continue; /* overwritten before we looked */
     uint32_t slot = (uint32_t)(want % SV_EVENT_LOG);
     if (__atomic_load_n(&d->events[slot].seq, __ATOMIC_ACQUIRE) != want) continue;
-    uint32_t type = __atomic_load_n(&d->events[slot].type, __ATOMIC_RELAXED);
-    uint32_t element = __atomic_load_n(&d->events[slot].element, __ATOMIC_RELAXED);
-    /* The writer may have lapped us while we read: then the entry is gone. */
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    /* Acquire loads keep the re-check below after them: if the writer
+     * lapped us while we read, the entry is gone and seq says so. */
+    uint32_t type = __atomic_load_n(&d->events[slot].type, __ATOMIC_ACQUIRE);
+    uint32_t element = __atomic_load_n(&d->events[slot].element, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&d->events[slot].seq, __ATOMIC_RELAXED) != want) continue;
     sv_async_post(ctx, type, element);
     progress = 1;

@@ -289,7 +289,7 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr) {
       w->inline_len += wr->sg_list[i].length;
     }
     w->num_sge = 0;
-  } else {
+  } else if (wr->num_sge) { /* sg_list may be NULL when there is nothing to gather */
     memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
   }
   atomic_store_explicit(&lq->sq_tail, tail + 1, memory_order_release);
@@ -337,7 +337,7 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
                                            (size_t)((q->rq_head + q->rq_count) & (q->rq_size - 1)) * q->rq_stride);
     w->wr_id = wr->wr_id;
     w->num_sge = (uint32_t)wr->num_sge;
-    memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+    if (wr->num_sge) memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
     q->rq_count++;
   }
   sv_unlock(&q->rq_lock);

@@ -1,0 +1,106 @@
+/* Comm lifetime, requests, failure reporting, completion polling. */
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "log.h"
+
+struct lp_comm *lp_comm_check(void *comm, int kind) {
+  struct lp_comm *c = comm;
+  if (c == NULL || c->magic != LP_COMM_MAGIC) return NULL;
+  if (kind != 0 && c->kind != kind) return NULL;
+  if (kind == 0 && c->kind != LP_COMM_SEND && c->kind != LP_COMM_RECV) return NULL;
+  return c;
+}
+
+struct lp_req *lp_req_alloc(struct lp_comm *comm) {
+  for (int i = 0; i < LP_MAX_REQS; i++) {
+    struct lp_req *r = &comm->reqs[i];
+    if (!r->used) {
+      memset(r, 0, sizeof(*r));
+      r->used = 1;
+      r->comm = comm;
+      return r;
+    }
+  }
+  return NULL;
+}
+
+void lp_req_free(struct lp_req *req) { req->used = 0; }
+
+ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fmt, ...) {
+  if (comm->error != ncclSuccess) return comm->error;
+  comm->error = err;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const struct lp_link_info *l = &comm->link.local;
+  LP_WARN("%s connection 0x%llx on %s:%u to %s: %s", comm->kind == LP_COMM_SEND ? "send" : "recv",
+          (unsigned long long)comm->conn_id, l->dev_name, l->port, comm->peer, msg);
+  return err;
+}
+
+void lp_comm_destroy(struct lp_comm *comm) {
+  if (comm == NULL) return;
+  lp_link_close(&comm->link);
+  free(comm->ctrl);
+  if (comm->fd >= 0) close(comm->fd);
+  comm->magic = 0;
+  free(comm);
+}
+
+struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle) {
+  struct lp_mr *m = mhandle;
+  if (m == NULL || m->magic != LP_MR_MAGIC) return NULL;
+  return m->mr[lp_plugin()->devs[comm->link.dev].nic];
+}
+
+ncclResult_t lp_comm_progress(struct lp_comm *comm) {
+  if (comm->error != ncclSuccess) return comm->error;
+  struct ibv_wc wcs[LP_POLL_BATCH];
+  /* A bounded number of batches per call: test() must return promptly. */
+  for (int iter = 0; iter < 4; iter++) {
+    int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
+    if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
+    for (int i = 0; i < n; i++) {
+      const struct ibv_wc *wc = &wcs[i];
+      if (wc->status != IBV_WC_SUCCESS) {
+        /* Later completions of this QP are flushes caused by this one. */
+        return lp_comm_fail(comm, ncclRemoteError,
+                            "completion error on qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
+                            wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status,
+                            wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
+      }
+      ncclResult_t rc = comm->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)comm, wc)
+                                                   : lp_recv_completion((struct lp_recv_comm *)comm, wc);
+      if (rc != ncclSuccess) return rc;
+    }
+    if (n < LP_POLL_BATCH) break;
+  }
+  if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
+  return comm->error;
+}
+
+#define LP_PEER_CHECK_NS (100ull * 1000 * 1000)
+
+ncclResult_t lp_comm_check_peer(struct lp_comm *comm) {
+  if (comm->error != ncclSuccess) return comm->error;
+  uint64_t now = lp_now_ns();
+  if (now < comm->next_peer_check_ns) return ncclSuccess;
+  comm->next_peer_check_ns = now + LP_PEER_CHECK_NS;
+  char b;
+  ssize_t n = recv(comm->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return ncclSuccess;
+  /* Completions that arrived before the peer left still count. */
+  ncclResult_t rc = lp_comm_progress(comm);
+  if (rc != ncclSuccess) return rc;
+  return lp_comm_fail(comm, ncclRemoteError, "the peer closed the connection (%s)",
+                      n == 0 ? "its process exited or it closed its comm" : strerror(errno));
+}

@@ -1,0 +1,159 @@
+/*
+ * Connections.  A send comm and a recv comm are two ends of one connection;
+ * both start with struct lp_comm so requests and registrations can find
+ * their way back without knowing which end they belong to.
+ *
+ * struct lp_link holds everything the connection owns on one NIC (CQ, QPs,
+ * registration of the control memory, the peer's description).  Today a
+ * connection has one link; moving a connection to another NIC means
+ * building a second link there and switching to it, which is why nothing
+ * outside the link refers to a QP or key directly.
+ */
+#ifndef LP_COMM_H
+#define LP_COMM_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fifo.h"
+#include "linkpass.h"
+#include "linkpass/nccl_net.h"
+#include "plugin.h"
+#include "wire.h"
+
+#define LP_COMM_MAGIC 0x4c50436fu
+#define LP_MR_MAGIC 0x4c504d52u
+#define LP_MAX_REQS NCCL_NET_MAX_REQUESTS
+
+#define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
+#define LP_RQ_DEPTH 256 /* receive WRs per QP */
+#define LP_SIGNAL_EVERY 64 /* force a signaled WR at least this often */
+#define LP_POLL_BATCH 16
+
+enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
+enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
+
+struct lp_link {
+  int dev; /* index in lp_plugin.devs */
+  struct ibv_cq *cq;
+  int nqps;
+  struct ibv_qp *qps[LP_MAX_QPS];
+  int sq_free[LP_MAX_QPS];    /* send-queue slots not yet known complete */
+  int unsignaled[LP_MAX_QPS]; /* WRs posted since the last signaled one */
+  struct ibv_mr *ctrl_mr;     /* the comm's control memory on this NIC */
+  struct lp_link_info local;  /* what we told the peer */
+  struct lp_link_info remote; /* what the peer told us */
+};
+
+struct lp_comm;
+
+struct lp_req {
+  struct lp_comm *comm;
+  uint8_t type; /* enum lp_req_type */
+  uint8_t used;
+  uint8_t done;
+  uint8_t nsub;
+  int events; /* recv: WRITE_WITH_IMM completions still expected */
+  uint64_t seq;
+  size_t size;                 /* send: bytes sent */
+  size_t sizes[LP_MAX_RECVS];  /* recv: bytes received per sub-receive */
+};
+
+struct lp_comm {
+  uint32_t magic;
+  int kind; /* enum lp_comm_kind */
+  int fd;   /* the out-of-band socket, kept open as the control channel */
+  uint64_t conn_id;
+  int traffic_class;
+  struct lp_link link;
+  void *ctrl; /* control memory: CTS FIFO and records, registered on the link's NIC */
+  size_t ctrl_len;
+  ncclResult_t error; /* sticky: once a comm fails every call reports it */
+  char peer[160];     /* "host addr dev:port" for messages */
+  uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
+  struct lp_req reqs[LP_MAX_REQS];
+};
+
+/* Sender side of one FIFO slot: a message being matched or in flight. */
+struct lp_send_msg {
+  uint64_t seq;
+  int nreqs;
+  unsigned taken; /* sub-receives matched by isend so far (bit mask) */
+  int events;     /* final-write completions still expected, one per QP */
+  struct lp_req *reqs[LP_MAX_RECVS];
+  struct {
+    uintptr_t laddr;
+    size_t size;
+    uint32_t lkey;
+    uint64_t raddr;
+    uint32_t rkey;
+  } sub[LP_MAX_RECVS];
+  /* posting cursor per QP: next sub-receive and offset inside its chunk */
+  uint8_t q_sub[LP_MAX_QPS];
+  uint8_t q_done[LP_MAX_QPS];
+  size_t q_off[LP_MAX_QPS];
+};
+
+struct lp_send_comm {
+  struct lp_comm base;
+  struct lp_cts *fifo;         /* [LP_FIFO_DEPTH][LP_MAX_RECVS], written by the peer */
+  struct lp_record *rec_stage; /* [LP_FIFO_DEPTH], source of the final writes */
+  uint64_t head;               /* next message to match (first is 1) */
+  uint64_t post_seq;           /* next matched message to post */
+  size_t max_wr_bytes;
+  struct lp_send_msg msgs[LP_FIFO_DEPTH];
+};
+
+struct lp_recv_comm {
+  struct lp_comm base;
+  struct lp_cts *cts_stage; /* [LP_FIFO_DEPTH][LP_MAX_RECVS], source of CTS writes */
+  struct lp_record *records; /* [LP_FIFO_DEPTH], written by the peer */
+  uint64_t tail;             /* next message to announce (first is 1) */
+  uint64_t oldest;           /* oldest message not yet complete */
+  struct lp_req *slot_req[LP_FIFO_DEPTH];
+};
+
+#define LP_SEND_CTRL_LEN (sizeof(struct lp_cts) * LP_FIFO_DEPTH * LP_MAX_RECVS + sizeof(struct lp_record) * LP_FIFO_DEPTH)
+#define LP_RECV_CTRL_LEN LP_SEND_CTRL_LEN
+
+/* Registered memory handed to NCCL. */
+struct lp_mr {
+  uint32_t magic;
+  uintptr_t addr;
+  size_t len;
+  struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC; today only the comm's NIC */
+};
+
+/* ---- link.c ---- */
+/* Create CQ, QPs (in INIT) and register `ctrl` on device `dev`. */
+/* `remote_off`: where in `ctrl` the peer writes (advertised as ctrl_addr). */
+ncclResult_t lp_link_open(struct lp_link *link, int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off);
+/* Bring every QP to RTS towards `link->remote`. */
+ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
+void lp_link_close(struct lp_link *link);
+const struct lp_dev *lp_link_dev(const struct lp_link *link);
+const struct lp_nic *lp_link_nic(const struct lp_link *link);
+
+/* ---- comm.c ---- */
+struct lp_comm *lp_comm_check(void *comm, int kind); /* kind 0: send or recv */
+struct lp_req *lp_req_alloc(struct lp_comm *comm);
+void lp_req_free(struct lp_req *req);
+/* Record a failure once (WARN) and make the comm fail from now on. */
+ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void lp_comm_destroy(struct lp_comm *comm);
+/* Poll the CQ and act on completions; returns the comm's state. */
+ncclResult_t lp_comm_progress(struct lp_comm *comm);
+/* Called when a request is waiting: notices (rate-limited) that the peer
+ * closed the control socket, so a dead peer is an error, not a hang. */
+ncclResult_t lp_comm_check_peer(struct lp_comm *comm);
+/* Look up this comm's registration of an mhandle.  NULL when invalid. */
+struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);
+
+/* ---- send.c / recv.c ---- */
+ncclResult_t lp_send_progress(struct lp_send_comm *s);
+ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc);
+ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
+
+#endif

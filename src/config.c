@@ -1,0 +1,263 @@
+/* Environment parsing and validation (pure: no globals, no I/O). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int lp_parse_int(const char *s, long long *out) {
+  if (s == NULL) return -1;
+  while (isspace((unsigned char)*s)) s++;
+  if (*s == '\0') return -1;
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 0);
+  if (errno != 0 || end == s) return -1;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end != '\0') return -1;
+  *out = v;
+  return 0;
+}
+
+/* ---- name filters ---------------------------------------------------- */
+
+static void filter_reset(struct lp_filter *f) { memset(f, 0, sizeof(*f)); }
+
+int lp_filter_parse(const char *spec, int allow_port, struct lp_filter *f, char *why, size_t whylen) {
+  filter_reset(f);
+  if (spec == NULL) return 0;
+  const char *s = spec;
+  if (*s == '^') {
+    f->exclude = 1;
+    s++;
+  }
+  if (*s == '=') {
+    f->exact = 1;
+    s++;
+  }
+  while (*s != '\0') {
+    const char *end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    if (len > 0) {
+      if (f->n == LP_FILTER_MAX) {
+        snprintf(why, whylen, "more than %d entries", LP_FILTER_MAX);
+        goto bad;
+      }
+      struct lp_filter_entry *e = &f->e[f->n];
+      const char *colon = memchr(s, ':', len);
+      size_t nlen = colon ? (size_t)(colon - s) : len;
+      if (nlen == 0) {
+        snprintf(why, whylen, "entry %d has an empty name", f->n + 1);
+        goto bad;
+      }
+      if (nlen >= sizeof(e->name)) {
+        snprintf(why, whylen, "entry %d is longer than %d characters", f->n + 1, LP_FILTER_NAME_MAX - 1);
+        goto bad;
+      }
+      for (size_t i = 0; i < nlen; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isgraph(c) || c == '^' || c == '=') {
+          snprintf(why, whylen, "entry %d contains an invalid character", f->n + 1);
+          goto bad;
+        }
+      }
+      memcpy(e->name, s, nlen);
+      e->name[nlen] = '\0';
+      e->port = -1;
+      if (colon) {
+        if (!allow_port) {
+          snprintf(why, whylen, "entry %d has a ':port' suffix, which this variable does not take", f->n + 1);
+          goto bad;
+        }
+        char num[16];
+        size_t plen = len - nlen - 1;
+        long long port;
+        if (plen == 0 || plen >= sizeof(num)) {
+          snprintf(why, whylen, "entry %d has an empty or overlong port", f->n + 1);
+          goto bad;
+        }
+        memcpy(num, colon + 1, plen);
+        num[plen] = '\0';
+        for (size_t i = 0; i < plen; i++) {
+          if (!isdigit((unsigned char)num[i])) {
+            snprintf(why, whylen, "entry %d has a port that is not a number", f->n + 1);
+            goto bad;
+          }
+        }
+        if (lp_parse_int(num, &port) != 0 || port < 1 || port > 255) {
+          snprintf(why, whylen, "entry %d has a port outside 1..255", f->n + 1);
+          goto bad;
+        }
+        e->port = (int)port;
+      }
+      f->n++;
+    }
+    if (!end) break;
+    s = end + 1;
+  }
+  if (f->n == 0) {
+    snprintf(why, whylen, "no device or interface names");
+    goto bad;
+  }
+  f->set = 1;
+  return 0;
+bad:
+  filter_reset(f);
+  return -1;
+}
+
+int lp_filter_hits(const struct lp_filter *f, const char *name, int port) {
+  for (int i = 0; i < f->n; i++) {
+    const struct lp_filter_entry *e = &f->e[i];
+    int name_ok = f->exact ? strcmp(name, e->name) == 0 : strncmp(name, e->name, strlen(e->name)) == 0;
+    int port_ok = e->port == -1 || port == -1 || e->port == port;
+    if (name_ok && port_ok) return 1;
+  }
+  return 0;
+}
+
+int lp_filter_match(const struct lp_filter *f, const char *name, int port) {
+  if (!f->set) return 1;
+  return lp_filter_hits(f, name, port) ^ f->exclude;
+}
+
+/* ---- integer variables ------------------------------------------------ */
+
+struct int_var {
+  const char *name;
+  size_t off;
+  int def, min, max;
+  const char *extra; /* what else the accepted set says, for the warning */
+};
+
+static const struct int_var int_vars[] = {
+    {"NCCL_IB_GID_INDEX", offsetof(struct lp_config, gid_index), -1, -1, 255, "(-1 selects automatically)"},
+    {"NCCL_IB_ROCE_VERSION_NUM", offsetof(struct lp_config, roce_version), 2, 1, 2, ""},
+    {"NCCL_IB_TC", offsetof(struct lp_config, tc), 0, 0, 255, ""},
+    {"NCCL_IB_SL", offsetof(struct lp_config, sl), 0, 0, 15, ""},
+    {"NCCL_IB_PKEY", offsetof(struct lp_config, pkey), 0, 0, 65535, "(a P_Key table index)"},
+    {"NCCL_IB_TIMEOUT", offsetof(struct lp_config, timeout), 20, 1, 31, ""},
+    {"NCCL_IB_RETRY_CNT", offsetof(struct lp_config, retry_cnt), 7, 0, 7, ""},
+    {"NCCL_IB_QPS_PER_CONNECTION", offsetof(struct lp_config, qps_per_conn), 1, 1, LP_MAX_QPS, ""},
+    {"LINKPASS_SETUP_TIMEOUT_MS", offsetof(struct lp_config, setup_timeout_ms), 120000, 0, 86400000,
+     "(0 waits forever)"},
+    {"LINKPASS_MAX_WR_BYTES", offsetof(struct lp_config, max_wr_bytes), 1 << 30, 4096, 1 << 30, ""},
+};
+
+#define NVARS (sizeof(int_vars) / sizeof(int_vars[0]))
+
+static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) {
+  char buf[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  (*count)++;
+  if (fn) fn(arg, buf);
+}
+
+void lp_config_defaults(struct lp_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  for (size_t i = 0; i < NVARS; i++) *(int *)((char *)cfg + int_vars[i].off) = int_vars[i].def;
+  cfg->family = LP_FAMILY_ANY;
+}
+
+/* Env values are copied for the log with a bounded length so a hostile
+ * variable cannot blow up the message. */
+static void shown(char *dst, size_t len, const char *v) {
+  snprintf(dst, len, "%.*s%s", 64, v, strlen(v) > 64 ? "..." : "");
+}
+
+int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_fn warn, void *warn_arg) {
+  int nwarn = 0;
+  char val[96];
+  lp_config_defaults(cfg);
+
+  for (size_t i = 0; i < NVARS; i++) {
+    const struct int_var *v = &int_vars[i];
+    const char *s = env(env_arg, v->name);
+    if (s == NULL || *s == '\0') continue; /* empty means unset, as in NCCL */
+    long long x;
+    if (lp_parse_int(s, &x) != 0 || x < v->min || x > v->max) {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn, "%s=\"%s\" is not valid: expected an integer in [%d, %d]%s%s; using the default %d",
+           v->name, val, v->min, v->max, *v->extra ? " " : "", v->extra, v->def);
+      continue;
+    }
+    *(int *)((char *)cfg + v->off) = (int)x;
+  }
+
+  char why[160];
+  const char *s = env(env_arg, "NCCL_IB_HCA");
+  if (s != NULL && *s != '\0') {
+    if (lp_filter_parse(s, 1, &cfg->hca, why, sizeof(why)) != 0) {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_IB_HCA=\"%s\" is not valid (%s): expected [^][=]name[:port][,name[:port]...]; using every device",
+           val, why);
+    } else {
+      snprintf(cfg->hca_str, sizeof(cfg->hca_str), "%s", s);
+    }
+  }
+
+  s = env(env_arg, "NCCL_SOCKET_IFNAME");
+  if (s != NULL && *s != '\0') {
+    if (lp_filter_parse(s, 0, &cfg->ifname, why, sizeof(why)) != 0) {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_SOCKET_IFNAME=\"%s\" is not valid (%s): expected [^][=]prefix[,prefix...]; using the automatic "
+           "interface choice",
+           val, why);
+    } else {
+      snprintf(cfg->ifname_str, sizeof(cfg->ifname_str), "%s", s);
+    }
+  }
+
+  s = env(env_arg, "NCCL_SOCKET_FAMILY");
+  if (s != NULL && *s != '\0') {
+    if (strcmp(s, "AF_INET") == 0) {
+      cfg->family = LP_FAMILY_INET;
+    } else if (strcmp(s, "AF_INET6") == 0) {
+      cfg->family = LP_FAMILY_INET6;
+    } else {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_SOCKET_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using either family", val);
+    }
+  }
+
+  s = env(env_arg, "NCCL_IBVERBS_LIB");
+  if (s != NULL && *s != '\0') {
+    if (strlen(s) >= sizeof(cfg->ibverbs_lib)) {
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_IBVERBS_LIB is not valid: longer than %d characters; using the default library names",
+           (int)sizeof(cfg->ibverbs_lib) - 1);
+    } else {
+      snprintf(cfg->ibverbs_lib, sizeof(cfg->ibverbs_lib), "%s", s);
+    }
+  }
+  return nwarn;
+}
+
+void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg) {
+  char buf[768];
+  for (size_t i = 0; i < NVARS; i++) {
+    snprintf(buf, sizeof(buf), "%s=%d", int_vars[i].name, *(const int *)((const char *)cfg + int_vars[i].off));
+    line(arg, buf);
+  }
+  snprintf(buf, sizeof(buf), "NCCL_IB_HCA=%s", cfg->hca.set ? cfg->hca_str : "(all devices)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "NCCL_SOCKET_IFNAME=%s", cfg->ifname.set ? cfg->ifname_str : "(automatic)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "NCCL_SOCKET_FAMILY=%s",
+           cfg->family == LP_FAMILY_INET ? "AF_INET" : cfg->family == LP_FAMILY_INET6 ? "AF_INET6" : "(any)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "NCCL_IBVERBS_LIB=%s", cfg->ibverbs_lib[0] ? cfg->ibverbs_lib : "(default names)");
+  line(arg, buf);
+}

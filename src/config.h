@@ -1,0 +1,91 @@
+/*
+ * Configuration: every environment variable the transport honours, parsed
+ * and validated in one place.  Pure: the environment is read through a
+ * callback and problems are reported through another, so unit tests can
+ * feed malformed values and check the warnings without touching the
+ * process environment or any device.
+ *
+ * The NCCL_* variables keep NCCL's meaning and syntax; the transport's own
+ * settings use the LINKPASS_ prefix.  A bad value never aborts: it is
+ * reported (variable, value, what is accepted) and the default is used.
+ */
+#ifndef LP_CONFIG_H
+#define LP_CONFIG_H
+
+#include <stddef.h>
+
+#define LP_MAX_QPS 16          /* NCCL_IB_QPS_PER_CONNECTION upper bound */
+#define LP_FILTER_MAX 32       /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
+#define LP_FILTER_NAME_MAX 64  /* bytes of one entry's name, NUL included */
+#define LP_CONFIG_STR_MAX 512  /* raw string variables kept for the log */
+
+/* A name filter with NCCL's syntax: "[^][=]name[:port][,name[:port]...]".
+ * '^' keeps everything that does NOT match, '=' asks for exact names instead
+ * of prefixes, ":port" restricts an entry to one port. */
+struct lp_filter_entry {
+  char name[LP_FILTER_NAME_MAX];
+  int port; /* -1: any port */
+};
+
+struct lp_filter {
+  int set;     /* 0: no filter given, everything matches */
+  int exclude; /* leading '^' */
+  int exact;   /* leading '=' (after '^' when both) */
+  int n;
+  struct lp_filter_entry e[LP_FILTER_MAX];
+};
+
+/* Parse `spec` into `f`.  Returns 0, or -1 with a reason in `why` (and `f`
+ * reset to "no filter").  Empty entries (",,") are ignored as NCCL does. */
+int lp_filter_parse(const char *spec, int allow_port, struct lp_filter *f, char *why, size_t whylen);
+
+/* 1 when (name, port) passes the filter; port -1 matches any entry port. */
+int lp_filter_match(const struct lp_filter *f, const char *name, int port);
+
+/* 1 when `name` matches an entry of the list itself, ignoring '^' (used for
+ * the interface search order, which NCCL expresses as several lists). */
+int lp_filter_hits(const struct lp_filter *f, const char *name, int port);
+
+enum lp_family { LP_FAMILY_ANY = 0, LP_FAMILY_INET = 4, LP_FAMILY_INET6 = 6 };
+
+struct lp_config {
+  /* ibverbs */
+  int gid_index;    /* NCCL_IB_GID_INDEX, -1: automatic */
+  int roce_version; /* NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version in automatic GID selection */
+  int tc;           /* NCCL_IB_TC */
+  int sl;           /* NCCL_IB_SL */
+  int pkey;         /* NCCL_IB_PKEY (P_Key table index) */
+  int timeout;      /* NCCL_IB_TIMEOUT */
+  int retry_cnt;    /* NCCL_IB_RETRY_CNT */
+  int qps_per_conn; /* NCCL_IB_QPS_PER_CONNECTION */
+  struct lp_filter hca; /* NCCL_IB_HCA */
+  /* out-of-band sockets */
+  struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */
+  int family;              /* NCCL_SOCKET_FAMILY: enum lp_family */
+  /* linkpass */
+  int setup_timeout_ms; /* LINKPASS_SETUP_TIMEOUT_MS: connection setup deadline, 0: none */
+  int max_wr_bytes;     /* LINKPASS_MAX_WR_BYTES: largest single RDMA write */
+  char ibverbs_lib[LP_CONFIG_STR_MAX]; /* NCCL_IBVERBS_LIB, "" when unset */
+  char hca_str[LP_CONFIG_STR_MAX];
+  char ifname_str[LP_CONFIG_STR_MAX];
+};
+
+/* Reads one variable; NULL when unset. */
+typedef const char *(*lp_env_fn)(void *arg, const char *name);
+/* Receives one complete warning (no trailing newline). */
+typedef void (*lp_diag_fn)(void *arg, const char *msg);
+
+/* Defaults only. */
+void lp_config_defaults(struct lp_config *cfg);
+
+/* Fill `cfg` from the environment.  Returns the number of warnings issued. */
+int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_fn warn, void *warn_arg);
+
+/* One line per effective setting, for the INFO log. */
+void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg);
+
+/* Strict integer parse: decimal or 0x hex, optional sign, surrounding blanks
+ * allowed, nothing else.  Returns 0 and *out, or -1. */
+int lp_parse_int(const char *s, long long *out);
+
+#endif

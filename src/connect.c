@@ -1,0 +1,570 @@
+/*
+ * Connection setup: listen, connect and accept as non-blocking state
+ * machines over an out-of-band TCP socket.  Each call does what can be done
+ * without waiting and returns a NULL comm until the connection is ready.
+ *
+ *   connector                          listener
+ *   TCP connect  ------------------->  accept (any number of strangers)
+ *   HELLO {listen id, QPs, FIFO} --->  validate, create QPs, RTR/RTS
+ *                <-------------------  ACCEPT {QPs, record buffer}
+ *   RTR/RTS, READY  ---------------->  recv comm ready
+ *   send comm ready
+ *
+ * The TCP socket stays open afterwards: it is the connection's control
+ * channel, independent of the RDMA path (failover notices will use it).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "log.h"
+
+#define LP_LISTEN_MAGIC 0x4c504c69u
+#define LP_MAX_PENDING 16
+
+/* ---- connector ----------------------------------------------------------- */
+
+enum { CS_CONNECTING = 1, CS_SEND_HELLO, CS_RECV_ACCEPT, CS_SEND_READY };
+
+struct lp_connect_stage {
+  struct lp_connect_stage *next;
+  uint64_t token;
+  int state;
+  uint64_t deadline_ns; /* 0: none */
+  union lp_sockaddr to;
+  struct lp_send_comm *comm;
+  struct lp_msg_hello hello;
+  struct lp_msg_accept accept;
+  struct lp_msg_ready ready;
+  size_t off;
+};
+
+/* ---- listener ------------------------------------------------------------ */
+
+struct lp_pending {
+  int fd; /* -1: free */
+  uint64_t since_ns;
+  size_t off;
+  union lp_sockaddr from;
+  struct lp_msg_hello hello;
+};
+
+enum { AS_SEND_REPLY = 1, AS_RECV_READY };
+
+struct lp_accept_stage {
+  int state;
+  uint64_t deadline_ns;
+  struct lp_recv_comm *comm;
+  struct lp_msg_accept reply;
+  struct lp_msg_ready ready;
+  size_t off;
+};
+
+struct lp_listen_comm {
+  uint32_t magic;
+  int dev;
+  int fd;
+  int traffic_class;
+  uint64_t listen_id;
+  union lp_sockaddr addr;
+  struct lp_pending pend[LP_MAX_PENDING];
+  struct lp_accept_stage *stage;
+};
+
+static uint64_t deadline_after(int ms) { return ms > 0 ? lp_now_ns() + (uint64_t)ms * 1000000ull : 0; }
+static int expired(uint64_t deadline) { return deadline != 0 && lp_now_ns() > deadline; }
+
+static const char *sock_err(int rc) { return rc == -EPIPE ? "connection closed by peer" : strerror(-rc); }
+
+static void describe_peer(char *out, size_t len, const char *host, const union lp_sockaddr *addr,
+                          const struct lp_link_info *l) {
+  char a[64];
+  snprintf(out, len, "%s (%s) %s:%u", host, lp_sockaddr_str(addr, a, sizeof(a)), l->dev_name, l->port);
+}
+
+/* Allocate a comm with its page-aligned control memory. */
+static void *comm_alloc(size_t size, int kind, size_t ctrl_len, int tc) {
+  struct lp_comm *c = calloc(1, size);
+  if (c == NULL) return NULL;
+  if (posix_memalign(&c->ctrl, 4096, ctrl_len) != 0) {
+    free(c);
+    return NULL;
+  }
+  memset(c->ctrl, 0, ctrl_len);
+  c->ctrl_len = ctrl_len;
+  c->magic = LP_COMM_MAGIC;
+  c->kind = kind;
+  c->fd = -1;
+  c->traffic_class = tc;
+  snprintf(c->peer, sizeof(c->peer), "(connecting)");
+  return c;
+}
+
+static void stage_unlink(struct lp_plugin *p, struct lp_connect_stage *st) {
+  pthread_mutex_lock(&p->lock);
+  for (struct lp_connect_stage **pp = &p->stages; *pp; pp = &(*pp)->next) {
+    if (*pp == st) {
+      *pp = st->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+static void stage_free(struct lp_plugin *p, struct lp_connect_stage *st, struct lp_handle *h) {
+  stage_unlink(p, st);
+  if (h) h->connect_token = 0;
+  if (st->comm) lp_comm_destroy(&st->comm->base);
+  free(st);
+}
+
+static ncclResult_t connect_start(struct lp_plugin *p, struct lp_ctx *ctx, int dev, int tc, struct lp_handle *h,
+                                  struct lp_connect_stage **out) {
+  ncclResult_t rc = ncclSystemError;
+  struct lp_connect_stage *st = calloc(1, sizeof(*st));
+  if (st == NULL) return ncclSystemError;
+  if (tc == NCCL_NET_TRAFFIC_CLASS_UNDEF) tc = lp_ctx_tc(ctx);
+  struct lp_send_comm *s = comm_alloc(sizeof(*s), LP_COMM_SEND, LP_SEND_CTRL_LEN, tc);
+  if (s == NULL) goto fail;
+  st->comm = s;
+  s->fifo = s->base.ctrl;
+  s->rec_stage = (struct lp_record *)(s->fifo + LP_FIFO_DEPTH * LP_MAX_RECVS);
+  s->head = 1;
+  s->post_seq = 1;
+  s->max_wr_bytes = (size_t)p->cfg.max_wr_bytes;
+  s->base.conn_id = lp_random_u64();
+  rc = lp_link_open(&s->base.link, dev, p->cfg.qps_per_conn, s->base.ctrl, s->base.ctrl_len, 0);
+  if (rc != ncclSuccess) goto fail;
+
+  memset(&st->to, 0, sizeof(st->to));
+  st->to.sa.sa_family = h->family;
+  if (h->family == AF_INET) {
+    st->to.in.sin_port = h->port;
+    memcpy(&st->to.in.sin_addr, h->addr, 4);
+  } else {
+    st->to.in6.sin6_port = h->port;
+    memcpy(&st->to.in6.sin6_addr, h->addr, 16);
+    st->to.in6.sin6_scope_id = h->scope_id;
+  }
+  int fd = lp_sock_connect_start(&st->to);
+  if (fd < 0) {
+    char a[64];
+    LP_WARN("connect: cannot reach the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), strerror(-fd));
+    rc = ncclRemoteError;
+    goto fail;
+  }
+  s->base.fd = fd;
+  lp_msg_hdr_init(&st->hello.hdr, LP_MSG_HELLO, sizeof(st->hello));
+  st->hello.listen_id = h->listen_id;
+  st->hello.conn_id = s->base.conn_id;
+  snprintf(st->hello.host, sizeof(st->hello.host), "%s", p->hostname);
+  st->hello.link = s->base.link.local;
+  st->state = CS_CONNECTING;
+  st->deadline_ns = deadline_after(p->cfg.setup_timeout_ms);
+
+  pthread_mutex_lock(&p->lock);
+  st->token = ++p->next_token;
+  st->next = p->stages;
+  p->stages = st;
+  pthread_mutex_unlock(&p->lock);
+  h->connect_token = st->token;
+  *out = st;
+  return ncclSuccess;
+fail:
+  if (st->comm) lp_comm_destroy(&st->comm->base);
+  free(st);
+  return rc;
+}
+
+/* Advance a connect; *done when the send comm is ready.  On error the
+ * caller frees the stage. */
+static ncclResult_t connect_step(struct lp_plugin *p, struct lp_connect_stage *st, int *done) {
+  struct lp_send_comm *s = st->comm;
+  int fd = s->base.fd;
+  char a[64];
+  int r;
+  *done = 0;
+  for (;;) {
+    switch (st->state) {
+      case CS_CONNECTING:
+        r = lp_sock_connect_check(fd);
+        if (r < 0) {
+          LP_WARN("connect: TCP connection to the listener at %s failed: %s",
+                  lp_sockaddr_str(&st->to, a, sizeof(a)), strerror(-r));
+          return ncclRemoteError;
+        }
+        if (r == 0) goto again;
+        st->state = CS_SEND_HELLO;
+        st->off = 0;
+        break;
+      case CS_SEND_HELLO:
+        r = lp_sock_send_progress(fd, &st->hello, sizeof(st->hello), &st->off);
+        if (r < 0) goto sock_fail;
+        if (r == 0) goto again;
+        st->state = CS_RECV_ACCEPT;
+        st->off = 0;
+        break;
+      case CS_RECV_ACCEPT: {
+        r = lp_sock_recv_progress(fd, &st->accept, sizeof(st->accept), &st->off);
+        if (r < 0) goto sock_fail;
+        char why[160];
+        if (st->off >= sizeof(struct lp_msg_hdr) &&
+            lp_msg_hdr_check(&st->accept.hdr, LP_MSG_ACCEPT, sizeof(st->accept), why, sizeof(why)) != 0) {
+          LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
+          return ncclRemoteError;
+        }
+        if (r == 0) goto again;
+        if (lp_msg_accept_check(&st->accept, s->base.conn_id, s->base.link.nqps, why, sizeof(why)) != 0) {
+          LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
+          return ncclRemoteError;
+        }
+        s->base.link.remote = st->accept.link;
+        describe_peer(s->base.peer, sizeof(s->base.peer), st->accept.host, &st->to, &st->accept.link);
+        ncclResult_t rc = lp_link_connect(&s->base.link, s->base.traffic_class);
+        if (rc != ncclSuccess) return rc;
+        lp_msg_hdr_init(&st->ready.hdr, LP_MSG_READY, sizeof(st->ready));
+        st->ready.conn_id = s->base.conn_id;
+        st->state = CS_SEND_READY;
+        st->off = 0;
+        break;
+      }
+      case CS_SEND_READY:
+        r = lp_sock_send_progress(fd, &st->ready, sizeof(st->ready), &st->off);
+        if (r < 0) goto sock_fail;
+        if (r == 0) goto again;
+        LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
+                s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
+        *done = 1;
+        return ncclSuccess;
+    }
+  }
+again:
+  if (expired(st->deadline_ns)) {
+    LP_WARN("connect: no answer from the listener at %s within LINKPASS_SETUP_TIMEOUT_MS=%d",
+            lp_sockaddr_str(&st->to, a, sizeof(a)), p->cfg.setup_timeout_ms);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+sock_fail:
+  LP_WARN("connect: the listener at %s went away during connection setup: %s",
+          lp_sockaddr_str(&st->to, a, sizeof(a)), sock_err(r));
+  return ncclRemoteError;
+}
+
+ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, void **sendComm,
+                        ncclNetDeviceHandle_v12_t **sendDevComm) {
+  struct lp_plugin *p = lp_plugin();
+  *sendComm = NULL;
+  if (sendDevComm) *sendDevComm = NULL; /* no device offload */
+  struct lp_ctx *c = lp_ctx_get(ctx);
+  if (!p->ready || c == NULL || dev < 0 || dev >= p->ndevs) {
+    LP_WARN("connect: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->ndevs);
+    return ncclInvalidArgument;
+  }
+  char why[160];
+  if (handle == NULL || lp_handle_check(handle, why, sizeof(why)) != 0) {
+    LP_WARN("connect: invalid handle: %s", handle ? why : "NULL");
+    return ncclInvalidArgument;
+  }
+  struct lp_handle *h = handle;
+  struct lp_connect_stage *st = NULL;
+  if (h->connect_token != 0) {
+    pthread_mutex_lock(&p->lock);
+    for (st = p->stages; st && st->token != h->connect_token; st = st->next) {
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (st == NULL) {
+      LP_WARN("connect: the handle names a connect that no longer exists (token %llu)",
+              (unsigned long long)h->connect_token);
+      return ncclInvalidUsage;
+    }
+  } else {
+    ncclResult_t rc = connect_start(p, c, dev, traffic_class, h, &st);
+    if (rc != ncclSuccess) return rc;
+  }
+  int done = 0;
+  ncclResult_t rc = connect_step(p, st, &done);
+  if (rc != ncclSuccess) {
+    stage_free(p, st, h);
+    return rc;
+  }
+  if (done) {
+    *sendComm = st->comm;
+    st->comm = NULL;
+    stage_free(p, st, h);
+  }
+  return ncclSuccess;
+}
+
+/* ---- listen / accept ------------------------------------------------------ */
+
+ncclResult_t lp_listen(void *ctx, int dev, void *handle, void **listenComm) {
+  struct lp_plugin *p = lp_plugin();
+  *listenComm = NULL;
+  struct lp_ctx *c = lp_ctx_get(ctx);
+  if (!p->ready || c == NULL || dev < 0 || dev >= p->ndevs || handle == NULL) {
+    LP_WARN("listen: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->ndevs);
+    return ncclInvalidArgument;
+  }
+  struct lp_listen_comm *l = calloc(1, sizeof(*l));
+  if (l == NULL) return ncclSystemError;
+  l->magic = LP_LISTEN_MAGIC;
+  l->dev = dev;
+  l->traffic_class = lp_ctx_tc(c);
+  l->listen_id = lp_random_u64();
+  for (int i = 0; i < LP_MAX_PENDING; i++) l->pend[i].fd = -1;
+  l->fd = lp_sock_listen(&p->oob_addr, &l->addr);
+  if (l->fd < 0) {
+    char a[64];
+    LP_WARN("listen: cannot listen on %s (%s): %s", lp_sockaddr_str(&p->oob_addr, a, sizeof(a)), p->oob_ifname,
+            strerror(-l->fd));
+    free(l);
+    return ncclSystemError;
+  }
+  struct lp_handle h;
+  memset(&h, 0, sizeof(h));
+  h.magic = LP_HANDLE_MAGIC;
+  h.version = LP_PROTO_VERSION;
+  h.family = l->addr.sa.sa_family;
+  h.dev = dev;
+  h.listen_id = l->listen_id;
+  if (h.family == AF_INET) {
+    h.port = l->addr.in.sin_port;
+    memcpy(h.addr, &l->addr.in.sin_addr, 4);
+  } else {
+    h.port = l->addr.in6.sin6_port;
+    memcpy(h.addr, &l->addr.in6.sin6_addr, 16);
+    h.scope_id = l->addr.in6.sin6_scope_id;
+  }
+  memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  memcpy(handle, &h, sizeof(h));
+  *listenComm = l;
+  return ncclSuccess;
+}
+
+static void pending_drop(struct lp_pending *pd) {
+  if (pd->fd >= 0) close(pd->fd);
+  pd->fd = -1;
+  pd->off = 0;
+}
+
+static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *why) {
+  char a[64], b[64];
+  LP_WARN("listener %s: rejected connection from %s: %s", lp_sockaddr_str(&l->addr, a, sizeof(a)),
+          lp_sockaddr_str(&pd->from, b, sizeof(b)), why);
+  pending_drop(pd);
+}
+
+/* Take new TCP connections and read hellos; returns the first pending
+ * connection with a complete, valid hello, or NULL. */
+static struct lp_pending *gather(struct lp_plugin *p, struct lp_listen_comm *l) {
+  for (;;) {
+    int fd = lp_sock_accept(l->fd);
+    if (fd <= 0) break;
+    int slot = -1;
+    for (int i = 0; i < LP_MAX_PENDING && slot < 0; i++)
+      if (l->pend[i].fd < 0) slot = i;
+    if (slot < 0) {
+      /* Full of connections that have not said hello: the oldest makes room. */
+      slot = 0;
+      for (int i = 1; i < LP_MAX_PENDING; i++)
+        if (l->pend[i].since_ns < l->pend[slot].since_ns) slot = i;
+      reject(l, &l->pend[slot], "too many connections without a hello; dropping the oldest");
+    }
+    struct lp_pending *pd = &l->pend[slot];
+    memset(pd, 0, sizeof(*pd));
+    pd->fd = fd;
+    pd->since_ns = lp_now_ns();
+    socklen_t alen = sizeof(pd->from);
+    if (getpeername(fd, &pd->from.sa, &alen) != 0) pd->from.sa.sa_family = AF_UNSPEC;
+  }
+  for (int i = 0; i < LP_MAX_PENDING; i++) {
+    struct lp_pending *pd = &l->pend[i];
+    if (pd->fd < 0) continue;
+    int r = lp_sock_recv_progress(pd->fd, &pd->hello, sizeof(pd->hello), &pd->off);
+    char why[160];
+    if (pd->off >= sizeof(struct lp_msg_hdr) &&
+        lp_msg_hdr_check(&pd->hello.hdr, LP_MSG_HELLO, sizeof(pd->hello), why, sizeof(why)) != 0) {
+      reject(l, pd, why);
+      continue;
+    }
+    if (r < 0) {
+      snprintf(why, sizeof(why), "closed before a complete hello (%zu bytes): %s", pd->off, sock_err(r));
+      reject(l, pd, why);
+      continue;
+    }
+    if (r == 0) {
+      int ms = p->cfg.setup_timeout_ms;
+      if (ms > 0 && lp_now_ns() - pd->since_ns > (uint64_t)ms * 1000000ull)
+        reject(l, pd, "no hello within LINKPASS_SETUP_TIMEOUT_MS");
+      continue;
+    }
+    if (lp_msg_hello_check(&pd->hello, l->listen_id, why, sizeof(why)) != 0) {
+      reject(l, pd, why);
+      continue;
+    }
+    return pd;
+  }
+  return NULL;
+}
+
+/* Build the recv comm for a valid hello and queue the reply. */
+static ncclResult_t accept_start(struct lp_plugin *p, struct lp_listen_comm *l, struct lp_pending *pd) {
+  ncclResult_t rc = ncclSystemError;
+  struct lp_accept_stage *st = calloc(1, sizeof(*st));
+  if (st == NULL) goto fail;
+  struct lp_recv_comm *r = comm_alloc(sizeof(*r), LP_COMM_RECV, LP_RECV_CTRL_LEN, l->traffic_class);
+  if (r == NULL) goto fail;
+  st->comm = r;
+  r->cts_stage = r->base.ctrl;
+  r->records = (struct lp_record *)(r->cts_stage + LP_FIFO_DEPTH * LP_MAX_RECVS);
+  r->tail = 1;
+  r->oldest = 1;
+  r->base.conn_id = pd->hello.conn_id;
+  r->base.fd = pd->fd;
+  pd->fd = -1;
+  describe_peer(r->base.peer, sizeof(r->base.peer), pd->hello.host, &pd->from, &pd->hello.link);
+  /* The receiver uses the sender's QP count: both ends must pair QPs 1:1. */
+  rc = lp_link_open(&r->base.link, l->dev, pd->hello.link.nqps, r->base.ctrl, r->base.ctrl_len,
+                    (size_t)((char *)r->records - (char *)r->base.ctrl));
+  if (rc != ncclSuccess) goto fail;
+  r->base.link.remote = pd->hello.link;
+  rc = lp_link_connect(&r->base.link, r->base.traffic_class);
+  if (rc != ncclSuccess) goto fail;
+  lp_msg_hdr_init(&st->reply.hdr, LP_MSG_ACCEPT, sizeof(st->reply));
+  st->reply.conn_id = r->base.conn_id;
+  snprintf(st->reply.host, sizeof(st->reply.host), "%s", p->hostname);
+  st->reply.link = r->base.link.local;
+  st->state = AS_SEND_REPLY;
+  st->deadline_ns = deadline_after(p->cfg.setup_timeout_ms);
+  l->stage = st;
+  pending_drop(pd);
+  return ncclSuccess;
+fail:
+  pending_drop(pd);
+  if (st && st->comm) lp_comm_destroy(&st->comm->base);
+  free(st);
+  return rc;
+}
+
+static ncclResult_t accept_step(struct lp_plugin *p, struct lp_accept_stage *st, int *done) {
+  struct lp_recv_comm *r = st->comm;
+  int fd = r->base.fd;
+  int rc;
+  char why[160];
+  *done = 0;
+  for (;;) {
+    switch (st->state) {
+      case AS_SEND_REPLY:
+        rc = lp_sock_send_progress(fd, &st->reply, sizeof(st->reply), &st->off);
+        if (rc < 0) goto sock_fail;
+        if (rc == 0) goto again;
+        st->state = AS_RECV_READY;
+        st->off = 0;
+        break;
+      case AS_RECV_READY:
+        rc = lp_sock_recv_progress(fd, &st->ready, sizeof(st->ready), &st->off);
+        if (rc < 0) goto sock_fail;
+        if (rc == 0) goto again;
+        if (lp_msg_ready_check(&st->ready, r->base.conn_id, why, sizeof(why)) != 0) {
+          LP_WARN("accept: invalid message from %s: %s", r->base.peer, why);
+          return ncclRemoteError;
+        }
+        LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
+                r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
+        *done = 1;
+        return ncclSuccess;
+    }
+  }
+again:
+  if (expired(st->deadline_ns)) {
+    LP_WARN("accept: %s did not finish connection setup within LINKPASS_SETUP_TIMEOUT_MS=%d", r->base.peer,
+            p->cfg.setup_timeout_ms);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+sock_fail:
+  LP_WARN("accept: %s went away during connection setup: %s", r->base.peer, sock_err(rc));
+  return ncclRemoteError;
+}
+
+ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v12_t **recvDevComm) {
+  struct lp_plugin *p = lp_plugin();
+  struct lp_listen_comm *l = listenComm;
+  *recvComm = NULL;
+  if (recvDevComm) *recvDevComm = NULL;
+  if (l == NULL || l->magic != LP_LISTEN_MAGIC) {
+    LP_WARN("accept: invalid listen comm %p", listenComm);
+    return ncclInvalidArgument;
+  }
+  if (l->stage == NULL) {
+    struct lp_pending *pd = gather(p, l);
+    if (pd == NULL) return ncclSuccess;
+    ncclResult_t rc = accept_start(p, l, pd);
+    if (rc != ncclSuccess) return rc;
+  }
+  int done = 0;
+  ncclResult_t rc = accept_step(p, l->stage, &done);
+  if (rc != ncclSuccess || done) {
+    struct lp_accept_stage *st = l->stage;
+    l->stage = NULL;
+    if (rc == ncclSuccess) {
+      *recvComm = st->comm;
+    } else {
+      lp_comm_destroy(&st->comm->base);
+    }
+    free(st);
+  }
+  return rc;
+}
+
+ncclResult_t lp_close_listen(void *listenComm) {
+  struct lp_listen_comm *l = listenComm;
+  if (l == NULL || l->magic != LP_LISTEN_MAGIC) {
+    LP_WARN("closeListen: invalid listen comm %p", listenComm);
+    return ncclInvalidArgument;
+  }
+  for (int i = 0; i < LP_MAX_PENDING; i++) pending_drop(&l->pend[i]);
+  if (l->stage) {
+    lp_comm_destroy(&l->stage->comm->base);
+    free(l->stage);
+  }
+  close(l->fd);
+  l->magic = 0;
+  free(l);
+  return ncclSuccess;
+}
+
+ncclResult_t lp_close_send(void *sendComm) {
+  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
+  if (c == NULL) {
+    LP_WARN("closeSend: invalid send comm %p", sendComm);
+    return ncclInvalidArgument;
+  }
+  lp_comm_destroy(c);
+  return ncclSuccess;
+}
+
+ncclResult_t lp_close_recv(void *recvComm) {
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("closeRecv: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  lp_comm_destroy(c);
+  return ncclSuccess;
+}
+
+void lp_connect_stages_free(void) {
+  struct lp_plugin *p = lp_plugin();
+  for (;;) {
+    pthread_mutex_lock(&p->lock);
+    struct lp_connect_stage *st = p->stages;
+    pthread_mutex_unlock(&p->lock);
+    if (st == NULL) break;
+    stage_free(p, st, NULL);
+  }
+}

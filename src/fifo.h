@@ -1,0 +1,61 @@
+/*
+ * Sequence numbers, CTS slots and work-request ids: the bookkeeping of the
+ * data path that does not need verbs, kept pure so it can be unit-tested.
+ *
+ * Every message of a connection (one irecv, with up to 8 sub-receives, and
+ * the isends matched to it) has a 64-bit sequence number, starting at 1.
+ * The receiver's CTS entries carry it in full; the sender's completion
+ * record carries it in full; the immediate data of every WRITE_WITH_IMM
+ * carries its low 32 bits.  Both sides can therefore always name exactly
+ * which messages were delivered, which the failover protocol relies on.
+ */
+#ifndef LP_FIFO_H
+#define LP_FIFO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+static inline int lp_fifo_slot(uint64_t seq) { return (int)(seq % LP_FIFO_DEPTH); }
+
+/* Immediate data of the final writes of message `seq`. */
+static inline uint32_t lp_imm_of(uint64_t seq) { return (uint32_t)seq; }
+
+/* The full sequence number of an immediate, given the oldest message still
+ * expected (`base`): messages in flight span fewer than 2^31 numbers. */
+static inline uint64_t lp_seq_from_imm(uint32_t imm, uint64_t base) {
+  return base + (uint64_t)(uint32_t)(imm - (uint32_t)base);
+}
+
+/* Has the CTS for message `seq` fully arrived in `slot` (LP_MAX_RECVS
+ * entries)?  1 yes (*nreqs set), 0 not yet, -1 the entry is inconsistent
+ * (nreqs out of range, or idx not matching its position). */
+int lp_cts_ready(const struct lp_cts *slot, uint64_t seq, int *nreqs);
+
+/* Find the first sub-receive of a ready CTS with this tag not yet taken
+ * (`taken` is a bit mask).  Returns its index or -1. */
+int lp_cts_match(const struct lp_cts *slot, int nreqs, int tag, unsigned taken);
+
+/* Part of a `size`-byte buffer that queue pair `q` of `nqps` carries: chunks
+ * are 128-byte aligned so that each QP writes whole cache lines. */
+void lp_qp_chunk(size_t size, int nqps, int q, size_t *off, size_t *len);
+
+/* Work-request ids: what a completion is about. */
+enum lp_wr_kind {
+  LP_WR_DATA = 1,  /* sender: payload write (signaled only to return credits) */
+  LP_WR_FINAL = 2, /* sender: last write of a message on one QP */
+  LP_WR_CTS = 3,   /* receiver: CTS write */
+  LP_WR_RECV = 4,  /* receiver: receive consumed by a WRITE_WITH_IMM */
+};
+
+static inline uint64_t lp_wrid(enum lp_wr_kind kind, int qp, unsigned credits, uint64_t seq) {
+  return (uint64_t)kind | ((uint64_t)(qp & 0xff) << 4) | ((uint64_t)(credits & 0xffff) << 12) |
+         ((uint64_t)(uint32_t)seq << 32);
+}
+static inline enum lp_wr_kind lp_wrid_kind(uint64_t id) { return (enum lp_wr_kind)(id & 0xf); }
+static inline int lp_wrid_qp(uint64_t id) { return (int)((id >> 4) & 0xff); }
+static inline unsigned lp_wrid_credits(uint64_t id) { return (unsigned)((id >> 12) & 0xffff); }
+static inline uint32_t lp_wrid_seq(uint64_t id) { return (uint32_t)(id >> 32); }
+
+#endif

@@ -1,0 +1,168 @@
+/* A connection's resources on one NIC: CQ, QPs, control-memory registration. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm.h"
+#include "log.h"
+
+const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &lp_plugin()->devs[link->dev]; }
+const struct lp_nic *lp_link_nic(const struct lp_link *link) {
+  struct lp_plugin *p = lp_plugin();
+  return &p->nics[p->devs[link->dev].nic];
+}
+
+ncclResult_t lp_link_open(struct lp_link *link, int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off) {
+  struct lp_plugin *p = lp_plugin();
+  const struct lp_ibv *ibv = &p->ibv;
+  memset(link, 0, sizeof(*link));
+  link->dev = dev;
+  link->nqps = nqps;
+
+  /* The port may have changed since init (address, MTU): re-read it now. */
+  pthread_mutex_lock(&p->lock);
+  struct lp_dev *d = &p->devs[dev];
+  struct lp_nic *nic = &p->nics[d->nic];
+  int rc = lp_dev_refresh(ibv, &p->cfg, nic, d);
+  struct lp_dev dcopy = *d;
+  int pkey = p->cfg.pkey;
+  pthread_mutex_unlock(&p->lock);
+  if (rc != 0) return ncclSystemError;
+
+  int cqe = nqps * (LP_SQ_DEPTH + LP_RQ_DEPTH);
+  if (nic->attr.max_cqe > 0 && cqe > nic->attr.max_cqe) cqe = nic->attr.max_cqe;
+  link->cq = ibv->create_cq(nic->ctx, cqe, NULL, NULL, 0);
+  if (link->cq == NULL) {
+    LP_WARN("ibv_create_cq(%s:%d, %d entries) failed: %s", dcopy.name, dcopy.port, cqe, strerror(errno));
+    goto fail;
+  }
+  for (int q = 0; q < nqps; q++) {
+    struct ibv_qp_init_attr ia;
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = link->cq;
+    ia.recv_cq = link->cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = LP_SQ_DEPTH;
+    ia.cap.max_recv_wr = LP_RQ_DEPTH;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    link->qps[q] = ibv->create_qp(nic->pd, &ia);
+    if (link->qps[q] == NULL) {
+      LP_WARN("ibv_create_qp(%s:%d) failed: %s", dcopy.name, dcopy.port, strerror(errno));
+      goto fail;
+    }
+    /* create_qp grants at least what was asked; we never use more. */
+    link->sq_free[q] = LP_SQ_DEPTH;
+
+    struct ibv_qp_attr qa;
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state = IBV_QPS_INIT;
+    qa.pkey_index = (uint16_t)pkey;
+    qa.port_num = (uint8_t)dcopy.port;
+    qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    int err = ibv->modify_qp(link->qps[q], &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (err != 0) {
+      LP_WARN("ibv_modify_qp(%s:%d, qp 0x%x, INIT) failed: %s", dcopy.name, dcopy.port, link->qps[q]->qp_num,
+              strerror(err));
+      goto fail;
+    }
+  }
+  link->ctrl_mr = ibv->reg_mr(nic->pd, ctrl, ctrl_len,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (link->ctrl_mr == NULL) {
+    LP_WARN("ibv_reg_mr(%s:%d, %zu bytes of control memory) failed: %s", dcopy.name, dcopy.port, ctrl_len,
+            strerror(errno));
+    goto fail;
+  }
+
+  struct lp_link_info *l = &link->local;
+  memset(l, 0, sizeof(*l));
+  memcpy(l->gid, dcopy.gid.raw, 16);
+  l->lid = dcopy.lid;
+  l->link_layer = (uint8_t)dcopy.link_layer;
+  l->mtu = (uint8_t)dcopy.active_mtu;
+  l->port = (uint8_t)dcopy.port;
+  l->nqps = (uint8_t)nqps;
+  l->gid_index = (uint8_t)dcopy.gid_index;
+  for (int q = 0; q < nqps; q++) l->qpn[q] = link->qps[q]->qp_num;
+  l->ctrl_addr = (uint64_t)(uintptr_t)ctrl + remote_off;
+  l->ctrl_rkey = link->ctrl_mr->rkey;
+  l->nic_guid = nic->attr.sys_image_guid;
+  snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, dcopy.name);
+  return ncclSuccess;
+fail:
+  lp_link_close(link);
+  return ncclSystemError;
+}
+
+ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
+  struct lp_plugin *p = lp_plugin();
+  const struct lp_ibv *ibv = &p->ibv;
+  const struct lp_config *cfg = &p->cfg;
+  const struct lp_link_info *l = &link->local, *r = &link->remote;
+  if (l->link_layer != r->link_layer) {
+    LP_WARN("%s:%u is %s but the peer's %s:%u is %s: cannot connect", l->dev_name, l->port,
+            l->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", r->dev_name, r->port,
+            r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
+    return ncclSystemError;
+  }
+  for (int q = 0; q < link->nqps; q++) {
+    struct ibv_qp_attr qa;
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state = IBV_QPS_RTR;
+    qa.path_mtu = (enum ibv_mtu)(l->mtu < r->mtu ? l->mtu : r->mtu);
+    qa.dest_qp_num = r->qpn[q];
+    qa.rq_psn = 0;
+    qa.max_dest_rd_atomic = 1;
+    qa.min_rnr_timer = 12;
+    qa.ah_attr.sl = (uint8_t)cfg->sl;
+    qa.ah_attr.port_num = l->port;
+    if (l->link_layer == IBV_LINK_LAYER_ETHERNET) {
+      qa.ah_attr.is_global = 1;
+      memcpy(qa.ah_attr.grh.dgid.raw, r->gid, 16);
+      qa.ah_attr.grh.flow_label = 0;
+      qa.ah_attr.grh.sgid_index = l->gid_index;
+      qa.ah_attr.grh.hop_limit = 255;
+      qa.ah_attr.grh.traffic_class = (uint8_t)traffic_class;
+    } else {
+      qa.ah_attr.is_global = 0;
+      qa.ah_attr.dlid = r->lid;
+    }
+    int err = ibv->modify_qp(link->qps[q], &qa,
+                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (err != 0) {
+      LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTR towards %s:%u qp 0x%x) failed: %s", l->dev_name, l->port,
+              l->qpn[q], r->dev_name, r->port, r->qpn[q], strerror(err));
+      return ncclSystemError;
+    }
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_state = IBV_QPS_RTS;
+    qa.timeout = (uint8_t)cfg->timeout;
+    qa.retry_cnt = (uint8_t)cfg->retry_cnt;
+    qa.rnr_retry = 7;
+    qa.sq_psn = 0;
+    qa.max_rd_atomic = 1;
+    err = ibv->modify_qp(link->qps[q], &qa,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
+    if (err != 0) {
+      LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTS) failed: %s", l->dev_name, l->port, l->qpn[q], strerror(err));
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
+void lp_link_close(struct lp_link *link) {
+  const struct lp_ibv *ibv = &lp_plugin()->ibv;
+  /* QPs first: destroying them stops the NIC from touching our memory. */
+  for (int q = 0; q < LP_MAX_QPS; q++) {
+    if (link->qps[q]) ibv->destroy_qp(link->qps[q]);
+    link->qps[q] = NULL;
+  }
+  if (link->ctrl_mr) ibv->dereg_mr(link->ctrl_mr);
+  link->ctrl_mr = NULL;
+  if (link->cq) ibv->destroy_cq(link->cq);
+  link->cq = NULL;
+}

@@ -1,0 +1,72 @@
+/*
+ * NICs and the devices NCCL sees.
+ *
+ * struct lp_nic owns what belongs to one opened HCA (verbs context and
+ * protection domain); struct lp_dev is one ACTIVE port of a NIC, which is
+ * what NCCL calls a device.  Everything a connection creates on a NIC (CQ,
+ * QPs, registrations) hangs off the NIC's PD, so a connection can later be
+ * rebuilt on another NIC by creating the same resources there.
+ */
+#ifndef LP_NIC_H
+#define LP_NIC_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "ibv.h"
+
+#define LP_MAX_NICS 32
+#define LP_MAX_DEVS 64
+#define LP_DEV_NAME_MAX 64
+#define LP_PATH_MAX 4096 /* PATH_MAX, without needing POSIX feature macros in users */
+
+struct lp_nic {
+  char name[LP_DEV_NAME_MAX];
+  char ibdev_path[256];
+  char pci_path[LP_PATH_MAX];
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_device_attr attr;
+};
+
+struct lp_dev {
+  int nic;  /* index in lp_plugin.nics */
+  int port; /* 1-based */
+  char name[LP_DEV_NAME_MAX];
+  int link_layer; /* IBV_LINK_LAYER_INFINIBAND / _ETHERNET */
+  int speed_mbps;
+  enum ibv_mtu active_mtu;
+  uint16_t lid;
+  int gid_index; /* the GID used for RoCE (and reported for IB) */
+  union ibv_gid gid;
+  int gid_type; /* IBV_GID_TYPE_*, -1 unknown */
+};
+
+/* Port speed in Mbps from the verbs width/speed encodings (NCCL's tables). */
+int lp_port_speed_mbps(uint8_t active_width, uint8_t active_speed);
+
+/* Open every device, keep the ACTIVE IB/Ethernet ports that NCCL_IB_HCA lets
+ * through.  Returns the number of devices found (0 is not an error here). */
+int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struct lp_nic *nics, int *nnics,
+                    struct lp_dev *devs, int max_devs);
+
+/* Close everything discover opened. */
+void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
+
+/* Re-read the port (state, LID, MTU) and choose the GID, right before a
+ * connection uses it: addresses can change after init.  0 or -1. */
+int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const struct lp_nic *nic,
+                   struct lp_dev *dev);
+
+/* Automatic GID choice (pure, for tests): given the table, pick the index
+ * NCCL would: the preferred RoCE version with an IPv4-mapped address first,
+ * then that version with any non-link-local address, then any usable entry.
+ * types[i] is IBV_GID_TYPE_* or -1 when unknown.  Returns -1 when none. */
+int lp_gid_pick(const union ibv_gid *gids, const int *types, int n, int roce_version, int family);
+
+/* "fe80::1" style text for logs. */
+const char *lp_gid_str(const union ibv_gid *gid, char *buf, size_t len);
+
+#endif

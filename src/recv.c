@@ -1,0 +1,166 @@
+/*
+ * Receiver data path.  irecv posts one zero-length receive per QP (each
+ * will be consumed by the sender's final WRITE_WITH_IMM on that QP) and
+ * RDMA-writes the CTS entries for its sub-receives into the sender's FIFO
+ * slot.  The message is complete when every QP has delivered its final
+ * write; the completion record written by QP 0 then holds the sizes.
+ */
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "comm.h"
+#include "log.h"
+
+ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc) {
+  struct lp_link *link = &r->base.link;
+  enum lp_wr_kind kind = lp_wrid_kind(wc->wr_id);
+  if (kind == LP_WR_CTS) {
+    link->sq_free[0] += (int)lp_wrid_credits(wc->wr_id);
+    return ncclSuccess;
+  }
+  if (kind != LP_WR_RECV || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)
+    return lp_comm_fail(&r->base, ncclInternalError, "unexpected completion (opcode %d, wr_id 0x%llx)",
+                        (int)wc->opcode, (unsigned long long)wc->wr_id);
+  uint32_t imm = ntohl(wc->imm_data);
+  uint64_t seq = lp_seq_from_imm(imm, r->oldest);
+  int slot = lp_fifo_slot(seq);
+  struct lp_req *req = r->slot_req[slot];
+  if (req == NULL || req->seq != seq || req->events <= 0)
+    return lp_comm_fail(&r->base, ncclRemoteError, "data for message %llu, which is not posted",
+                        (unsigned long long)seq);
+  if (--req->events > 0) return ncclSuccess;
+
+  const struct lp_record *rec = &r->records[slot];
+  if (rec->seq != seq || rec->nreqs != req->nsub)
+    return lp_comm_fail(&r->base, ncclRemoteError,
+                        "completion record for message %llu is inconsistent (seq %llu, %u sub-receives, expected %u)",
+                        (unsigned long long)seq, (unsigned long long)rec->seq, rec->nreqs, req->nsub);
+  const struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
+  for (int i = 0; i < req->nsub; i++) {
+    if (rec->sizes[i] > cts[i].size)
+      return lp_comm_fail(&r->base, ncclRemoteError, "peer reports %llu bytes for a %llu-byte receive",
+                          (unsigned long long)rec->sizes[i], (unsigned long long)cts[i].size);
+    req->sizes[i] = rec->sizes[i];
+  }
+  req->done = 1;
+  /* The slot is free for message seq + LP_FIFO_DEPTH; the request itself
+   * lives on until NCCL tests it. */
+  r->slot_req[slot] = NULL;
+  while (r->oldest < r->tail && r->slot_req[lp_fifo_slot(r->oldest)] == NULL) r->oldest++;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
+                      void **request) {
+  (void)phandles;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("irecv: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  struct lp_recv_comm *r = (struct lp_recv_comm *)c;
+  if (c->error != ncclSuccess) return c->error;
+  if (n < 1 || n > LP_MAX_RECVS) {
+    LP_WARN("irecv: %d sub-receives (accepted: 1..%d)", n, LP_MAX_RECVS);
+    return ncclInvalidArgument;
+  }
+  struct lp_link *link = &c->link;
+  int slot = lp_fifo_slot(r->tail);
+  /* Slot still owned by a message in flight, or no room for the CTS write:
+   * NCCL retries later. */
+  if (r->slot_req[slot] != NULL || link->sq_free[0] < 1) {
+    ncclResult_t rc = lp_comm_progress(c);
+    return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
+  }
+
+  struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
+  for (int i = 0; i < n; i++) {
+    uint32_t rkey = 0;
+    if (sizes[i] > 0) {
+      struct ibv_mr *mr = lp_mr_for(c, mhandles ? mhandles[i] : NULL);
+      if (mr == NULL) {
+        LP_WARN("irecv: memory handle %p is not registered on %s", mhandles ? mhandles[i] : NULL,
+                link->local.dev_name);
+        return ncclInvalidArgument;
+      }
+      if ((uintptr_t)data[i] < (uintptr_t)mr->addr ||
+          (uintptr_t)data[i] + sizes[i] > (uintptr_t)mr->addr + mr->length) {
+        LP_WARN("irecv: buffer %p+%zu lies outside its registration %p+%zu", data[i], sizes[i], mr->addr,
+                mr->length);
+        return ncclInvalidArgument;
+      }
+      rkey = mr->rkey;
+    }
+    memset(&cts[i], 0, sizeof(cts[i]));
+    cts[i].addr = (uint64_t)(uintptr_t)data[i];
+    cts[i].size = sizes[i];
+    cts[i].rkey = rkey;
+    cts[i].tag = tags[i];
+    cts[i].idx = (uint16_t)i;
+    cts[i].nreqs = (uint16_t)n;
+    cts[i].seq = r->tail;
+  }
+  struct lp_req *req = lp_req_alloc(c);
+  if (req == NULL) {
+    LP_WARN("irecv: more than %d requests outstanding on the connection from %s", LP_MAX_REQS, c->peer);
+    return ncclInternalError;
+  }
+  req->type = LP_REQ_RECV;
+  req->seq = r->tail;
+  req->nsub = (uint8_t)n;
+  req->events = link->nqps;
+
+  /* Receives first: the sender may write as soon as it sees the CTS. */
+  for (int q = 0; q < link->nqps; q++) {
+    struct ibv_recv_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, r->tail);
+    wr.num_sge = 0;
+    int err = ibv_post_recv(link->qps[q], &wr, &bad);
+    if (err != 0) {
+      lp_req_free(req);
+      return lp_comm_fail(c, ncclSystemError, "ibv_post_recv on qp 0x%x failed: %s", link->qps[q]->qp_num,
+                          strerror(err));
+    }
+  }
+  struct ibv_sge sge = {.addr = (uintptr_t)cts, .length = (uint32_t)(sizeof(*cts) * (size_t)n),
+                        .lkey = link->ctrl_mr->lkey};
+  struct ibv_send_wr wr, *bad = NULL;
+  memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr_id = lp_wrid(LP_WR_CTS, 0, 1, r->tail);
+  wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * LP_MAX_RECVS * sizeof(struct lp_cts);
+  wr.wr.rdma.rkey = link->remote.ctrl_rkey;
+  int err = ibv_post_send(link->qps[0], &wr, &bad);
+  if (err != 0) {
+    lp_req_free(req);
+    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (clear-to-send) on qp 0x%x failed: %s",
+                        link->qps[0]->qp_num, strerror(err));
+  }
+  link->sq_free[0]--;
+  r->slot_req[slot] = req;
+  r->tail++;
+  *request = req;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  /* Only host memory is advertised (ptrSupport = NCCL_PTR_HOST, forceFlush
+   * = 0): the NIC's writes are visible to the CPU once the completion is
+   * seen, so there is nothing to flush.  NULL means "nothing to wait for". */
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("iflush: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  return c->error;
+}

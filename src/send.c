@@ -1,0 +1,226 @@
+/*
+ * Sender data path.  isend waits for the receiver's CTS for the next
+ * message, matches it by tag, and once every sub-receive of that message
+ * has its isend, the message is posted: RDMA WRITEs of each payload split
+ * across the QPs, then one signaled RDMA_WRITE_WITH_IMM per QP whose
+ * immediate is the low 32 bits of the message's sequence number.  On QP 0
+ * that final write carries the completion record (sizes, full sequence
+ * number) into the receiver's record slot.
+ *
+ * Posting is incremental: a message that needs more work requests than the
+ * send queue has room for is continued from test()/isend as completions
+ * return credits, so even a 1 TiB message never overruns the queue.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+
+#include "comm.h"
+#include "log.h"
+
+/* Post one WR on QP q, signaling when credits must come back. */
+static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int force,
+                         uint64_t seq) {
+  struct lp_link *link = &s->base.link;
+  int signal = force || link->unsignaled[q] + 1 >= LP_SIGNAL_EVERY || link->sq_free[q] - 1 < LP_SIGNAL_EVERY;
+  if (signal) {
+    wr->send_flags |= IBV_SEND_SIGNALED;
+    wr->wr_id = lp_wrid(kind, q, (unsigned)link->unsignaled[q] + 1, seq);
+  } else {
+    wr->wr_id = 0;
+  }
+  struct ibv_send_wr *bad = NULL;
+  int err = ibv_post_send(link->qps[q], wr, &bad);
+  if (err != 0)
+    return lp_comm_fail(&s->base, ncclSystemError, "ibv_post_send on qp 0x%x failed: %s", link->qps[q]->qp_num,
+                        strerror(err));
+  link->sq_free[q]--;
+  link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
+  return ncclSuccess;
+}
+
+/* Post what QP q still owes for message m; stops when the queue is full.
+ * Returns ncclSuccess with m->q_done[q] set when the QP is finished. */
+static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q) {
+  struct lp_link *link = &s->base.link;
+  while (m->q_sub[q] < m->nreqs) {
+    int i = m->q_sub[q];
+    size_t off, len;
+    lp_qp_chunk(m->sub[i].size, link->nqps, q, &off, &len);
+    while (m->q_off[q] < len) {
+      /* keep one slot for the final write so a message can always finish */
+      if (link->sq_free[q] < 2) return ncclSuccess;
+      size_t piece = len - m->q_off[q];
+      if (piece > s->max_wr_bytes) piece = s->max_wr_bytes;
+      size_t at = off + m->q_off[q];
+      struct ibv_sge sge = {.addr = m->sub[i].laddr + at, .length = (uint32_t)piece, .lkey = m->sub[i].lkey};
+      struct ibv_send_wr wr;
+      memset(&wr, 0, sizeof(wr));
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.wr.rdma.remote_addr = m->sub[i].raddr + at;
+      wr.wr.rdma.rkey = m->sub[i].rkey;
+      ncclResult_t rc = post(s, q, &wr, LP_WR_DATA, 0, m->seq);
+      if (rc != ncclSuccess) return rc;
+      m->q_off[q] += piece;
+    }
+    m->q_sub[q]++;
+    m->q_off[q] = 0;
+  }
+  if (link->sq_free[q] < 1) return ncclSuccess;
+
+  int slot = lp_fifo_slot(m->seq);
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(lp_imm_of(m->seq));
+  wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * sizeof(struct lp_record);
+  wr.wr.rdma.rkey = link->remote.ctrl_rkey;
+  if (q == 0) {
+    struct lp_record *rec = &s->rec_stage[slot];
+    memset(rec, 0, sizeof(*rec));
+    rec->seq = m->seq;
+    rec->nreqs = (uint32_t)m->nreqs;
+    for (int i = 0; i < m->nreqs; i++) rec->sizes[i] = m->sub[i].size;
+    sge.addr = (uintptr_t)rec;
+    sge.length = sizeof(*rec);
+    sge.lkey = link->ctrl_mr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  ncclResult_t rc = post(s, q, &wr, LP_WR_FINAL, 1, m->seq);
+  if (rc != ncclSuccess) return rc;
+  m->q_done[q] = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_send_progress(struct lp_send_comm *s) {
+  if (s->base.error != ncclSuccess) return s->base.error;
+  while (s->post_seq < s->head) {
+    struct lp_send_msg *m = &s->msgs[lp_fifo_slot(s->post_seq)];
+    int all = 1;
+    for (int q = 0; q < s->base.link.nqps; q++) {
+      if (m->q_done[q]) continue;
+      ncclResult_t rc = post_qp(s, m, q);
+      if (rc != ncclSuccess) return rc;
+      all &= m->q_done[q];
+    }
+    if (!all) break; /* out of credits: continue when completions return some */
+    s->post_seq++;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc) {
+  uint64_t id = wc->wr_id;
+  int q = lp_wrid_qp(id);
+  enum lp_wr_kind kind = lp_wrid_kind(id);
+  if ((kind != LP_WR_DATA && kind != LP_WR_FINAL) || q >= s->base.link.nqps)
+    return lp_comm_fail(&s->base, ncclInternalError, "unexpected completion (wr_id 0x%llx)", (unsigned long long)id);
+  s->base.link.sq_free[q] += (int)lp_wrid_credits(id);
+  if (kind != LP_WR_FINAL) return ncclSuccess;
+  uint32_t low = lp_wrid_seq(id);
+  struct lp_send_msg *m = &s->msgs[low % LP_FIFO_DEPTH];
+  if ((uint32_t)m->seq != low || m->events <= 0)
+    return lp_comm_fail(&s->base, ncclInternalError, "completion for unknown message %u", low);
+  if (--m->events == 0) {
+    for (int i = 0; i < m->nreqs; i++) m->reqs[i]->done = 1;
+  }
+  return ncclSuccess;
+}
+
+/* The message for `head` in its slot, or NULL when its CTS is not there yet. */
+static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
+  *out = NULL;
+  struct lp_send_msg *m = &s->msgs[lp_fifo_slot(s->head)];
+  if (m->seq == s->head) {
+    *out = m;
+    return ncclSuccess;
+  }
+  /* The slot's previous message may still await its send completions even
+   * though the receiver already reused the slot. */
+  if (m->events > 0) return ncclSuccess;
+  int nreqs = 0;
+  int ready = lp_cts_ready(&s->fifo[lp_fifo_slot(s->head) * LP_MAX_RECVS], s->head, &nreqs);
+  if (ready < 0)
+    return lp_comm_fail(&s->base, ncclRemoteError, "malformed clear-to-send entry for message %llu",
+                        (unsigned long long)s->head);
+  if (ready == 0) return ncclSuccess;
+  memset(m, 0, sizeof(*m));
+  m->seq = s->head;
+  m->nreqs = nreqs;
+  *out = m;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
+                      void **request) {
+  (void)phandle;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
+  if (c == NULL) {
+    LP_WARN("isend: invalid send comm %p", sendComm);
+    return ncclInvalidArgument;
+  }
+  struct lp_send_comm *s = (struct lp_send_comm *)c;
+  if (c->error != ncclSuccess) return c->error;
+
+  struct lp_send_msg *m;
+  ncclResult_t rc = head_msg(s, &m);
+  if (rc != ncclSuccess) return rc;
+  if (m == NULL) {
+    /* Nothing to match yet; use the call to move earlier messages along. */
+    rc = lp_comm_progress(c);
+    return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
+  }
+  const struct lp_cts *cts = &s->fifo[lp_fifo_slot(m->seq) * LP_MAX_RECVS];
+  int r = lp_cts_match(cts, m->nreqs, tag, m->taken);
+  if (r < 0) return lp_comm_check_peer(c); /* no receive for this tag in this message: retry */
+  if (size > cts[r].size) {
+    LP_WARN("isend of %zu bytes (tag %d) to %s exceeds the %llu bytes the receiver posted: message truncated", size,
+            tag, c->peer, (unsigned long long)cts[r].size);
+    return ncclInvalidUsage;
+  }
+  uint32_t lkey = 0;
+  if (size > 0) {
+    struct ibv_mr *mr = lp_mr_for(c, mhandle);
+    if (mr == NULL) {
+      LP_WARN("isend: memory handle %p is not registered on %s", mhandle, c->link.local.dev_name);
+      return ncclInvalidArgument;
+    }
+    if ((uintptr_t)data < (uintptr_t)mr->addr || (uintptr_t)data + size > (uintptr_t)mr->addr + mr->length) {
+      LP_WARN("isend: buffer %p+%zu lies outside its registration %p+%zu", data, size, mr->addr, mr->length);
+      return ncclInvalidArgument;
+    }
+    lkey = mr->lkey;
+  }
+  struct lp_req *req = lp_req_alloc(c);
+  if (req == NULL) {
+    LP_WARN("isend: more than %d requests outstanding on the connection to %s", LP_MAX_REQS, c->peer);
+    return ncclInternalError;
+  }
+  req->type = LP_REQ_SEND;
+  req->seq = m->seq;
+  req->size = size;
+  req->nsub = 1;
+  m->sub[r].laddr = (uintptr_t)data;
+  m->sub[r].size = size;
+  m->sub[r].lkey = lkey;
+  m->sub[r].raddr = cts[r].addr;
+  m->sub[r].rkey = cts[r].rkey;
+  m->reqs[r] = req;
+  m->taken |= 1u << r;
+  if (m->taken == (1u << m->nreqs) - 1) {
+    m->events = c->link.nqps;
+    s->head++;
+    rc = lp_send_progress(s);
+    if (rc != ncclSuccess) {
+      lp_req_free(req);
+      return rc;
+    }
+  }
+  *request = req;
+  return ncclSuccess;
+}

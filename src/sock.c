@@ -1,0 +1,200 @@
+/* Out-of-band TCP sockets. */
+#include "sock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t lp_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+socklen_t lp_sockaddr_len(const union lp_sockaddr *a) {
+  return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+const char *lp_sockaddr_str(const union lp_sockaddr *a, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a->sa.sa_family == AF_INET) {
+    inet_ntop(AF_INET, &a->in.sin_addr, host, sizeof(host));
+    snprintf(buf, len, "%s:%u", host, ntohs(a->in.sin_port));
+  } else if (a->sa.sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &a->in6.sin6_addr, host, sizeof(host));
+    snprintf(buf, len, "[%s]:%u", host, ntohs(a->in6.sin6_port));
+  } else {
+    snprintf(buf, len, "(family %d)", a->sa.sa_family);
+  }
+  return buf;
+}
+
+static int family_ok(const struct lp_config *cfg, int fam) {
+  if (fam != AF_INET && fam != AF_INET6) return 0;
+  if (cfg->family == LP_FAMILY_INET) return fam == AF_INET;
+  if (cfg->family == LP_FAMILY_INET6) return fam == AF_INET6;
+  return 1;
+}
+
+static int usable(const struct ifaddrs *ifa) {
+  if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP)) return 0;
+  if (ifa->ifa_addr->sa_family == AF_INET6) {
+    /* Link-local addresses need a scope id the peer cannot use. */
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ifa->ifa_addr;
+    if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) return 0;
+  }
+  return 1;
+}
+
+/* One pass of the search: the first usable address accepted by `accept`,
+ * IPv4 preferred over IPv6 within the pass when both are allowed. */
+typedef int (*if_accept_fn)(const struct lp_config *cfg, const char *name);
+
+static int pass(const struct lp_config *cfg, struct ifaddrs *all, if_accept_fn accept, union lp_sockaddr *addr,
+                char *ifname, size_t iflen) {
+  for (int want = AF_INET; want != 0; want = want == AF_INET ? AF_INET6 : 0) {
+    for (struct ifaddrs *ifa = all; ifa; ifa = ifa->ifa_next) {
+      if (!usable(ifa) || ifa->ifa_addr->sa_family != want || !family_ok(cfg, want)) continue;
+      if (!accept(cfg, ifa->ifa_name)) continue;
+      memset(addr, 0, sizeof(*addr));
+      memcpy(addr, ifa->ifa_addr, want == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+      snprintf(ifname, iflen, "%s", ifa->ifa_name);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int by_user(const struct lp_config *cfg, const char *name) { return lp_filter_match(&cfg->ifname, name, -1); }
+static int by_ib(const struct lp_config *cfg, const char *name) {
+  (void)cfg;
+  return strncmp(name, "ib", 2) == 0;
+}
+static int by_other(const struct lp_config *cfg, const char *name) {
+  (void)cfg;
+  return strncmp(name, "docker", 6) != 0 && strncmp(name, "lo", 2) != 0 && strncmp(name, "virbr", 5) != 0;
+}
+static int by_docker(const struct lp_config *cfg, const char *name) {
+  (void)cfg;
+  return strncmp(name, "docker", 6) == 0;
+}
+static int by_lo(const struct lp_config *cfg, const char *name) {
+  (void)cfg;
+  return strncmp(name, "lo", 2) == 0;
+}
+
+int lp_oob_pick(const struct lp_config *cfg, union lp_sockaddr *addr, char *ifname, size_t iflen) {
+  struct ifaddrs *all = NULL;
+  if (getifaddrs(&all) != 0) return -1;
+  int rc;
+  if (cfg->ifname.set) {
+    rc = pass(cfg, all, by_user, addr, ifname, iflen);
+  } else {
+    rc = pass(cfg, all, by_ib, addr, ifname, iflen);
+    if (rc != 0) rc = pass(cfg, all, by_other, addr, ifname, iflen);
+    if (rc != 0) rc = pass(cfg, all, by_docker, addr, ifname, iflen);
+    if (rc != 0) rc = pass(cfg, all, by_lo, addr, ifname, iflen);
+  }
+  freeifaddrs(all);
+  if (rc == 0) {
+    if (addr->sa.sa_family == AF_INET)
+      addr->in.sin_port = 0;
+    else
+      addr->in6.sin6_port = 0;
+  }
+  return rc;
+}
+
+static int set_common(int fd) {
+  int one = 1;
+  /* Setup messages are small and latency-bound. */
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return -errno;
+  return 0;
+}
+
+int lp_sock_listen(const union lp_sockaddr *local, union lp_sockaddr *bound) {
+  int fd = socket(local->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int err;
+  if (bind(fd, &local->sa, lp_sockaddr_len(local)) != 0 || listen(fd, 128) != 0) goto fail;
+  socklen_t len = sizeof(*bound);
+  if (getsockname(fd, &bound->sa, &len) != 0) goto fail;
+  return fd;
+fail:
+  err = errno;
+  close(fd);
+  return -err;
+}
+
+int lp_sock_connect_start(const union lp_sockaddr *to) {
+  int fd = socket(to->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int rc = set_common(fd);
+  if (rc != 0) {
+    close(fd);
+    return rc;
+  }
+  if (connect(fd, &to->sa, lp_sockaddr_len(to)) != 0 && errno != EINPROGRESS) {
+    int err = errno;
+    close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+int lp_sock_connect_check(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -errno;
+  if (err != 0) return -err;
+  /* Writable means connected; SO_ERROR alone cannot tell "pending". */
+  union lp_sockaddr peer;
+  socklen_t plen = sizeof(peer);
+  if (getpeername(fd, &peer.sa, &plen) == 0) return 1;
+  return errno == ENOTCONN ? 0 : -errno;
+}
+
+int lp_sock_accept(int lfd) {
+  int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+  int rc = set_common(fd);
+  if (rc != 0) {
+    close(fd);
+    return 0; /* a connection we cannot configure is dropped, not fatal */
+  }
+  return fd;
+}
+
+int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off) {
+  while (*off < len) {
+    ssize_t n = send(fd, (const char *)buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    *off += (size_t)n;
+  }
+  return 1;
+}
+
+int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off) {
+  while (*off < len) {
+    ssize_t n = recv(fd, (char *)buf + *off, len - *off, MSG_DONTWAIT);
+    if (n == 0) return -EPIPE;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    *off += (size_t)n;
+  }
+  return 1;
+}

@@ -1,0 +1,47 @@
+/*
+ * Out-of-band TCP: the interface choice (NCCL_SOCKET_IFNAME) and small
+ * non-blocking helpers.  Nothing here ever blocks: every call does what the
+ * kernel can do now and reports "again" otherwise, because NCCL drives
+ * listen/connect/accept from its proxy thread and expects them to return.
+ */
+#ifndef LP_SOCK_H
+#define LP_SOCK_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "config.h"
+
+union lp_sockaddr {
+  struct sockaddr sa;
+  struct sockaddr_in in;
+  struct sockaddr_in6 in6;
+};
+
+/* Choose the local address for out-of-band sockets.  NCCL's order when
+ * NCCL_SOCKET_IFNAME is unset: "ib*" interfaces, then any interface except
+ * docker*, lo*, virbr*, then docker*, then loopback.  Returns 0 or -1. */
+int lp_oob_pick(const struct lp_config *cfg, union lp_sockaddr *addr, char *ifname, size_t iflen);
+
+/* Non-blocking listening socket on `local` (port 0: any); `bound` gets the
+ * real address.  Returns the fd or -errno. */
+int lp_sock_listen(const union lp_sockaddr *local, union lp_sockaddr *bound);
+/* Start a non-blocking connect.  Returns the fd or -errno. */
+int lp_sock_connect_start(const union lp_sockaddr *to);
+/* 1 connected, 0 still in progress, -errno failed. */
+int lp_sock_connect_check(int fd);
+/* Accept one pending connection: fd, 0 when none, -errno. */
+int lp_sock_accept(int lfd);
+/* Move bytes between `buf[*off..len)` and the socket.  1 when all done,
+ * 0 to call again, -errno on error; -EPIPE when the peer closed. */
+int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off);
+int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off);
+
+const char *lp_sockaddr_str(const union lp_sockaddr *a, char *buf, size_t len);
+socklen_t lp_sockaddr_len(const union lp_sockaddr *a);
+
+uint64_t lp_now_ns(void);
+
+#endif

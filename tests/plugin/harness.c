@@ -1,0 +1,667 @@
+/*
+ * Integration harness: two processes on a simulated fabric drive the plugin
+ * the way NCCL's proxy does.  Started by run_pair.sh as
+ *
+ *   lp_harness recv|send SCENARIO DIR
+ *
+ * DIR holds two FIFOs: "h" carries handles from the receiver to the sender,
+ * "b" carries one-byte signals back.  Opening and reading FIFOs blocks,
+ * which is the synchronisation (no sleeps).  Each process checks what it
+ * can see and exits non-zero on the first problem; an alarm bounds it.
+ *
+ * Environment: LP_HARNESS_PLUGIN (path of the .so), LP_HARNESS_ABI (8..12,
+ * default: newest).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "harness_net.h"
+#include "wire.h" /* the handle layout, to aim garbage at the listener */
+
+#define MAXCOMMS 16
+#define WINDOW_MAX 32
+
+static struct hnet net;
+static int is_recv;
+static const char *scenario;
+static int fd_h = -1, fd_b = -1;
+static int warns, rejected;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "harness %s/%s: FAIL: ", is_recv ? "recv" : "send", scenario);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    ncclResult_t rc_ = (call);                                              \
+    if (rc_ != ncclSuccess) die("%s returned %d (line %d)", #call, rc_, __LINE__); \
+  } while (0)
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (level == NCCL_LOG_WARN) {
+    warns++;
+    if (strstr(msg, "rejected connection")) rejected++;
+  }
+  if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
+    fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
+}
+
+static void write_full(int fd, const void *buf, size_t len) {
+  for (size_t off = 0; off < len;) {
+    ssize_t n = write(fd, (const char *)buf + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) die("write to the other process failed: %s", strerror(errno));
+    off += (size_t)n;
+  }
+}
+
+static void read_full(int fd, void *buf, size_t len) {
+  for (size_t off = 0; off < len;) {
+    ssize_t n = read(fd, (char *)buf + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) die("the other process went away (%s)", n == 0 ? "EOF" : strerror(errno));
+    off += (size_t)n;
+  }
+}
+
+static void signal_peer(char c) { write_full(is_recv ? fd_h : fd_b, &c, 1); }
+static char wait_peer(void) {
+  char c;
+  read_full(is_recv ? fd_b : fd_h, &c, 1);
+  return c;
+}
+
+static void *alloc_buf(size_t len) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, len ? len : 1) != 0) die("out of memory");
+  memset(p, 0, len);
+  return p;
+}
+
+static uint8_t pat(size_t j, int msg, int comm, int sub) {
+  return (uint8_t)(j * 7u + (unsigned)msg * 131u + (unsigned)comm * 17u + (unsigned)sub * 29u + 1u);
+}
+
+static void fill(uint8_t *b, size_t n, int msg, int comm, int sub) {
+  for (size_t j = 0; j < n; j++) b[j] = pat(j, msg, comm, sub);
+}
+
+static void verify(const uint8_t *b, size_t n, int msg, int comm, int sub) {
+  for (size_t j = 0; j < n; j++)
+    if (b[j] != pat(j, msg, comm, sub))
+      die("comm %d message %d sub %d: byte %zu is 0x%02x, expected 0x%02x", comm, msg, sub, j, b[j],
+          pat(j, msg, comm, sub));
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+struct conn {
+  void *comm;
+  void *lc;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  int dev;
+};
+
+static int ndev;
+
+static void bring_up(struct conn *c, int ncomms) {
+  if (is_recv) {
+    for (int i = 0; i < ncomms; i++) {
+      c[i].dev = i % ndev;
+      CHECK(hnet_listen(&net, c[i].dev, c[i].handle, &c[i].lc));
+      write_full(fd_h, c[i].handle, sizeof(c[i].handle));
+    }
+    for (int left = ncomms; left > 0;) {
+      for (int i = 0; i < ncomms; i++) {
+        if (c[i].comm) continue;
+        CHECK(hnet_accept(&net, c[i].lc, &c[i].comm));
+        if (c[i].comm) left--;
+      }
+    }
+  } else {
+    for (int i = 0; i < ncomms; i++) {
+      c[i].dev = i % ndev;
+      read_full(fd_h, c[i].handle, sizeof(c[i].handle));
+    }
+    for (int left = ncomms; left > 0;) {
+      for (int i = 0; i < ncomms; i++) {
+        if (c[i].comm) continue;
+        CHECK(hnet_connect(&net, c[i].dev, c[i].handle, &c[i].comm));
+        if (c[i].comm) left--;
+      }
+    }
+  }
+}
+
+static void tear_down(struct conn *c, int ncomms) {
+  for (int i = 0; i < ncomms; i++) {
+    if (is_recv) {
+      CHECK(hnet_close_recv(&net, c[i].comm));
+      CHECK(hnet_close_listen(&net, c[i].lc));
+    } else {
+      CHECK(hnet_close_send(&net, c[i].comm));
+    }
+  }
+}
+
+/* ---- streaming: many messages over several comms ------------------------- */
+
+struct stream {
+  int ncomms, nmsgs, window, nsub_max;
+  size_t (*size_of)(int msg, int sub);
+  size_t slot_bytes;
+};
+
+/* Message sizes: zero, odd, page-crossing, a few MiB. */
+static const size_t basic_sizes[] = {0, 1, 7, 8, 127, 128, 129, 1000, 4095, 4096, 4097, 65536, 65537, 1 << 20,
+                                     (1 << 20) + 3, 3 << 20, 8 << 20};
+#define NBASIC (int)(sizeof(basic_sizes) / sizeof(basic_sizes[0]))
+
+static size_t size_basic(int msg, int sub) {
+  (void)sub;
+  return basic_sizes[msg % NBASIC];
+}
+static size_t size_multi(int msg, int sub) { return (size_t)((msg * 977 + sub * 4099) % 70000); }
+static size_t size_small(int msg, int sub) { return (size_t)((msg * 37 + sub) % 5000); }
+
+static int nsub_of(const struct stream *s, int msg) { return s->nsub_max == 1 ? 1 : 1 + msg % s->nsub_max; }
+
+struct slot {
+  void *req;
+  int msg;
+};
+
+/* Sender: the requests of each sub-receive of the message in a window slot. */
+static void *sender_reqs[MAXCOMMS][WINDOW_MAX][8];
+
+static void run_stream(const struct stream *s) {
+  struct conn c[MAXCOMMS];
+  memset(c, 0, sizeof(c));
+  bring_up(c, s->ncomms);
+  size_t per_comm = s->slot_bytes * (size_t)s->window * (size_t)s->nsub_max;
+  uint8_t *buf[MAXCOMMS];
+  void *mh[MAXCOMMS];
+  for (int i = 0; i < s->ncomms; i++) {
+    buf[i] = alloc_buf(per_comm);
+    CHECK(hnet_regmr(&net, c[i].comm, buf[i], per_comm, &mh[i]));
+  }
+  struct slot slots[MAXCOMMS][WINDOW_MAX];
+  memset(slots, 0, sizeof(slots));
+  int next[MAXCOMMS] = {0}, done_count[MAXCOMMS] = {0}, sub_next[MAXCOMMS] = {0};
+  int total_done = 0, total = s->ncomms * s->nmsgs;
+  /* the sender matches sub-receives in a scrambled order */
+  void *pending_sub[MAXCOMMS][8];
+  memset(pending_sub, 0, sizeof(pending_sub));
+
+  while (total_done < total) {
+    int before = total_done;
+    int posted_before = 0;
+    for (int i = 0; i < s->ncomms; i++) posted_before += next[i];
+    for (int i = 0; i < s->ncomms; i++) {
+      /* post */
+      while (next[i] < s->nmsgs && next[i] - done_count[i] < s->window) {
+        int m = next[i];
+        struct slot *sl = &slots[i][m % s->window];
+        if (sl->req != NULL) break; /* the window slot is still busy */
+        int nsub = nsub_of(s, m);
+        uint8_t *base = buf[i] + (size_t)(m % s->window) * s->slot_bytes * (size_t)s->nsub_max;
+        if (is_recv) {
+          void *data[8], *mhs[8];
+          size_t sizes[8];
+          int tags[8];
+          for (int k = 0; k < nsub; k++) {
+            data[k] = base + (size_t)k * s->slot_bytes;
+            sizes[k] = s->size_of(m, k) + (size_t)((m + k) % 3) * 100; /* posted may exceed sent */
+            if (sizes[k] > s->slot_bytes) sizes[k] = s->slot_bytes;
+            tags[k] = 100 + k;
+            mhs[k] = mh[i];
+            memset(data[k], 0xee, sizes[k]);
+          }
+          void *req = NULL;
+          CHECK(hnet_irecv(&net, c[i].comm, nsub, data, sizes, tags, mhs, &req));
+          if (req == NULL) break;
+          sl->req = req;
+          sl->msg = m;
+          next[i]++;
+        } else {
+          /* isend each sub-receive, in reverse order for odd messages */
+          while (sub_next[i] < nsub) {
+            int k = (m & 1) ? nsub - 1 - sub_next[i] : sub_next[i];
+            uint8_t *d = base + (size_t)k * s->slot_bytes;
+            size_t sz = s->size_of(m, k);
+            if (pending_sub[i][k] == NULL) fill(d, sz, m, i, k);
+            void *req = NULL;
+            CHECK(hnet_isend(&net, c[i].comm, d, sz, 100 + k, mh[i], &req));
+            if (req == NULL) break;
+            pending_sub[i][k] = req;
+            sub_next[i]++;
+          }
+          if (sub_next[i] < nsub) break;
+          /* the slot tracks the message; each sub's request is tested below */
+          sl->req = (void *)1;
+          sl->msg = m;
+          next[i]++;
+          sub_next[i] = 0;
+          memcpy(&sender_reqs[i][m % s->window][0], pending_sub[i], sizeof(pending_sub[i]));
+          memset(pending_sub[i], 0, sizeof(pending_sub[i]));
+        }
+      }
+      /* test outstanding slots newest first: completion order must not matter */
+      for (int w = s->window - 1; w >= 0; w--) {
+        struct slot *sl = &slots[i][w];
+        if (sl->req == NULL) continue;
+        int m = sl->msg, nsub = nsub_of(s, m);
+        uint8_t *base = buf[i] + (size_t)w * s->slot_bytes * (size_t)s->nsub_max;
+        if (is_recv) {
+          int done = 0, sizes[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+          CHECK(hnet_test(&net, sl->req, &done, sizes));
+          if (!done) continue;
+          for (int k = 0; k < nsub; k++) {
+            size_t want = s->size_of(m, k);
+            if ((size_t)sizes[k] != want) die("comm %d message %d sub %d: received %d bytes, expected %zu", i, m, k,
+                                              sizes[k], want);
+            verify(base + (size_t)k * s->slot_bytes, want, m, i, k);
+          }
+        } else {
+          int all = 1;
+          for (int k = 0; k < nsub; k++) {
+            void **rq = &sender_reqs[i][w][k];
+            if (*rq == NULL) continue;
+            int done = 0, size = -1;
+            CHECK(hnet_test(&net, *rq, &done, &size));
+            if (!done) {
+              all = 0;
+              continue;
+            }
+            if ((size_t)size != s->size_of(m, k)) die("send test reports %d bytes, sent %zu", size, s->size_of(m, k));
+            *rq = NULL;
+          }
+          if (!all) continue;
+        }
+        sl->req = NULL;
+        done_count[i]++;
+        total_done++;
+      }
+    }
+    /* Idle round: give the CPU away, as NCCL's proxy thread does (on a small
+     * machine the simulator's engine threads need it). */
+    int posted_after = 0;
+    for (int i = 0; i < s->ncomms; i++) posted_after += next[i];
+    if (total_done == before && posted_after == posted_before) sched_yield();
+  }
+  for (int i = 0; i < s->ncomms; i++) CHECK(hnet_deregmr(&net, c[i].comm, mh[i]));
+  tear_down(c, s->ncomms);
+  for (int i = 0; i < s->ncomms; i++) free(buf[i]);
+}
+
+/* ---- close with requests outstanding ----------------------------------- */
+
+static void run_close(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  bring_up(c, 1);
+  size_t len = 8 << 20;
+  uint8_t *b = alloc_buf(len);
+  void *mh;
+  CHECK(hnet_regmr(&net, c[0].comm, b, len, &mh));
+  int posted = 0;
+  if (is_recv) {
+    /* 8 receives; the sender will match 4 of them, 4 stay empty */
+    while (posted < 8) {
+      void *data = b + (size_t)posted * (1 << 20), *req = NULL;
+      size_t size = 1 << 20;
+      int tag = 1;
+      CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &size, &tag, &mh, &req));
+      if (req) posted++;
+    }
+    wait_peer(); /* the sender has its 4 isends posted */
+  } else {
+    while (posted < 4) {
+      void *req = NULL;
+      CHECK(hnet_isend(&net, c[0].comm, b + (size_t)posted * (1 << 20), 1 << 20, 1, mh, &req));
+      if (req) posted++;
+    }
+    signal_peer('p');
+  }
+  /* close without testing anything: must neither crash nor leak */
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  tear_down(c, 1);
+  free(b);
+}
+
+/* ---- garbage on the listening socket ----------------------------------- */
+
+static int raw_connect(const struct lp_handle *h) {
+  union {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+  } a;
+  memset(&a, 0, sizeof(a));
+  socklen_t len;
+  if (h->family == AF_INET) {
+    a.in.sin_family = AF_INET;
+    a.in.sin_port = h->port;
+    memcpy(&a.in.sin_addr, h->addr, 4);
+    len = sizeof(a.in);
+  } else {
+    a.in6.sin6_family = AF_INET6;
+    a.in6.sin6_port = h->port;
+    memcpy(&a.in6.sin6_addr, h->addr, 16);
+    len = sizeof(a.in6);
+  }
+  int fd = socket(h->family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, &a.sa, len) != 0) die("raw connect to the listener failed: %s", strerror(errno));
+  return fd;
+}
+
+static void run_garbage(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  if (is_recv) {
+    c[0].dev = 0;
+    CHECK(hnet_listen(&net, 0, c[0].handle, &c[0].lc));
+    write_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    wait_peer(); /* garbage sent */
+    time_t until = time(NULL) + 20;
+    while (rejected < 3) {
+      CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
+      if (c[0].comm) die("accepted a garbage connection");
+      if (time(NULL) > until) die("only %d of 3 garbage connections were rejected", rejected);
+    }
+    signal_peer('g');
+    while (c[0].comm == NULL) CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
+  } else {
+    read_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    const struct lp_handle *h = (const struct lp_handle *)c[0].handle;
+    /* 1: random bytes, then close */
+    int g1 = raw_connect(h);
+    uint8_t junk[300];
+    for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (uint8_t)(i * 151 + 7);
+    write_full(g1, junk, sizeof(junk));
+    close(g1);
+    /* 2: a header with the wrong magic, left open */
+    int g2 = raw_connect(h);
+    struct lp_msg_hdr bad = {.magic = 0xdeadbeef, .version = LP_PROTO_VERSION, .type = LP_MSG_HELLO};
+    write_full(g2, &bad, sizeof(bad));
+    /* 3: a well-formed hello for another listener */
+    int g3 = raw_connect(h);
+    struct lp_msg_hello hello;
+    memset(&hello, 0, sizeof(hello));
+    lp_msg_hdr_init(&hello.hdr, LP_MSG_HELLO, sizeof(hello));
+    hello.listen_id = h->listen_id ^ 1;
+    hello.conn_id = 7;
+    write_full(g3, &hello, sizeof(hello));
+    /* 4: connected and silent for the whole test */
+    int g4 = raw_connect(h);
+    signal_peer('s');
+    wait_peer(); /* the listener rejected 1-3 */
+    while (c[0].comm == NULL) CHECK(hnet_connect(&net, 0, c[0].handle, &c[0].comm));
+    close(g2);
+    close(g3);
+    close(g4);
+  }
+  /* the real connection works */
+  uint8_t *b = alloc_buf(1 << 16);
+  void *mh, *req = NULL;
+  CHECK(hnet_regmr(&net, c[0].comm, b, 1 << 16, &mh));
+  if (is_recv) {
+    void *data = b;
+    size_t size = 1 << 16;
+    int tag = 5, done = 0, got = 0;
+    while (req == NULL) CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &size, &tag, &mh, &req));
+    while (!done) CHECK(hnet_test(&net, req, &done, &got));
+    if (got != 1000) die("received %d bytes, expected 1000", got);
+    verify(b, 1000, 0, 0, 0);
+  } else {
+    fill(b, 1000, 0, 0, 0);
+    int done = 0;
+    while (req == NULL) CHECK(hnet_isend(&net, c[0].comm, b, 1000, 5, mh, &req));
+    while (!done) CHECK(hnet_test(&net, req, &done, NULL));
+  }
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  tear_down(c, 1);
+  free(b);
+}
+
+/* ---- the listener vanishes during connect -------------------------------- */
+
+static void run_vanish(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *sc = NULL;
+  if (is_recv) {
+    CHECK(hnet_listen(&net, 0, handle, &lc));
+    write_full(fd_h, handle, sizeof(handle));
+    wait_peer(); /* the sender's connect has started */
+    _exit(0);    /* die without accepting: the kernel resets the connection */
+  }
+  read_full(fd_h, handle, sizeof(handle));
+  CHECK(hnet_connect(&net, 0, handle, &sc));
+  if (sc) die("connect completed without the listener accepting");
+  signal_peer('c');
+  time_t until = time(NULL) + 30;
+  for (;;) {
+    ncclResult_t rc = hnet_connect(&net, 0, handle, &sc);
+    if (rc != ncclSuccess) {
+      if (warns == 0) die("connect failed (%d) without a warning", rc);
+      fprintf(stderr, "harness: connect failed as expected (%d)\n", rc);
+      return;
+    }
+    if (sc) die("connect to a vanished listener succeeded");
+    if (time(NULL) > until) die("connect to a vanished listener neither failed nor finished in 30 s");
+  }
+}
+
+/* ---- the peer exits in the middle of a transfer -------------------------------
+ * "sender_exit": the receiver waits in test() for a message that will never
+ * come; "receiver_exit": the sender waits in isend() for a CTS that will never
+ * come.  Either way the survivor must fail with ncclRemoteError and a WARN,
+ * promptly, instead of hanging. */
+
+static void run_peer_exit(int sender_dies) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  bring_up(c, 1);
+  uint8_t *b = alloc_buf(1 << 16);
+  void *mh, *req = NULL;
+  CHECK(hnet_regmr(&net, c[0].comm, b, 1 << 16, &mh));
+  int dies = sender_dies ? !is_recv : is_recv;
+  if (dies) {
+    wait_peer(); /* the survivor is waiting */
+    _exit(0);
+  }
+  if (is_recv) {
+    void *data = b;
+    size_t size = 1 << 16;
+    int tag = 1;
+    while (req == NULL) CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &size, &tag, &mh, &req));
+  }
+  signal_peer('w');
+  time_t until = time(NULL) + 20;
+  for (;;) {
+    int done = 0;
+    ncclResult_t rc = is_recv ? hnet_test(&net, req, &done, NULL) : hnet_isend(&net, c[0].comm, b, 100, 1, mh, &req);
+    if (rc != ncclSuccess) {
+      if (rc != ncclRemoteError || warns == 0) die("failed with %d and %d warnings", rc, warns);
+      fprintf(stderr, "harness: the survivor failed as expected (%d)\n", rc);
+      break;
+    }
+    if (done || (!is_recv && req != NULL)) die("a transfer with a dead peer made progress");
+    if (time(NULL) > until) die("no error 20 s after the peer exited");
+    sched_yield();
+  }
+  /* closing a failed comm is still clean */
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  tear_down(c, 1);
+  free(b);
+}
+
+/* ---- properties ------------------------------------------------------------ */
+
+static int getProperties_bad_ok(void) {
+  ncclNetProperties_v12_t p;
+  return hnet_props(&net, ndev, &p) == ncclSuccess ? -1 : 0;
+}
+
+static void run_props(void) {
+  for (int d = 0; d < ndev; d++) {
+    ncclNetProperties_v12_t p;
+    CHECK(hnet_props(&net, d, &p));
+    fprintf(stderr, "harness: dev %d %s port %d speed %d pci %s guid 0x%llx maxComms %d\n", d, p.name, p.port,
+            p.speed, p.pciPath, (unsigned long long)p.guid, p.maxComms);
+    if (!p.name || !*p.name || !p.pciPath || !*p.pciPath) die("device %d has no name or PCI path", d);
+    if (p.ptrSupport != NCCL_PTR_HOST || p.regIsGlobal != 1 || p.maxRecvs != 8 || p.port < 1 || p.speed <= 0 ||
+        p.latency != 0 || p.maxComms <= 0 || p.netDeviceType != NCCL_NET_DEVICE_HOST)
+      die("device %d has unexpected properties", d);
+    if (net.version >= 9) {
+      if (p.vProps.ndevs != 1 || p.vProps.devs[0] != d) die("device %d: vProps {%d, %d}", d, p.vProps.ndevs,
+                                                            p.vProps.devs[0]);
+      if (p.maxP2pBytes != (size_t)1 << 40 || p.maxCollBytes != (size_t)512 << 20) die("device %d: size limits", d);
+    }
+    const char *want = getenv("LP_HARNESS_SPEED");
+    if (want && p.speed != atoi(want)) die("device %d: speed %d Mbps, expected %s", d, p.speed, want);
+  }
+  if (getProperties_bad_ok() != 0) die("getProperties accepted an invalid device");
+  /* NCCL_IB_HCA filtering: how many devices, and which comes first */
+  const char *nd = getenv("LP_HARNESS_NDEV"), *first = getenv("LP_HARNESS_DEV0");
+  if (nd && ndev != atoi(nd)) die("%d devices, expected %s", ndev, nd);
+  if (first) {
+    ncclNetProperties_v12_t p;
+    CHECK(hnet_props(&net, 0, &p));
+    if (strcmp(p.name, first) != 0) die("device 0 is %s, expected %s", p.name, first);
+  }
+}
+
+/* ---- bandwidth: fixed-size messages, no data checks ------------------------ */
+
+static void run_bw(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  bring_up(c, 1);
+  const char *e = getenv("LP_HARNESS_BW_SIZE");
+  size_t size = e ? (size_t)atoll(e) : (4u << 20);
+  int window = 8, nmsgs = 200;
+  uint8_t *b = alloc_buf(size * (size_t)window);
+  void *mh, *reqs[WINDOW_MAX] = {0};
+  CHECK(hnet_regmr(&net, c[0].comm, b, size * (size_t)window, &mh));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int posted = 0, done_n = 0;
+  while (done_n < nmsgs) {
+    while (posted < nmsgs && reqs[posted % window] == NULL) {
+      void *data = b + (size_t)(posted % window) * size, *req = NULL;
+      size_t sz = size;
+      int tag = 1;
+      if (is_recv)
+        CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &sz, &tag, &mh, &req));
+      else
+        CHECK(hnet_isend(&net, c[0].comm, data, size, 1, mh, &req));
+      if (req == NULL) break;
+      reqs[posted % window] = req;
+      posted++;
+    }
+    void **rq = &reqs[done_n % window];
+    int done = 0, sizes[1];
+    if (*rq) CHECK(hnet_test(&net, *rq, &done, sizes));
+    if (done) {
+      *rq = NULL;
+      done_n++;
+    } else {
+      sched_yield(); /* as NCCL's proxy thread does when idle: lets the simulator's engine run */
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  fprintf(stderr, "harness: %d x %zu bytes in %.3f s: %.2f GB/s, %.1f us per message\n", nmsgs, size, sec,
+          (double)size * nmsgs / sec / 1e9, sec * 1e6 / nmsgs);
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  tear_down(c, 1);
+  free(b);
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  if (argc != 4 || (strcmp(argv[1], "recv") != 0 && strcmp(argv[1], "send") != 0)) {
+    fprintf(stderr, "usage: %s recv|send SCENARIO DIR\n", argv[0]);
+    return 2;
+  }
+  is_recv = strcmp(argv[1], "recv") == 0;
+  scenario = argv[2];
+  alarm(120); /* a hang is a failure, never a stuck ctest */
+
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/h", argv[3]);
+  fd_h = open(path, is_recv ? O_WRONLY : O_RDONLY);
+  snprintf(path, sizeof(path), "%s/b", argv[3]);
+  fd_b = open(path, is_recv ? O_RDONLY : O_WRONLY);
+  if (fd_h < 0 || fd_b < 0) die("cannot open the FIFOs in %s: %s", argv[3], strerror(errno));
+
+  const char *plugin = getenv("LP_HARNESS_PLUGIN");
+  const char *abi = getenv("LP_HARNESS_ABI");
+  if (plugin == NULL) die("LP_HARNESS_PLUGIN is not set");
+  if (hnet_open(&net, plugin, abi ? atoi(abi) : 0) != 0) die("cannot load %s", plugin);
+  if (strcmp(hnet_name(&net), "linkpass") != 0) die("plugin name is '%s'", hnet_name(&net));
+  CHECK(hnet_init(&net, logger));
+  CHECK(hnet_devices(&net, &ndev));
+  if (ndev < 1) die("no devices");
+
+  if (strcmp(scenario, "props") == 0) {
+    run_props();
+  } else if (strcmp(scenario, "basic") == 0) {
+    struct stream s = {.ncomms = 1, .nmsgs = 3 * NBASIC, .window = 8, .nsub_max = 1, .size_of = size_basic,
+                       .slot_bytes = (8 << 20) + 4096};
+    run_stream(&s);
+  } else if (strcmp(scenario, "multi") == 0) {
+    struct stream s = {.ncomms = 2, .nmsgs = 64, .window = 4, .nsub_max = 8, .size_of = size_multi,
+                       .slot_bytes = 70400};
+    run_stream(&s);
+  } else if (strcmp(scenario, "many") == 0) {
+    struct stream s = {.ncomms = MAXCOMMS, .nmsgs = 40, .window = 8, .nsub_max = 1, .size_of = size_small,
+                       .slot_bytes = 5400};
+    run_stream(&s);
+  } else if (strcmp(scenario, "window") == 0) {
+    struct stream s = {.ncomms = 1, .nmsgs = 400, .window = WINDOW_MAX, .nsub_max = 1, .size_of = size_small,
+                       .slot_bytes = 5400};
+    run_stream(&s);
+  } else if (strcmp(scenario, "sender_exit") == 0 || strcmp(scenario, "receiver_exit") == 0) {
+    run_peer_exit(strcmp(scenario, "sender_exit") == 0);
+  } else if (strcmp(scenario, "bw") == 0) {
+    run_bw();
+  } else if (strcmp(scenario, "close") == 0) {
+    run_close();
+  } else if (strcmp(scenario, "garbage") == 0) {
+    run_garbage();
+  } else if (strcmp(scenario, "vanish") == 0) {
+    run_vanish();
+  } else {
+    die("unknown scenario");
+  }
+  CHECK(hnet_finalize(&net));
+  fprintf(stderr, "harness %s/%s (ABI v%d): OK\n", argv[1], scenario, net.version);
+  return 0;
+}

@@ -1,0 +1,218 @@
+/* Environment parsing: defaults, valid values, malformed values. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+
+struct fake_env {
+  const char *kv[32][2];
+  int n;
+  char warnings[16][800];
+  int nwarn;
+};
+
+static const char *fake_get(void *arg, const char *name) {
+  struct fake_env *e = arg;
+  for (int i = 0; i < e->n; i++)
+    if (strcmp(e->kv[i][0], name) == 0) return e->kv[i][1];
+  return NULL;
+}
+
+static void fake_warn(void *arg, const char *msg) {
+  struct fake_env *e = arg;
+  if (e->nwarn < 16) snprintf(e->warnings[e->nwarn], sizeof(e->warnings[0]), "%s", msg);
+  e->nwarn++;
+}
+
+static void set(struct fake_env *e, const char *k, const char *v) {
+  e->kv[e->n][0] = k;
+  e->kv[e->n][1] = v;
+  e->n++;
+}
+
+static int load(struct fake_env *e, struct lp_config *cfg) {
+  return lp_config_load(cfg, fake_get, e, fake_warn, e);
+}
+
+Test(config, defaults) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  cr_assert_eq(load(&e, &cfg), 0);
+  cr_expect_eq(cfg.gid_index, -1);
+  cr_expect_eq(cfg.tc, 0);
+  cr_expect_eq(cfg.sl, 0);
+  cr_expect_eq(cfg.pkey, 0);
+  cr_expect_eq(cfg.timeout, 20);
+  cr_expect_eq(cfg.retry_cnt, 7);
+  cr_expect_eq(cfg.qps_per_conn, 1);
+  cr_expect_eq(cfg.roce_version, 2);
+  cr_expect_eq(cfg.hca.set, 0);
+  cr_expect_eq(cfg.ifname.set, 0);
+  cr_expect_eq(cfg.family, LP_FAMILY_ANY);
+  cr_expect_gt(cfg.setup_timeout_ms, 0);
+}
+
+Test(config, valid_values) {
+  struct fake_env e = {0};
+  set(&e, "NCCL_IB_GID_INDEX", "3");
+  set(&e, "NCCL_IB_TC", "106");
+  set(&e, "NCCL_IB_SL", " 5 ");
+  set(&e, "NCCL_IB_PKEY", "0x1");
+  set(&e, "NCCL_IB_TIMEOUT", "22");
+  set(&e, "NCCL_IB_RETRY_CNT", "0");
+  set(&e, "NCCL_IB_QPS_PER_CONNECTION", "4");
+  set(&e, "NCCL_SOCKET_FAMILY", "AF_INET6");
+  set(&e, "LINKPASS_SETUP_TIMEOUT_MS", "0");
+  struct lp_config cfg;
+  cr_assert_eq(load(&e, &cfg), 0, "unexpected warning: %s", e.warnings[0]);
+  cr_expect_eq(cfg.gid_index, 3);
+  cr_expect_eq(cfg.tc, 106);
+  cr_expect_eq(cfg.sl, 5);
+  cr_expect_eq(cfg.pkey, 1);
+  cr_expect_eq(cfg.timeout, 22);
+  cr_expect_eq(cfg.retry_cnt, 0);
+  cr_expect_eq(cfg.qps_per_conn, 4);
+  cr_expect_eq(cfg.family, LP_FAMILY_INET6);
+  cr_expect_eq(cfg.setup_timeout_ms, 0);
+}
+
+/* Each malformed value: one warning naming variable, value and the range;
+ * the default stays. */
+static void expect_rejected(const char *var, const char *val, const char *range) {
+  struct fake_env e = {0};
+  set(&e, var, val);
+  struct lp_config cfg, def;
+  lp_config_defaults(&def);
+  cr_assert_eq(load(&e, &cfg), 1, "%s=%s: expected one warning, got %d", var, val, e.nwarn);
+  cr_expect(strstr(e.warnings[0], var) != NULL, "warning does not name %s: %s", var, e.warnings[0]);
+  cr_expect(strstr(e.warnings[0], val) != NULL, "warning does not show the value: %s", e.warnings[0]);
+  cr_expect(strstr(e.warnings[0], range) != NULL, "warning does not say what is accepted: %s", e.warnings[0]);
+  cr_expect(memcmp(&cfg, &def, sizeof(cfg)) == 0, "%s=%s changed the configuration", var, val);
+}
+
+Test(config, malformed_integers) {
+  expect_rejected("NCCL_IB_TIMEOUT", "abc", "[1, 31]");
+  expect_rejected("NCCL_IB_TIMEOUT", "0", "[1, 31]");
+  expect_rejected("NCCL_IB_TIMEOUT", "32", "[1, 31]");
+  expect_rejected("NCCL_IB_TIMEOUT", "20x", "[1, 31]");
+  expect_rejected("NCCL_IB_TIMEOUT", "2 0", "[1, 31]");
+  expect_rejected("NCCL_IB_RETRY_CNT", "8", "[0, 7]");
+  expect_rejected("NCCL_IB_RETRY_CNT", "-1", "[0, 7]");
+  expect_rejected("NCCL_IB_SL", "16", "[0, 15]");
+  expect_rejected("NCCL_IB_TC", "256", "[0, 255]");
+  expect_rejected("NCCL_IB_TC", "99999999999999999999999", "[0, 255]");
+  expect_rejected("NCCL_IB_GID_INDEX", "-2", "[-1, 255]");
+  expect_rejected("NCCL_IB_GID_INDEX", "1.5", "[-1, 255]");
+  expect_rejected("NCCL_IB_QPS_PER_CONNECTION", "0", "[1, 16]");
+  expect_rejected("NCCL_IB_QPS_PER_CONNECTION", "17", "[1, 16]");
+  expect_rejected("NCCL_IB_PKEY", "65536", "[0, 65535]");
+  expect_rejected("NCCL_IB_ROCE_VERSION_NUM", "3", "[1, 2]");
+  expect_rejected("LINKPASS_SETUP_TIMEOUT_MS", "-5", "[0, ");
+  expect_rejected("NCCL_SOCKET_FAMILY", "AF_UNIX", "AF_INET or AF_INET6");
+  expect_rejected("NCCL_IB_HCA", "mlx5_0:x", "[^][=]name[:port]");
+  expect_rejected("NCCL_IB_HCA", "mlx5_0:0", "[^][=]name[:port]");
+  expect_rejected("NCCL_IB_HCA", "^", "[^][=]name[:port]");
+  expect_rejected("NCCL_IB_HCA", ":1", "[^][=]name[:port]");
+  expect_rejected("NCCL_SOCKET_IFNAME", "eth0:1", "[^][=]prefix");
+}
+
+Test(config, empty_is_unset) {
+  struct fake_env e = {0};
+  set(&e, "NCCL_IB_TIMEOUT", "");
+  set(&e, "NCCL_IB_HCA", "");
+  struct lp_config cfg;
+  cr_expect_eq(load(&e, &cfg), 0);
+  cr_expect_eq(cfg.timeout, 20);
+  cr_expect_eq(cfg.hca.set, 0);
+}
+
+Test(config, describe_lists_every_setting) {
+  struct lp_config cfg;
+  lp_config_defaults(&cfg);
+  struct fake_env e = {0};
+  lp_config_describe(&cfg, fake_warn, &e);
+  const char *names[] = {"NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_PKEY", "NCCL_IB_TIMEOUT=20",
+                         "NCCL_IB_RETRY_CNT=7", "NCCL_IB_QPS_PER_CONNECTION=1", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
+                         "NCCL_SOCKET_FAMILY", "LINKPASS_SETUP_TIMEOUT_MS", "NCCL_IBVERBS_LIB"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    int found = 0;
+    for (int j = 0; j < e.nwarn && j < 16; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
+    cr_expect(found, "%s is not described", names[i]);
+  }
+}
+
+static struct lp_filter parse_ok(const char *spec, int allow_port) {
+  struct lp_filter f;
+  char why[128];
+  cr_assert_eq(lp_filter_parse(spec, allow_port, &f, why, sizeof(why)), 0, "%s: %s", spec, why);
+  return f;
+}
+
+Test(filter, prefix_match) {
+  struct lp_filter f = parse_ok("mlx5", 1);
+  cr_expect(lp_filter_match(&f, "mlx5_0", 1));
+  cr_expect(lp_filter_match(&f, "mlx5_10", 2));
+  cr_expect(!lp_filter_match(&f, "mlx4_0", 1));
+}
+
+Test(filter, exact_match) {
+  struct lp_filter f = parse_ok("=mlx5_1", 1);
+  cr_expect(lp_filter_match(&f, "mlx5_1", 1));
+  cr_expect(!lp_filter_match(&f, "mlx5_10", 1));
+}
+
+Test(filter, exclude_and_ports) {
+  struct lp_filter f = parse_ok("^mlx5_0:1,mlx5_2", 1);
+  cr_expect_eq(f.n, 2);
+  cr_expect(!lp_filter_match(&f, "mlx5_0", 1));
+  cr_expect(lp_filter_match(&f, "mlx5_0", 2));
+  cr_expect(!lp_filter_match(&f, "mlx5_2", 1));
+  cr_expect(lp_filter_match(&f, "mlx5_1", 1));
+}
+
+Test(filter, exclude_exact) {
+  struct lp_filter f = parse_ok("^=mlx5_1", 1);
+  cr_expect(f.exclude && f.exact);
+  cr_expect(!lp_filter_match(&f, "mlx5_1", 1));
+  cr_expect(lp_filter_match(&f, "mlx5_10", 1));
+}
+
+Test(filter, empty_entries_ignored) {
+  struct lp_filter f = parse_ok(",mlx5_0,,mlx5_1:2,", 1);
+  cr_expect_eq(f.n, 2);
+  cr_expect_eq(f.e[1].port, 2);
+}
+
+Test(filter, malformed) {
+  struct lp_filter f;
+  char why[128];
+  char longname[200];
+  memset(longname, 'a', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  const char *bad[] = {"mlx5_0:", "mlx5_0:256", "mlx5_0:1x", "=", "^=", ",,,", "a b", longname};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    cr_expect_eq(lp_filter_parse(bad[i], 1, &f, why, sizeof(why)), -1, "accepted '%s'", bad[i]);
+    cr_expect_eq(f.set, 0);
+  }
+  char many[400] = "";
+  for (int i = 0; i < 40; i++) strcat(many, "d,");
+  cr_expect_eq(lp_filter_parse(many, 1, &f, why, sizeof(why)), -1, "accepted 40 entries");
+}
+
+Test(filter, unset_matches_all) {
+  struct lp_filter f;
+  memset(&f, 0, sizeof(f));
+  cr_expect(lp_filter_match(&f, "anything", 3));
+}
+
+Test(parse_int, forms) {
+  long long v;
+  cr_expect(lp_parse_int("42", &v) == 0 && v == 42);
+  cr_expect(lp_parse_int("0x10", &v) == 0 && v == 16);
+  cr_expect(lp_parse_int("-1", &v) == 0 && v == -1);
+  cr_expect_eq(lp_parse_int("", &v), -1);
+  cr_expect_eq(lp_parse_int("   ", &v), -1);
+  cr_expect_eq(lp_parse_int("4k", &v), -1);
+  cr_expect_eq(lp_parse_int(NULL, &v), -1);
+}

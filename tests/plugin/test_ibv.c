@@ -1,0 +1,31 @@
+/* Run-time loading of libibverbs. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "ibv.h"
+
+/* A library that is not libibverbs: refused with a reason naming what is
+ * missing, never a crash. */
+Test(ibv, wrong_library_is_refused) {
+  struct lp_ibv ibv;
+  char why[512];
+  cr_assert_eq(lp_ibv_load(&ibv, "libc.so.6", why, sizeof(why)), -1);
+  cr_expect(strstr(why, "ibv_get_device_list") != NULL, "reason: %s", why);
+  cr_expect(strstr(why, "IBVERBS_1.1") != NULL, "reason: %s", why);
+  cr_expect_null(ibv.dl);
+}
+
+/* Whatever libibverbs is installed (if any) loads with versioned symbols. */
+Test(ibv, default_names) {
+  struct lp_ibv ibv;
+  char why[512];
+  if (lp_ibv_load(&ibv, NULL, why, sizeof(why)) != 0) {
+    cr_expect(strstr(why, "libibverbs") != NULL, "reason: %s", why);
+    return;
+  }
+  cr_expect_not_null(ibv.get_device_list);
+  cr_expect_not_null(ibv.query_port);
+  cr_expect_not_null(ibv.wc_status_str);
+  cr_expect_str_eq(lp_ibv_wc_status(&ibv, IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded");
+  lp_ibv_unload(&ibv);
+}

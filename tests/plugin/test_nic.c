@@ -1,0 +1,42 @@
+/* Port speed and automatic GID selection. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "config.h"
+#include "nic.h"
+
+Test(nic, speed_from_width_and_speed) {
+  cr_expect_eq(lp_port_speed_mbps(2, 32), 100000, "4X EDR");
+  cr_expect_eq(lp_port_speed_mbps(2, 64), 200000, "4X HDR");
+  cr_expect_eq(lp_port_speed_mbps(1, 1), 2500, "1X SDR");
+  cr_expect_eq(lp_port_speed_mbps(2, 128), 400000, "4X NDR");
+  cr_expect_eq(lp_port_speed_mbps(16, 32), 50000, "2X EDR");
+  cr_expect_eq(lp_port_speed_mbps(8, 4), 120000, "12X QDR");
+}
+
+static union ibv_gid gid_of(const char *text) {
+  union ibv_gid g;
+  memset(&g, 0, sizeof(g));
+  if (text) inet_pton(AF_INET6, text, g.raw);
+  return g;
+}
+
+/* mlx5's usual table: link-local v1, v2, then IPv4-mapped v1, v2. */
+Test(nic, gid_prefers_roce_v2_ipv4) {
+  union ibv_gid g[4] = {gid_of("fe80::1"), gid_of("fe80::1"), gid_of("::ffff:198.18.0.1"),
+                        gid_of("::ffff:198.18.0.1")};
+  int t[4] = {IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2};
+  cr_expect_eq(lp_gid_pick(g, t, 4, 2, LP_FAMILY_ANY), 3);
+  cr_expect_eq(lp_gid_pick(g, t, 4, 1, LP_FAMILY_ANY), 2);
+}
+
+Test(nic, gid_skips_empty_and_handles_ipv6) {
+  union ibv_gid g[5] = {gid_of(NULL), gid_of("fe80::1"), gid_of("fd00::2"), gid_of("fd00::2"),
+                        gid_of("::ffff:10.0.0.1")};
+  int t[5] = {-1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1};
+  cr_expect_eq(lp_gid_pick(g, t, 5, 2, LP_FAMILY_INET6), 3);
+  cr_expect_eq(lp_gid_pick(g, t, 1, 2, LP_FAMILY_ANY), -1, "an all-zero table has no GID");
+  int unknown[5] = {-1, -1, -1, -1, -1};
+  cr_expect_eq(lp_gid_pick(g, unknown, 5, 2, LP_FAMILY_ANY), 4, "unknown types: an IPv4 address first");
+}
