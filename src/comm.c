@@ -49,6 +49,7 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
 
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
+  lp_fo_fini(comm);
   lp_link_close(&comm->link);
   free(comm->ctrl);
   if (comm->fd >= 0) close(comm->fd);
@@ -64,6 +65,8 @@ struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle) {
 
 ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   if (comm->error != ncclSuccess) return comm->error;
+  ncclResult_t frc = lp_fo_progress(comm);
+  if (frc != ncclSuccess) return frc;
   struct ibv_wc wcs[LP_POLL_BATCH];
   /* A bounded number of batches per call: test() must return promptly. */
   for (int iter = 0; iter < 4; iter++) {
@@ -72,11 +75,11 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
     for (int i = 0; i < n; i++) {
       const struct ibv_wc *wc = &wcs[i];
       if (wc->status != IBV_WC_SUCCESS) {
-        /* Later completions of this QP are flushes caused by this one. */
-        return lp_comm_fail(comm, ncclRemoteError,
-                            "completion error on qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
-                            wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status,
-                            wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
+        /* Move to another path, or fail when failover is off.  Later
+         * completions of this QP are flushes caused by this one. */
+        ncclResult_t rc = lp_fo_on_error(comm, wc);
+        if (rc != ncclSuccess) return rc;
+        continue;
       }
       ncclResult_t rc = comm->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)comm, wc)
                                                    : lp_recv_completion((struct lp_recv_comm *)comm, wc);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "failover.h"
 #include "fifo.h"
 #include "linkpass.h"
 #include "linkpass/nccl_net.h"
@@ -72,7 +73,9 @@ struct lp_comm {
   ncclResult_t error; /* sticky: once a comm fails every call reports it */
   char peer[160];     /* "host addr dev:port" for messages */
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
+  char peer_id[160];  /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
+  struct lp_fo fo;    /* link failover state */
 };
 
 /* Sender side of one FIFO slot: a message being matched or in flight. */
@@ -85,6 +88,7 @@ struct lp_send_msg {
   struct {
     uintptr_t laddr;
     size_t size;
+    struct lp_mr *mh; /* to find the key on whichever NIC carries the message */
     uint32_t lkey;
     uint64_t raddr;
     uint32_t rkey;
@@ -102,6 +106,7 @@ struct lp_send_comm {
   uint64_t head;               /* next message to match (first is 1) */
   uint64_t post_seq;           /* next matched message to post */
   size_t max_wr_bytes;
+  struct lp_link next; /* failover: the path offered to the peer, until it answers */
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
 };
 
@@ -112,6 +117,7 @@ struct lp_recv_comm {
   uint64_t tail;             /* next message to announce (first is 1) */
   uint64_t oldest;           /* oldest message not yet complete */
   struct lp_req *slot_req[LP_FIFO_DEPTH];
+  struct lp_mr *cts_mh[LP_FIFO_DEPTH][LP_MAX_RECVS]; /* to re-key CTS entries on another NIC */
 };
 
 #define LP_SEND_CTRL_LEN (sizeof(struct lp_cts) * LP_FIFO_DEPTH * LP_MAX_RECVS + sizeof(struct lp_record) * LP_FIFO_DEPTH)
@@ -122,7 +128,7 @@ struct lp_mr {
   uint32_t magic;
   uintptr_t addr;
   size_t len;
-  struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC; today only the comm's NIC */
+  struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
 };
 
 /* ---- link.c ---- */

@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
+
+#include "report.h"
 
 int lp_parse_int(const char *s, long long *out) {
   if (s == NULL) return -1;
@@ -146,6 +149,12 @@ static const struct int_var int_vars[] = {
     {"LINKPASS_SETUP_TIMEOUT_MS", offsetof(struct lp_config, setup_timeout_ms), 120000, 0, 86400000,
      "(0 waits forever)"},
     {"LINKPASS_MAX_WR_BYTES", offsetof(struct lp_config, max_wr_bytes), 1 << 30, 4096, 1 << 30, ""},
+    {"LINKPASS_FAILOVER", offsetof(struct lp_config, failover), 1, 0, 1, "(0 turns link failover off)"},
+    {"LINKPASS_WATCHDOG_MS", offsetof(struct lp_config, watchdog_ms), 2000, 0, 3600000, "(0 turns the watchdog off)"},
+    {"LINKPASS_FAILBACK_HOLDDOWN_MS", offsetof(struct lp_config, failback_holddown_ms), 2000, 0, 3600000, ""},
+    {"LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", offsetof(struct lp_config, failback_holddown_max_ms), 60000, 0, 86400000,
+     ""},
+    {"LINKPASS_SYSLOG", offsetof(struct lp_config, syslog), 1, 0, 1, "(0 keeps event lines in NCCL's log only)"},
 };
 
 #define NVARS (sizeof(int_vars) / sizeof(int_vars[0]))
@@ -166,6 +175,19 @@ void lp_config_defaults(struct lp_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   for (size_t i = 0; i < NVARS; i++) *(int *)((char *)cfg + int_vars[i].off) = int_vars[i].def;
   cfg->family = LP_FAMILY_ANY;
+  cfg->syslog_facility = LOG_USER;
+  snprintf(cfg->syslog_socket, sizeof(cfg->syslog_socket), "/dev/log");
+}
+
+/* A string variable kept as given, if it fits. */
+static void string_var(const char *name, const char *s, char *dst, size_t len, lp_diag_fn warn, void *warn_arg,
+                       int *nwarn, const char *fallback) {
+  if (s == NULL || *s == '\0') return;
+  if (strlen(s) >= len) {
+    diag(warn, warn_arg, nwarn, "%s is not valid: longer than %d characters; %s", name, (int)len - 1, fallback);
+    return;
+  }
+  snprintf(dst, len, "%s", s);
 }
 
 /* Env values are copied for the log with a bounded length so a hostile
@@ -232,14 +254,24 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
     }
   }
 
-  s = env(env_arg, "NCCL_IBVERBS_LIB");
+  string_var("NCCL_IBVERBS_LIB", env(env_arg, "NCCL_IBVERBS_LIB"), cfg->ibverbs_lib, sizeof(cfg->ibverbs_lib), warn,
+             warn_arg, &nwarn, "using the default library names");
+  string_var("LINKPASS_NIC_POOL", env(env_arg, "LINKPASS_NIC_POOL"), cfg->nic_pool, sizeof(cfg->nic_pool), warn,
+             warn_arg, &nwarn, "using pools ordered by closeness");
+  string_var("LINKPASS_METRICS_FILE", env(env_arg, "LINKPASS_METRICS_FILE"), cfg->metrics_file,
+             sizeof(cfg->metrics_file), warn, warn_arg, &nwarn, "writing no metrics file");
+  string_var("LINKPASS_SYSLOG_SOCKET", env(env_arg, "LINKPASS_SYSLOG_SOCKET"), cfg->syslog_socket,
+             sizeof(cfg->syslog_socket), warn, warn_arg, &nwarn, "using /dev/log");
+
+  s = env(env_arg, "LINKPASS_SYSLOG_FACILITY");
   if (s != NULL && *s != '\0') {
-    if (strlen(s) >= sizeof(cfg->ibverbs_lib)) {
+    int facility = lp_syslog_facility(s);
+    if (facility < 0) {
+      shown(val, sizeof(val), s);
       diag(warn, warn_arg, &nwarn,
-           "NCCL_IBVERBS_LIB is not valid: longer than %d characters; using the default library names",
-           (int)sizeof(cfg->ibverbs_lib) - 1);
+           "LINKPASS_SYSLOG_FACILITY=\"%s\" is not valid: expected user, daemon or local0..local7; using user", val);
     } else {
-      snprintf(cfg->ibverbs_lib, sizeof(cfg->ibverbs_lib), "%s", s);
+      cfg->syslog_facility = facility;
     }
   }
   return nwarn;
@@ -259,5 +291,13 @@ void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg)
            cfg->family == LP_FAMILY_INET ? "AF_INET" : cfg->family == LP_FAMILY_INET6 ? "AF_INET6" : "(any)");
   line(arg, buf);
   snprintf(buf, sizeof(buf), "NCCL_IBVERBS_LIB=%s", cfg->ibverbs_lib[0] ? cfg->ibverbs_lib : "(default names)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "LINKPASS_NIC_POOL=%s", cfg->nic_pool[0] ? cfg->nic_pool : "(by closeness)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_SOCKET=%s", cfg->syslog_socket);
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_FACILITY=%d", cfg->syslog_facility >> 3);
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "LINKPASS_METRICS_FILE=%s", cfg->metrics_file[0] ? cfg->metrics_file : "(none)");
   line(arg, buf);
 }

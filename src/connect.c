@@ -237,6 +237,7 @@ static ncclResult_t connect_step(struct lp_plugin *p, struct lp_connect_stage *s
         if (r == 0) goto again;
         LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
                 s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
+        lp_fo_init(&s->base);
         *done = 1;
         return ncclSuccess;
     }
@@ -475,6 +476,7 @@ static ncclResult_t accept_step(struct lp_plugin *p, struct lp_accept_stage *st,
         }
         LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
                 r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
+        lp_fo_init(&r->base);
         *done = 1;
         return ncclSuccess;
     }

@@ -12,7 +12,6 @@
 static ncclResult_t reg(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
                         void **mhandle) {
   struct lp_plugin *p = lp_plugin();
-  const struct lp_nic *nic = lp_link_nic(&c->link);
   *mhandle = NULL;
   if (type != NCCL_PTR_HOST && fd < 0) {
     LP_WARN("regMr: pointer type %d is not supported (only host memory, NCCL_PTR_HOST)", type);
@@ -26,27 +25,38 @@ static ncclResult_t reg(struct lp_comm *c, void *data, size_t size, int type, in
   m->magic = LP_MR_MAGIC;
   m->addr = (uintptr_t)data;
   m->len = size ? size : 1;
-  struct ibv_mr *mr;
-  if (fd >= 0) {
-    if (p->ibv.reg_dmabuf_mr == NULL) {
-      LP_WARN("regMrDmaBuf: this libibverbs has no ibv_reg_dmabuf_mr");
-      free(m);
-      return ncclInvalidArgument;
+  /* With failover on, every NIC gets the registration now: a move must
+   * never wait for one, and the peer needs keys valid on its new NIC. */
+  int home = p->devs[c->link.dev].nic;
+  for (int n = 0; n < p->nnics; n++) {
+    if (n != home && !(p->cfg.failover && p->health.running)) continue;
+    if (n != home && atomic_load(&p->health.fatal[n])) continue;
+    struct lp_nic *on = &p->nics[n];
+    struct ibv_mr *mr;
+    if (fd >= 0) {
+      if (p->ibv.reg_dmabuf_mr == NULL) {
+        LP_WARN("regMrDmaBuf: this libibverbs has no ibv_reg_dmabuf_mr");
+        goto fail;
+      }
+      mr = p->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, LP_MR_ACCESS);
+    } else {
+      mr = p->ibv.reg_mr(on->pd, (void *)m->addr, m->len, LP_MR_ACCESS);
     }
-    mr = p->ibv.reg_dmabuf_mr(nic->pd, offset, size, (uint64_t)(uintptr_t)data, fd, LP_MR_ACCESS);
-    m->addr = (uintptr_t)data;
-    m->len = size;
-  } else {
-    mr = p->ibv.reg_mr(nic->pd, (void *)m->addr, m->len, LP_MR_ACCESS);
+    if (mr == NULL) {
+      LP_WARN("ibv_reg_mr(%s, %p, %zu bytes) failed: %s%s", on->name, (void *)m->addr, m->len, strerror(errno),
+              n == home ? "" : " (connections cannot move to this NIC with this buffer)");
+      if (n == home) goto fail;
+      continue;
+    }
+    m->mr[n] = mr;
   }
-  if (mr == NULL) {
-    LP_WARN("ibv_reg_mr(%s, %p, %zu bytes) failed: %s", nic->name, (void *)m->addr, m->len, strerror(errno));
-    free(m);
-    return ncclSystemError;
-  }
-  m->mr[p->devs[c->link.dev].nic] = mr;
   *mhandle = m;
   return ncclSuccess;
+fail:
+  for (int n = 0; n < LP_MAX_NICS; n++)
+    if (m->mr[n]) p->ibv.dereg_mr(m->mr[n]);
+  free(m);
+  return ncclSystemError;
 }
 
 ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {

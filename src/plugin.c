@@ -3,6 +3,7 @@
 #include "plugin.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "linkpass.h"
 #include "log.h"
+#include "pool.h"
 
 /* The only mutable global of the library. */
 static struct lp_plugin the_plugin = {
@@ -60,6 +62,65 @@ static void info_line(void *arg, const char *msg) {
   LP_INFO(NCCL_INIT | NCCL_NET | NCCL_ENV, "%s", msg);
 }
 
+static int read_numa(const struct lp_nic *nic) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/device/numa_node", nic->ibdev_path);
+  FILE *f = fopen(path, "r");
+  int numa = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &numa) != 1) numa = -1;
+    fclose(f);
+  }
+  return numa;
+}
+
+/* Each device's NIC pool, logged once: closeness order unless
+ * LINKPASS_NIC_POOL spells it out. */
+static void build_pools(struct lp_plugin *p) {
+  struct lp_health *h = &p->health;
+  struct lp_pool_nic in[LP_MAX_DEVS];
+  int n = p->ndevs < LP_POOL_MAX ? p->ndevs : LP_POOL_MAX;
+  for (int d = 0; d < n; d++) {
+    snprintf(in[d].name, sizeof(in[d].name), "%s", p->devs[d].name);
+    in[d].pci_path = p->nics[p->devs[d].nic].pci_path;
+    in[d].numa = read_numa(&p->nics[p->devs[d].nic]);
+  }
+  int explicit_ok = p->cfg.nic_pool[0] != '\0';
+  for (int d = 0; d < n; d++) {
+    char why[160];
+    int m = explicit_ok ? lp_pool_parse(p->cfg.nic_pool, in, n, d, h->pool[d], why, sizeof(why)) : 0;
+    if (m < 0) {
+      LP_WARN("LINKPASS_NIC_POOL=\"%s\" is not valid (%s): expected NIC=NIC[,NIC...][;...]; pools follow closeness",
+              p->cfg.nic_pool, why);
+      explicit_ok = 0;
+      d = -1; /* start over without it */
+      continue;
+    }
+    h->pool_n[d] = m > 0 ? m : lp_pool_order(in, n, d, h->pool[d]);
+    char line[512];
+    int o = snprintf(line, sizeof(line), "NIC pool of %s:", p->devs[d].name);
+    for (int k = 0; k < h->pool_n[d] && o < (int)sizeof(line); k++)
+      o += snprintf(line + o, sizeof(line) - (size_t)o, " %s", p->devs[h->pool[d][k]].name);
+    LP_INFO(NCCL_INIT | NCCL_NET, "%s", line);
+  }
+}
+
+/* Failover: pools, event lines, the control plane. */
+static void start_failover(struct lp_plugin *p) {
+  if (!p->cfg.failover) {
+    LP_INFO(NCCL_INIT | NCCL_NET, "link failover is off (LINKPASS_FAILOVER=0)");
+    return;
+  }
+  build_pools(p);
+  p->syslog.enabled = p->cfg.syslog;
+  p->syslog.facility = p->cfg.syslog_facility;
+  snprintf(p->syslog.socket, sizeof(p->syslog.socket), "%s", p->cfg.syslog_socket);
+  if (lp_health_start() != 0) LP_WARN("link failover is off: the control plane did not start");
+}
+
+/* Threads must be gone before the library is: NCCL may dlclose it. */
+__attribute__((destructor)) static void stop_threads(void) { lp_health_stop(); }
+
 /* First successful init: configuration, verbs, devices, OOB interface. */
 static ncclResult_t bring_up(struct lp_plugin *p) {
   char why[640];
@@ -100,6 +161,7 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   p->default_ctx.magic = LP_CTX_MAGIC;
   p->default_ctx.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   p->ready = 1;
+  start_failover(p);
   return ncclSuccess;
 fail:
   lp_nic_close_all(&p->ibv, p->nics, p->nnics);

@@ -12,9 +12,12 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "failover.h"
+#include "health.h"
 #include "ibv.h"
 #include "linkpass/nccl_net.h"
 #include "nic.h"
+#include "report.h"
 #include "sock.h"
 #include "wire.h"
 
@@ -49,6 +52,10 @@ struct lp_plugin {
   struct lp_ctx default_ctx;
   struct lp_connect_stage *stages; /* connects in progress */
   uint64_t next_token;
+  /* Link failover (failover.h, health.h). */
+  struct lp_health health;
+  struct lp_fo_stats fo_stats;
+  struct lp_syslog syslog;
 };
 
 struct lp_plugin *lp_plugin(void);

@@ -66,6 +66,7 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
     return ncclInvalidArgument;
   }
   struct lp_link *link = &c->link;
+  if (lp_fo_busy(&c->fo)) return lp_comm_progress(c); /* moving: NCCL retries */
   int slot = lp_fifo_slot(r->tail);
   /* Slot still owned by a message in flight, or no room for the CTS write:
    * NCCL retries later. */
@@ -100,6 +101,7 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
     cts[i].idx = (uint16_t)i;
     cts[i].nreqs = (uint16_t)n;
     cts[i].seq = r->tail;
+    r->cts_mh[slot][i] = sizes[i] > 0 ? mhandles[i] : NULL;
   }
   struct lp_req *req = lp_req_alloc(c);
   if (req == NULL) {

@@ -98,6 +98,7 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
 
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {
   if (s->base.error != ncclSuccess) return s->base.error;
+  if (lp_fo_busy(&s->base.fo)) return ncclSuccess; /* nothing goes out until the new path is agreed */
   while (s->post_seq < s->head) {
     struct lp_send_msg *m = &s->msgs[lp_fifo_slot(s->post_seq)];
     int all = 1;
@@ -166,6 +167,7 @@ ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mh
   }
   struct lp_send_comm *s = (struct lp_send_comm *)c;
   if (c->error != ncclSuccess) return c->error;
+  if (lp_fo_busy(&c->fo)) return lp_comm_progress(c); /* moving: NCCL retries */
 
   struct lp_send_msg *m;
   ncclResult_t rc = head_msg(s, &m);
@@ -208,6 +210,7 @@ ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mh
   m->sub[r].laddr = (uintptr_t)data;
   m->sub[r].size = size;
   m->sub[r].lkey = lkey;
+  m->sub[r].mh = mhandle;
   m->sub[r].raddr = cts[r].addr;
   m->sub[r].rkey = cts[r].rkey;
   m->reqs[r] = req;

@@ -8,7 +8,7 @@
 struct fake_env {
   const char *kv[32][2];
   int n;
-  char warnings[16][800];
+  char warnings[32][800];
   int nwarn;
 };
 
@@ -21,7 +21,7 @@ static const char *fake_get(void *arg, const char *name) {
 
 static void fake_warn(void *arg, const char *msg) {
   struct fake_env *e = arg;
-  if (e->nwarn < 16) snprintf(e->warnings[e->nwarn], sizeof(e->warnings[0]), "%s", msg);
+  if (e->nwarn < 32) snprintf(e->warnings[e->nwarn], sizeof(e->warnings[0]), "%s", msg);
   e->nwarn++;
 }
 
@@ -134,10 +134,13 @@ Test(config, describe_lists_every_setting) {
   lp_config_describe(&cfg, fake_warn, &e);
   const char *names[] = {"NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_PKEY", "NCCL_IB_TIMEOUT=20",
                          "NCCL_IB_RETRY_CNT=7", "NCCL_IB_QPS_PER_CONNECTION=1", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
-                         "NCCL_SOCKET_FAMILY", "LINKPASS_SETUP_TIMEOUT_MS", "NCCL_IBVERBS_LIB"};
+                         "NCCL_SOCKET_FAMILY", "LINKPASS_SETUP_TIMEOUT_MS", "NCCL_IBVERBS_LIB",
+                         "LINKPASS_FAILOVER=1", "LINKPASS_WATCHDOG_MS=2000", "LINKPASS_FAILBACK_HOLDDOWN_MS=2000",
+                         "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000", "LINKPASS_SYSLOG=1", "LINKPASS_NIC_POOL",
+                         "LINKPASS_SYSLOG_SOCKET=/dev/log", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_METRICS_FILE"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     int found = 0;
-    for (int j = 0; j < e.nwarn && j < 16; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
+    for (int j = 0; j < e.nwarn && j < 32; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
     cr_expect(found, "%s is not described", names[i]);
   }
 }

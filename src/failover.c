@@ -1,0 +1,519 @@
+/* Moving a connection between NICs: detection on the connection's own
+ * progress path, the control-channel exchange, and the exactly-once
+ * reconciliation of both ends (see failover.h for the protocol). */
+#include "failover.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "comm.h"
+#include "health.h"
+#include "log.h"
+#include "pool.h"
+#include "report.h"
+#include "sock.h"
+
+static struct lp_health *health(void) { return &lp_plugin()->health; }
+
+static const char *dev_name(int dev) { return lp_plugin()->devs[dev].name; }
+static int dev_port(int dev) { return lp_plugin()->devs[dev].port; }
+
+/* ---- control channel ---- */
+
+static ncclResult_t flush_tx(struct lp_comm *c) {
+  struct lp_fo *fo = &c->fo;
+  if (fo->tx_off == fo->tx_len) return ncclSuccess;
+  int rc = lp_sock_send_progress(c->fd, fo->tx, fo->tx_len, &fo->tx_off);
+  if (rc < 0)
+    return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s",
+                        rc == -EPIPE ? "closed by the peer" : strerror(-rc));
+  if (rc == 1) fo->tx_len = fo->tx_off = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t send_msg(struct lp_comm *c, const void *msg, size_t len) {
+  struct lp_fo *fo = &c->fo;
+  if (fo->tx_len + len > sizeof(fo->tx))
+    return lp_comm_fail(c, ncclInternalError, "control channel backlog full (peer not reading?)");
+  memcpy(fo->tx + fo->tx_len, msg, len);
+  fo->tx_len += len;
+  return flush_tx(c);
+}
+
+static void hdr(struct lp_msg_hdr *h, int type, size_t len) { lp_msg_hdr_init(h, (enum lp_msg_type)type, len); }
+
+static ncclResult_t send_notice(struct lp_comm *c, int reason, int failed_dev) {
+  struct lp_fo_notice n;
+  memset(&n, 0, sizeof(n));
+  hdr(&n.hdr, LP_MSG_FO_NOTICE, sizeof(n));
+  n.conn_id = c->conn_id;
+  n.epoch = c->fo.epoch;
+  n.reason = (uint32_t)reason;
+  n.failed_rail = failed_dev;
+  n.reserved = failed_dev == c->fo.primary_dev; /* the notifier's primary is the one that failed */
+  return send_msg(c, &n, sizeof(n));
+}
+
+static ncclResult_t send_nack(struct lp_comm *c, int reason) {
+  struct lp_fo_nack n;
+  memset(&n, 0, sizeof(n));
+  hdr(&n.hdr, LP_MSG_FO_NACK, sizeof(n));
+  n.conn_id = c->conn_id;
+  n.epoch = c->fo.epoch;
+  n.reason = (uint32_t)reason;
+  return send_msg(c, &n, sizeof(n));
+}
+
+/* ---- shared steps ---- */
+
+static int outstanding_requests(const struct lp_comm *c) {
+  int n = 0;
+  for (int i = 0; i < LP_MAX_REQS; i++) n += c->reqs[i].used && !c->reqs[i].done;
+  return n;
+}
+
+/* Stop the old path: once its QPs are in ERR nothing more lands through
+ * them, on either side. */
+static void quiesce(struct lp_link *link) {
+  const struct lp_ibv *ibv = &lp_plugin()->ibv;
+  for (int q = 0; q < link->nqps; q++) {
+    if (link->qps[q] == NULL) continue;
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_ERR;
+    ibv->modify_qp(link->qps[q], &a, IBV_QP_STATE);
+  }
+}
+
+/* Act on every successful completion the old path produced before it
+ * stopped; errors and flushes of the old path mean nothing any more. */
+static ncclResult_t drain(struct lp_comm *c) {
+  struct ibv_wc wcs[LP_POLL_BATCH];
+  for (;;) {
+    int n = ibv_poll_cq(c->link.cq, LP_POLL_BATCH, wcs);
+    if (n <= 0) return ncclSuccess;
+    for (int i = 0; i < n; i++) {
+      if (wcs[i].status != IBV_WC_SUCCESS) continue;
+      ncclResult_t rc = c->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)c, &wcs[i])
+                                                : lp_recv_completion((struct lp_recv_comm *)c, &wcs[i]);
+      if (rc != ncclSuccess) return rc;
+    }
+  }
+}
+
+/* Where in our control memory the peer writes: the sender's CTS FIFO is at
+ * its start, the receiver's completion records follow its CTS staging. */
+static size_t ctrl_remote_off(const struct lp_comm *c) {
+  if (c->kind == LP_COMM_SEND) return 0;
+  return (size_t)((const char *)((const struct lp_recv_comm *)c)->records - (const char *)c->ctrl);
+}
+
+static void swap_link(struct lp_comm *c, struct lp_link *next) {
+  struct lp_health *h = health();
+  atomic_fetch_sub(&h->load[c->link.dev], 1);
+  lp_link_close(&c->link);
+  c->link = *next;
+  memset(next, 0, sizeof(*next));
+  atomic_fetch_add(&h->load[c->link.dev], 1);
+}
+
+/* Healthy device for this connection, least loaded first, pool order on
+ * ties; `prefer` first when healthy; `avoid` never.  -1: none. */
+static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
+  struct lp_plugin *p = lp_plugin();
+  struct lp_health *h = &p->health;
+  int primary = c->fo.primary_dev;
+  if (prefer >= 0 && prefer < p->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
+  int healthy[LP_MAX_DEVS], load[LP_MAX_DEVS];
+  for (int d = 0; d < p->ndevs; d++) {
+    healthy[d] = lp_health_ok(h, d) && d != avoid && p->devs[d].link_layer == p->devs[primary].link_layer;
+    load[d] = atomic_load(&h->load[d]);
+  }
+  return lp_pool_pick(h->pool[primary], h->pool_n[primary], healthy, load);
+}
+
+static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint64_t bytes) {
+  struct lp_fo *fo = &c->fo;
+  struct lp_report r = {.kind = (enum lp_report_kind)kind, .comm = c->conn_id,
+                        .dir = c->kind == LP_COMM_SEND ? "send" : "recv", .dev = dev_name(fo->from_dev),
+                        .port = dev_port(fo->from_dev), .new_dev = new_dev >= 0 ? dev_name(new_dev) : NULL,
+                        .new_port = new_dev >= 0 ? dev_port(new_dev) : 0, .peer = c->peer_id,
+                        .reason = lp_fo_reason_str(fo->reason), .inflight = fo->inflight, .replayed = replayed,
+                        .replayed_bytes = bytes, .duration_us = (lp_now_ns() - fo->start_ns) / 1000};
+  lp_report_emit(&lp_plugin()->syslog, &r);
+  struct lp_fo_stats *st = &lp_plugin()->fo_stats;
+  if (kind == LP_REPORT_FAILOVER) __atomic_fetch_add(&st->failovers, 1, __ATOMIC_RELAXED);
+  if (kind == LP_REPORT_FAILBACK) __atomic_fetch_add(&st->failbacks, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&st->replayed, (uint64_t)replayed, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&st->replayed_bytes, bytes, __ATOMIC_RELAXED);
+}
+
+static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
+  c->fo.state = LP_FO_IDLE;
+  report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
+  return lp_comm_fail(c, ncclRemoteError, "no healthy path to the peer remains (%s): the connection fails", why);
+}
+
+static void begin(struct lp_comm *c, int reason) {
+  struct lp_fo *fo = &c->fo;
+  if (fo->state == LP_FO_IDLE) {
+    fo->start_ns = lp_now_ns();
+    fo->from_dev = c->link.dev;
+    fo->inflight = outstanding_requests(c);
+    fo->reason = reason;
+  }
+}
+
+/* ---- sender ---- */
+
+/* Start (or restart) a move: new QPs on a chosen device, REQ to the peer. */
+static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_rail) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = &c->fo;
+  begin(c, reason);
+  if (fo->state == LP_FO_REQUESTED) lp_link_close(&s->next); /* the offer is void: a newer one follows */
+  fo->epoch++;
+  quiesce(&c->link);
+  int failback = reason == LP_FO_FAILBACK;
+  int avoid = failback ? -1 : c->link.dev;
+  int prefer = failback ? fo->primary_dev : -1;
+  for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
+    int dev = choose_dev(c, prefer, avoid);
+    if (dev < 0) {
+      send_nack(c, reason);
+      return path_lost(c, "no healthy NIC on this side");
+    }
+    if (lp_link_open(&s->next, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
+      struct lp_fo_req m;
+      memset(&m, 0, sizeof(m));
+      hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
+      m.conn_id = c->conn_id;
+      m.epoch = fo->epoch;
+      m.reason = (uint32_t)reason;
+      m.rail = failback ? -1 : dev;
+      m.avoid_rail = avoid_rail;
+      m.link = s->next.local;
+      fo->state = LP_FO_REQUESTED;
+      return send_msg(c, &m, sizeof(m));
+    }
+    prefer = -1;
+    avoid = dev; /* could not build there: try the next one */
+  }
+  return path_lost(c, "no NIC accepted new queue pairs");
+}
+
+/* Everything below resume_seq was delivered; the rest is written again. */
+static ncclResult_t sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
+                                     uint64_t *bytes) {
+  struct lp_comm *c = &s->base;
+  uint64_t resume = a->resume_seq;
+  if (resume > s->head || resume + LP_FIFO_DEPTH < s->head)
+    return lp_comm_fail(c, ncclRemoteError, "peer resumes at message %llu, outside %llu..%llu",
+                        (unsigned long long)resume, (unsigned long long)(s->head - LP_FIFO_DEPTH),
+                        (unsigned long long)s->head);
+  /* The receiver's current CTS entries, keyed for its new NIC. */
+  for (uint32_t i = 0; i < a->npending; i++) {
+    const struct lp_fo_pending *pm = &a->pending[i];
+    struct lp_cts *slot = &s->fifo[lp_fifo_slot(pm->seq) * LP_MAX_RECVS];
+    memcpy(slot, pm->cts, sizeof(pm->cts[0]) * pm->nreqs);
+  }
+  for (int i = 0; i < LP_FIFO_DEPTH; i++) {
+    struct lp_send_msg *m = &s->msgs[i];
+    int matched = m->events > 0, partial = m->seq == s->head && m->taken;
+    if (!matched && !partial) continue;
+    if (matched && m->seq < resume) { /* landed; only the acknowledgement was lost */
+      m->events = 0;
+      for (int k = 0; k < m->nreqs; k++) m->reqs[k]->done = 1;
+      continue;
+    }
+    if (m->seq - resume >= a->npending)
+      return lp_comm_fail(c, ncclRemoteError, "peer does not list message %llu it has not completed",
+                          (unsigned long long)m->seq);
+    const struct lp_fo_pending *pm = &a->pending[m->seq - resume];
+    for (int k = 0; k < m->nreqs; k++) {
+      if (!(m->taken & (1u << k))) continue;
+      m->sub[k].raddr = pm->cts[k].addr;
+      m->sub[k].rkey = pm->cts[k].rkey;
+      struct ibv_mr *mr = m->sub[k].size ? lp_mr_for(c, m->sub[k].mh) : NULL;
+      if (m->sub[k].size && mr == NULL)
+        return lp_comm_fail(c, ncclInternalError, "message %llu's buffer is not registered on %s",
+                            (unsigned long long)m->seq, c->link.local.dev_name);
+      m->sub[k].lkey = mr ? mr->lkey : 0;
+      if (matched) *bytes += m->sub[k].size;
+    }
+    if (!matched) continue;
+    memset(m->q_sub, 0, sizeof(m->q_sub));
+    memset(m->q_done, 0, sizeof(m->q_done));
+    memset(m->q_off, 0, sizeof(m->q_off));
+    m->events = c->link.nqps;
+    (*replayed)++;
+  }
+  if (resume < s->post_seq) s->post_seq = resume;
+  return ncclSuccess;
+}
+
+static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = &c->fo;
+  if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
+  s->next.remote = a->link;
+  if (lp_link_connect(&s->next, c->traffic_class) != ncclSuccess)
+    return sender_start(s, LP_FO_COMPLETION_ERR, -1);
+  ncclResult_t rc = drain(c);
+  if (rc != ncclSuccess) return rc;
+  int to = s->next.dev, replayed = 0;
+  uint64_t bytes = 0;
+  swap_link(c, &s->next);
+  rc = sender_reconcile(s, a, &replayed, &bytes);
+  if (rc != ncclSuccess) return rc;
+  fo->state = LP_FO_IDLE;
+  fo->watch_since_ns = lp_now_ns();
+  report(c, fo->reason == LP_FO_FAILBACK ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, to, replayed, bytes);
+  return lp_send_progress(s);
+}
+
+/* ---- receiver ---- */
+
+static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
+  struct lp_comm *c = &r->base;
+  struct lp_fo *fo = &c->fo;
+  if (m->epoch <= fo->epoch) return ncclSuccess; /* an old request */
+  begin(c, fo->state == LP_FO_NOTICED ? fo->reason : (int)m->reason);
+  fo->epoch = m->epoch;
+  quiesce(&c->link);
+  ncclResult_t rc = drain(c);
+  if (rc != ncclSuccess) return rc;
+  int failback = m->reason == LP_FO_FAILBACK;
+  int prefer = failback ? fo->primary_dev : m->rail;
+  int avoid = lp_health_ok(health(), c->link.dev) && !failback ? -1 : c->link.dev;
+  if (m->avoid_rail >= 0 && m->avoid_rail == c->link.dev) avoid = c->link.dev;
+  struct lp_link next;
+  int dev = -1;
+  for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
+    dev = choose_dev(c, prefer, avoid);
+    if (dev < 0) break;
+    if (lp_link_open(&next, dev, m->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
+      next.remote = m->link;
+      if (lp_link_connect(&next, c->traffic_class) == ncclSuccess) break;
+      lp_link_close(&next);
+    }
+    prefer = -1;
+    avoid = dev;
+    dev = -1;
+  }
+  if (dev < 0) {
+    send_nack(c, (int)m->reason);
+    return path_lost(c, "no healthy NIC on this side");
+  }
+  uint64_t resume = r->oldest;
+  static struct lp_fo_ack ack_buf; /* only the proxy thread moves connections */
+  struct lp_fo_ack *a = &ack_buf;
+  memset(a, 0, offsetof(struct lp_fo_ack, pending));
+  a->conn_id = c->conn_id;
+  a->epoch = fo->epoch;
+  a->resume_seq = resume;
+  int replayed = 0;
+  uint64_t bytes = 0;
+  for (uint64_t seq = resume; seq < r->tail; seq++) {
+    int slot = lp_fifo_slot(seq);
+    struct lp_req *req = r->slot_req[slot];
+    struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
+    if (req == NULL || req->seq != seq)
+      return lp_comm_fail(c, ncclInternalError, "message %llu is outstanding but has no request",
+                          (unsigned long long)seq);
+    for (int k = 0; k < req->nsub; k++) {
+      if (cts[k].size == 0) continue;
+      struct lp_mr *mh = r->cts_mh[slot][k];
+      struct ibv_mr *mr = mh ? mh->mr[lp_plugin()->devs[dev].nic] : NULL;
+      if (mr == NULL)
+        return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
+                            (unsigned long long)seq, dev_name(dev));
+      cts[k].rkey = mr->rkey;
+      bytes += cts[k].size;
+    }
+    struct lp_fo_pending *pm = &a->pending[a->npending++];
+    pm->seq = seq;
+    pm->nreqs = req->nsub;
+    memcpy(pm->cts, cts, sizeof(cts[0]) * req->nsub);
+    req->events = next.nqps;
+    for (int q = 0; q < next.nqps; q++) {
+      struct ibv_recv_wr wr, *bad = NULL;
+      memset(&wr, 0, sizeof(wr));
+      wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
+      int err = ibv_post_recv(next.qps[q], &wr, &bad);
+      if (err != 0) {
+        lp_link_close(&next);
+        return lp_comm_fail(c, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
+      }
+    }
+    replayed++;
+  }
+  swap_link(c, &next);
+  hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
+  a->link = c->link.local;
+  fo->state = LP_FO_IDLE;
+  fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
+  rc = send_msg(c, a, lp_fo_ack_len(a->npending));
+  if (rc != ncclSuccess) return rc;
+  report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
+  return ncclSuccess;
+}
+
+/* The receiver cannot move by itself: it stops and asks the sender. */
+static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
+  struct lp_comm *c = &r->base;
+  if (c->fo.state != LP_FO_IDLE) return ncclSuccess;
+  begin(c, reason);
+  c->fo.state = LP_FO_NOTICED;
+  quiesce(&c->link);
+  return send_notice(c, reason, c->link.dev);
+}
+
+/* ---- dispatch ---- */
+
+static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
+  char why[160];
+  int type = lp_fo_msg_check(buf, len, c->conn_id, c->link.nqps, why, sizeof(why));
+  if (type < 0) return lp_comm_fail(c, ncclRemoteError, "malformed control message from the peer: %s", why);
+  struct lp_fo *fo = &c->fo;
+  if (type == LP_MSG_FO_NACK) {
+    begin(c, (int)((const struct lp_fo_nack *)buf)->reason);
+    return path_lost(c, "the peer has no healthy NIC left");
+  }
+  if (c->kind == LP_COMM_SEND) {
+    struct lp_send_comm *s = (struct lp_send_comm *)c;
+    if (type == LP_MSG_FO_ACK) return sender_on_ack(s, buf);
+    if (type == LP_MSG_FO_NOTICE) {
+      const struct lp_fo_notice *n = buf;
+      if (n->reason == LP_FO_FAILBACK) {
+        fo->peer_primary_ok = 1;
+        fo->seen_gen--; /* re-evaluate: failing back may be possible now */
+        return ncclSuccess;
+      }
+      if (n->reserved) fo->peer_primary_ok = 0;
+      if (n->epoch != fo->epoch || fo->state != LP_FO_IDLE) return ncclSuccess; /* already moving */
+      return sender_start(s, LP_FO_PEER_NOTICE, n->failed_rail);
+    }
+  } else if (type == LP_MSG_FO_REQ) {
+    return receiver_on_req((struct lp_recv_comm *)c, buf);
+  }
+  return lp_comm_fail(c, ncclRemoteError, "unexpected control message type %d from the peer", type);
+}
+
+static ncclResult_t read_messages(struct lp_comm *c) {
+  struct lp_fo *fo = &c->fo;
+  for (;;) {
+    size_t want = sizeof(struct lp_msg_hdr);
+    if (fo->rx_off >= want) {
+      const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)fo->rx;
+      if (h->magic != LP_MSG_MAGIC || h->length < want || h->length > sizeof(fo->rx))
+        return lp_comm_fail(c, ncclRemoteError, "garbage on the control channel (magic 0x%x, length %u)", h->magic,
+                            h->length);
+      want = h->length;
+    }
+    int rc = lp_sock_recv_progress(c->fd, fo->rx, want, &fo->rx_off);
+    if (rc == 0) return ncclSuccess;
+    if (rc < 0) {
+      /* Mid-move a vanished peer leaves no path.  Otherwise the data path
+       * decides: completions that arrived before it left still count
+       * (lp_comm_check_peer fails the connection after draining them). */
+      if (fo->state != LP_FO_IDLE)
+        return lp_comm_fail(c, ncclRemoteError, "control channel to the peer %s during a move",
+                            rc == -EPIPE ? "was closed: the peer process is gone" : strerror(-rc));
+      fo->peer_closed = 1;
+      return ncclSuccess;
+    }
+    if (want == sizeof(struct lp_msg_hdr) && ((const struct lp_msg_hdr *)fo->rx)->length > want) continue;
+    fo->rx_off = 0;
+    ncclResult_t r = on_message(c, fo->rx, want);
+    if (r != ncclSuccess) return r;
+  }
+}
+
+/* The sender's oldest message in flight has made no progress for too long. */
+static int stalled(struct lp_send_comm *s, uint64_t now) {
+  struct lp_fo *fo = &s->base.fo;
+  uint64_t limit = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull;
+  if (limit == 0) return 0;
+  uint64_t oldest = 0;
+  for (int i = 0; i < LP_FIFO_DEPTH; i++) {
+    const struct lp_send_msg *m = &s->msgs[i];
+    if (m->events > 0 && (oldest == 0 || m->seq < oldest)) oldest = m->seq;
+  }
+  if (oldest != fo->watch_seq) {
+    fo->watch_seq = oldest;
+    fo->watch_since_ns = now;
+    return 0;
+  }
+  return oldest != 0 && now - fo->watch_since_ns > limit;
+}
+
+static ncclResult_t check_health(struct lp_comm *c) {
+  struct lp_fo *fo = &c->fo;
+  struct lp_health *h = health();
+  uint32_t gen = lp_health_gen(h);
+  if (gen == fo->seen_gen || fo->state != LP_FO_IDLE) return ncclSuccess;
+  fo->seen_gen = gen;
+  int here_ok = lp_health_ok(h, c->link.dev);
+  if (c->kind == LP_COMM_SEND) {
+    struct lp_send_comm *s = (struct lp_send_comm *)c;
+    if (!here_ok) return sender_start(s, LP_FO_PORT_DOWN, -1);
+    if (c->link.dev != fo->primary_dev && lp_health_ok(h, fo->primary_dev) && fo->peer_primary_ok)
+      return sender_start(s, LP_FO_FAILBACK, -1);
+    return ncclSuccess;
+  }
+  struct lp_recv_comm *r = (struct lp_recv_comm *)c;
+  if (!here_ok) return receiver_notice(r, LP_FO_PORT_DOWN);
+  if (c->link.dev != fo->primary_dev && lp_health_ok(h, fo->primary_dev))
+    return send_notice(c, LP_FO_FAILBACK, fo->primary_dev);
+  return ncclSuccess;
+}
+
+ncclResult_t lp_fo_progress(struct lp_comm *c) {
+  struct lp_fo *fo = &c->fo;
+  if (!fo->enabled) return ncclSuccess;
+  ncclResult_t rc = flush_tx(c);
+  if (rc == ncclSuccess && !fo->peer_closed) rc = read_messages(c);
+  if (rc == ncclSuccess) rc = check_health(c);
+  if (rc == ncclSuccess && c->kind == LP_COMM_SEND && fo->state == LP_FO_IDLE &&
+      stalled((struct lp_send_comm *)c, lp_now_ns()))
+    rc = sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1);
+  return rc;
+}
+
+ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
+  struct lp_fo *fo = &c->fo;
+  if (!fo->enabled)
+    return lp_comm_fail(c, ncclRemoteError,
+                        "completion error on qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)", wc->qp_num,
+                        lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status, wc->vendor_err,
+                        (int)lp_wrid_kind(wc->wr_id));
+  lp_health_note(LP_EV_WC_ERROR, c->link.dev, (int)wc->status, c->conn_id, wc->wr_id);
+  if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
+  if (c->kind == LP_COMM_SEND) return sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1);
+  return receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR);
+}
+
+void lp_fo_init(struct lp_comm *c) {
+  struct lp_plugin *p = lp_plugin();
+  struct lp_fo *fo = &c->fo;
+  memset(fo, 0, sizeof(*fo));
+  fo->enabled = p->cfg.failover && p->health.running;
+  fo->primary_dev = c->link.dev;
+  fo->peer_primary_ok = 1;
+  fo->from_dev = c->link.dev;
+  fo->seen_gen = lp_health_gen(&p->health);
+  if (fo->enabled) atomic_fetch_add(&p->health.load[c->link.dev], 1);
+  /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
+  size_t o = 0;
+  for (const char *q = c->peer; *q && o + 1 < sizeof(c->peer_id); q++) {
+    if (*q == '(' || *q == ')') continue;
+    c->peer_id[o++] = *q == ' ' ? '/' : *q;
+  }
+  c->peer_id[o] = '\0';
+}
+
+void lp_fo_fini(struct lp_comm *c) {
+  if (c->fo.enabled && c->link.cq) atomic_fetch_sub(&lp_plugin()->health.load[c->link.dev], 1);
+  if (c->kind == LP_COMM_SEND) lp_link_close(&((struct lp_send_comm *)c)->next);
+}

@@ -1,0 +1,77 @@
+/*
+ * Moving a connection to another NIC without losing or repeating a message.
+ *
+ * The protocol (docs/FAILOVER.md has the full argument):
+ *  1. Whoever sees the failure first stops using the old path (its QPs go
+ *     to ERR, so nothing more lands through them).  The receiver tells the
+ *     sender (NOTICE); the sender builds QPs on a healthy NIC and asks the
+ *     receiver to move (REQ), all over the out-of-band TCP socket.
+ *  2. The receiver stops its old QPs too and drains their completions, so
+ *     it knows exactly which messages it has completed: all below
+ *     resume_seq (completion is in order, see recv.c).  It builds its new
+ *     QPs, re-posts the receives of every message it still waits for, and
+ *     answers (ACK) with resume_seq and those messages' CTS entries, keyed
+ *     for its new NIC.
+ *  3. The sender completes every message below resume_seq (delivered, even
+ *     if the acknowledgement was lost), and writes every message from
+ *     resume_seq on again, whole, on the new QPs.  A message is never
+ *     rewritten once the receiver has completed it, and always rewritten
+ *     whole when it has not, so each isend and irecv completes exactly once
+ *     with the right bytes even after a partial write.
+ *
+ * Failback is the same move with reason "failback", towards the primary NIC.
+ */
+#ifndef LP_FAILOVER_H
+#define LP_FAILOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fo_wire.h"
+#include "linkpass/nccl_net.h"
+
+struct lp_comm;
+struct ibv_wc;
+
+enum lp_fo_state {
+  LP_FO_IDLE = 0,
+  LP_FO_NOTICED,   /* receiver: told the sender, waiting for its REQ */
+  LP_FO_REQUESTED, /* sender: REQ sent, waiting for the ACK */
+};
+
+struct lp_fo_stats {
+  uint64_t failovers, failbacks, replayed, replayed_bytes;
+};
+
+struct lp_fo {
+  int enabled;
+  int state;
+  uint32_t epoch;
+  int reason;
+  uint64_t start_ns;
+  int from_dev;     /* where the connection was when this move began */
+  int inflight;     /* requests outstanding when it began */
+  uint32_t seen_gen;
+  int primary_dev;
+  int peer_primary_ok; /* sender: the receiver's primary NIC can be used */
+  int peer_closed;     /* the control channel reached end of file */
+  uint64_t watch_seq, watch_since_ns; /* watchdog: oldest message in flight */
+  /* Control channel. */
+  size_t rx_off;
+  size_t tx_len, tx_off;
+  uint8_t rx[LP_FO_MSG_MAX];
+  uint8_t tx[2 * LP_FO_MSG_MAX];
+};
+
+/* Set up once the connection is established on its primary device. */
+void lp_fo_init(struct lp_comm *c);
+/* Release what the connection holds in the shared tables (close). */
+void lp_fo_fini(struct lp_comm *c);
+/* Control channel, health changes and watchdog; called on every progress. */
+ncclResult_t lp_fo_progress(struct lp_comm *c);
+/* An error completion: move (returns ncclSuccess) or fail the connection. */
+ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
+/* A move is in progress: new work must wait (NULL request). */
+static inline int lp_fo_busy(const struct lp_fo *fo) { return fo->state != LP_FO_IDLE; }
+
+#endif

@@ -1,0 +1,106 @@
+/*
+ * The failover control messages, sent over the connection's out-of-band TCP
+ * socket (kept open after setup precisely for this: it does not depend on
+ * any NIC of the RDMA fabric).
+ *
+ *   NOTICE  either side -> the other: "my end of the path failed" (a local
+ *           port went down, an error completion, a stall).  The peer moves
+ *           at once instead of waiting ~30 s for its own retries to run out.
+ *   REQ     sender -> receiver: "move to a new path": the sender's new link
+ *           (QPs on the NIC it chose, its CTS FIFO's key there) and the rail
+ *           it would like the receiver to use.
+ *   ACK     receiver -> sender: the receiver's new link, the first message it
+ *           has not completed (resume_seq), and the CTS entries of every
+ *           message it is still waiting for, with keys valid on its new NIC.
+ *   NACK    receiver -> sender: no healthy NIC on this side: the path is lost.
+ *
+ * The sender drives every move, so two sides that detect a failure at once
+ * never start two moves: a NOTICE only asks the sender to start one.  Every
+ * move has an epoch; a message about an older epoch is ignored.
+ */
+#ifndef LP_FO_WIRE_H
+#define LP_FO_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+enum lp_fo_msg_type {
+  LP_MSG_FO_NOTICE = 16,
+  LP_MSG_FO_REQ = 17,
+  LP_MSG_FO_ACK = 18,
+  LP_MSG_FO_NACK = 19,
+};
+
+/* Why a connection moves (also the syslog reason= value). */
+enum lp_fo_reason {
+  LP_FO_PORT_DOWN = 1,   /* local port went down (async event or polling) */
+  LP_FO_PEER_NOTICE,     /* the peer told us its end failed */
+  LP_FO_COMPLETION_ERR,  /* an error completion on the data path */
+  LP_FO_STALL,           /* the watchdog saw no progress */
+  LP_FO_DEVICE_FATAL,    /* the NIC reported a fatal error */
+  LP_FO_QP_FATAL,        /* a QP of the connection broke */
+  LP_FO_FAILBACK,        /* the primary NIC is stable again */
+  LP_FO_REASON_MAX
+};
+
+const char *lp_fo_reason_str(int reason);
+
+struct lp_fo_notice {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t epoch; /* the epoch the notifier was on */
+  uint32_t reason;
+  int32_t failed_rail; /* notifier's NIC index that failed, -1 unknown */
+  uint32_t reserved;
+};
+
+struct lp_fo_req {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t epoch;
+  uint32_t reason;
+  int32_t rail; /* NIC index the sender moved to: the receiver prefers the same */
+  int32_t avoid_rail; /* receiver's NIC index known to be bad, -1 none */
+  struct lp_link_info link;
+};
+
+/* One message the receiver still waits for. */
+struct lp_fo_pending {
+  uint64_t seq;
+  uint32_t nreqs;
+  uint32_t reserved;
+  struct lp_cts cts[LP_MAX_RECVS];
+};
+
+struct lp_fo_ack {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t epoch;
+  uint32_t npending;
+  uint64_t resume_seq; /* every message below this one is complete here */
+  struct lp_link_info link;
+  struct lp_fo_pending pending[LP_FIFO_DEPTH];
+};
+
+struct lp_fo_nack {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t epoch;
+  uint32_t reason;
+};
+
+/* Largest control message: the receive buffer size. */
+#define LP_FO_MSG_MAX sizeof(struct lp_fo_ack)
+
+/* Length of an ACK carrying `npending` messages. */
+static inline size_t lp_fo_ack_len(uint32_t npending) {
+  return offsetof(struct lp_fo_ack, pending) + (size_t)npending * sizeof(struct lp_fo_pending);
+}
+
+/* Validate a complete control message of any type for connection `conn_id`
+ * and `nqps` QPs.  Returns its type, or -1 with a reason. */
+int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, char *why, size_t whylen);
+
+#endif

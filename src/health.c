@@ -1,0 +1,223 @@
+/* The control plane: async-event threads, the control thread, port health. */
+#include "health.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "plugin.h"
+#include "sock.h"
+
+#define LP_POLL_DOWN_NS 100000000ull   /* re-read a down port this often */
+#define LP_POLL_ALL_NS 1000000000ull   /* and every port this often: events can be lost */
+#define LP_RING_CAPACITY 1024
+
+static struct lp_health *health(void) { return &lp_plugin()->health; }
+
+void lp_health_note(uint32_t type, int dev, int status, uint64_t comm_id, uint64_t arg) {
+  struct lp_health *h = health();
+  if (!h->running) return;
+  struct lp_event e = {.type = type, .dev = (uint32_t)dev, .status = status, .comm_id = comm_id, .arg = arg,
+                       .time_ns = lp_now_ns()};
+  lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
+}
+
+/* ---- async events: one thread per NIC ---- */
+
+static void *async_main(void *arg) {
+  int nic_index = (int)(intptr_t)arg;
+  struct lp_plugin *p = lp_plugin();
+  struct lp_health *h = &p->health;
+  struct lp_nic *nic = &p->nics[nic_index];
+  struct pollfd fds[2] = {{.fd = nic->ctx->async_fd, .events = POLLIN}, {.fd = h->stop_fd, .events = POLLIN}};
+  for (;;) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+    struct ibv_async_event ev;
+    if (p->ibv.get_async_event(nic->ctx, &ev) != 0) continue;
+    int port = 0;
+    if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE ||
+        ev.event_type == IBV_EVENT_LID_CHANGE || ev.event_type == IBV_EVENT_GID_CHANGE)
+      port = ev.element.port_num;
+    struct lp_event e = {.type = LP_EV_ASYNC, .dev = (uint32_t)nic_index, .port = (uint32_t)port,
+                         .status = (int32_t)ev.event_type, .time_ns = lp_now_ns()};
+    p->ibv.ack_async_event(&ev);
+    lp_ring_push(&h->ring, &e);
+  }
+  return NULL;
+}
+
+/* ---- the control thread ---- */
+
+static int dev_of(struct lp_plugin *p, int nic, int port) {
+  for (int d = 0; d < p->ndevs; d++)
+    if (p->devs[d].nic == nic && p->devs[d].port == port) return d;
+  return -1;
+}
+
+static void set_healthy(struct lp_health *h, int dev, int ok) {
+  if (atomic_exchange(&h->healthy[dev], ok) == ok) return;
+  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+}
+
+static void port_down(struct lp_plugin *p, int dev, const char *why, uint64_t now) {
+  struct lp_health *h = &p->health;
+  if (h->hd[dev].down) return;
+  unsigned flaps = lp_holddown_down(&h->hd[dev], now);
+  set_healthy(h, dev, 0);
+  LP_WARN("%s:%d is down (%s): connections on it move to other NICs (flap %u, next hold-down %llu ms)",
+          p->devs[dev].name, p->devs[dev].port, why, flaps, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+}
+
+static void port_up(struct lp_plugin *p, int dev, const char *why, uint64_t now) {
+  struct lp_health *h = &p->health;
+  int nic = p->devs[dev].nic;
+  if (!h->hd[dev].down || atomic_load(&h->fatal[nic])) return;
+  lp_holddown_up(&h->hd[dev], now);
+  LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", p->devs[dev].name, p->devs[dev].port,
+          why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+}
+
+static void handle(struct lp_plugin *p, const struct lp_event *e, uint64_t now) {
+  struct lp_health *h = &p->health;
+  if (e->type != LP_EV_ASYNC) {
+    if (e->type == LP_EV_PORT_DOWN) port_down(p, (int)e->dev, "polling", now);
+    if (e->type == LP_EV_PORT_UP) port_up(p, (int)e->dev, "polling", now);
+    return; /* connection-level events: the connections act on them */
+  }
+  int nic = (int)e->dev;
+  const char *name = p->ibv.event_type_str ? p->ibv.event_type_str((enum ibv_event_type)e->status) : "event";
+  switch (e->status) {
+  case IBV_EVENT_PORT_ERR:
+  case IBV_EVENT_PORT_ACTIVE: {
+    int dev = dev_of(p, nic, (int)e->port);
+    if (dev < 0) return; /* a port NCCL does not use */
+    if (e->status == IBV_EVENT_PORT_ERR) port_down(p, dev, name, now);
+    else port_up(p, dev, name, now);
+    return;
+  }
+  case IBV_EVENT_DEVICE_FATAL:
+    atomic_store(&h->fatal[nic], 1);
+    for (int d = 0; d < p->ndevs; d++)
+      if (p->devs[d].nic == nic) port_down(p, d, name, now);
+    LP_WARN("%s reported a fatal error: it is not used again by this process", p->nics[nic].name);
+    return;
+  default:
+    LP_INFO(NCCL_NET, "%s: async event %s", p->nics[nic].name, name);
+  }
+}
+
+/* Ports are also read directly: an event can be lost (a full queue, a port
+ * that flapped faster than the events could say). */
+static void poll_ports(struct lp_plugin *p, uint64_t now) {
+  struct lp_health *h = &p->health;
+  int all = now >= h->next_poll_ns;
+  if (all) h->next_poll_ns = now + LP_POLL_ALL_NS;
+  for (int d = 0; d < p->ndevs; d++) {
+    if (!all && !h->hd[d].down) continue;
+    struct lp_nic *nic = &p->nics[p->devs[d].nic];
+    if (atomic_load(&h->fatal[p->devs[d].nic])) continue;
+    struct ibv_port_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    if (p->ibv.query_port(nic->ctx, (uint8_t)p->devs[d].port, &pa) != 0) continue;
+    if (pa.state == IBV_PORT_ACTIVE) port_up(p, d, "polling", now);
+    else port_down(p, d, "polling", now);
+  }
+}
+
+static void *control_main(void *arg) {
+  (void)arg;
+  struct lp_plugin *p = lp_plugin();
+  struct lp_health *h = &p->health;
+  uint64_t reported_overflows = 0;
+  for (;;) {
+    uint64_t now = lp_now_ns(), next = now + LP_POLL_DOWN_NS;
+    for (int d = 0; d < p->ndevs; d++) {
+      if (lp_holddown_ready(&h->hd[d], now)) {
+        if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[p->devs[d].nic])) {
+          set_healthy(h, d, 1);
+          LP_INFO(NCCL_NET, "%s:%d has been stable for its hold-down: traffic may move back", p->devs[d].name,
+                  p->devs[d].port);
+        }
+      } else {
+        uint64_t at = lp_holddown_ready_at(&h->hd[d]);
+        if (at < next) next = at;
+      }
+    }
+    int ms = (int)((next - now) / 1000000ull) + 1;
+    lp_ring_wait(&h->ring, ms);
+    struct lp_event e;
+    int stop = 0;
+    now = lp_now_ns();
+    while (lp_ring_pop(&h->ring, &e)) {
+      if (e.type == LP_EV_STOP) stop = 1;
+      else handle(p, &e, now);
+    }
+    if (stop) break;
+    poll_ports(p, now);
+    uint64_t lost = lp_ring_overflows(&h->ring);
+    if (lost != reported_overflows) {
+      LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
+      reported_overflows = lost;
+    }
+  }
+  return NULL;
+}
+
+int lp_health_start(void) {
+  struct lp_plugin *p = lp_plugin();
+  struct lp_health *h = &p->health;
+  if (h->running) return 0;
+  uint64_t now = lp_now_ns();
+  uint64_t base = (uint64_t)p->cfg.failback_holddown_ms * 1000000ull;
+  uint64_t max = (uint64_t)p->cfg.failback_holddown_max_ms * 1000000ull;
+  for (int d = 0; d < p->ndevs; d++) {
+    lp_holddown_init(&h->hd[d], base, max, now);
+    atomic_store(&h->healthy[d], 1);
+  }
+  h->next_poll_ns = now + LP_POLL_ALL_NS;
+  if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) return -1;
+  h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (h->stop_fd < 0) goto fail_ring;
+  h->running = 1;
+  if (pthread_create(&h->control, NULL, control_main, NULL) != 0) goto fail_fd;
+  h->nasync = 0;
+  for (int n = 0; n < p->nnics; n++) {
+    if (pthread_create(&h->async[h->nasync], NULL, async_main, (void *)(intptr_t)n) != 0) {
+      LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only",
+              p->nics[n].name);
+      continue;
+    }
+    h->async_nic[h->nasync++] = n;
+  }
+  return 0;
+fail_fd:
+  h->running = 0;
+  close(h->stop_fd);
+fail_ring:
+  lp_ring_fini(&h->ring);
+  LP_WARN("cannot start the control thread: link failover is off");
+  return -1;
+}
+
+void lp_health_stop(void) {
+  struct lp_health *h = health();
+  if (!h->running) return;
+  uint64_t one = 1;
+  if (write(h->stop_fd, &one, sizeof(one)) < 0) LP_WARN("cannot wake the async-event threads: %s", strerror(errno));
+  for (int i = 0; i < h->nasync; i++) pthread_join(h->async[i], NULL);
+  struct lp_event stop = {.type = LP_EV_STOP};
+  while (!lp_ring_push(&h->ring, &stop)) {
+    /* Full ring: the control thread is draining it; the stop gets in next. */
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  pthread_join(h->control, NULL);
+  h->running = 0;
+  close(h->stop_fd);
+  lp_ring_fini(&h->ring);
+}

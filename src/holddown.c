@@ -1,0 +1,38 @@
+/* Failback hold-down with exponential flap damping. */
+#include "holddown.h"
+
+void lp_holddown_init(struct lp_holddown *h, uint64_t base_ns, uint64_t max_ns, uint64_t now) {
+  h->base_ns = base_ns;
+  h->max_ns = max_ns < base_ns ? base_ns : max_ns;
+  h->down = false;
+  h->since_ns = now;
+  h->hold_ns = 0; /* a port that never failed needs no hold-down */
+  h->flaps = 0;
+}
+
+unsigned lp_holddown_down(struct lp_holddown *h, uint64_t now) {
+  if (h->down) return h->flaps;
+  /* Stable for a whole capped period: the past is forgiven. */
+  if (now - h->since_ns >= h->max_ns) h->flaps = 0;
+  h->flaps++;
+  uint64_t hold = h->base_ns;
+  for (unsigned i = 1; i < h->flaps && hold < h->max_ns; i++) hold *= 2;
+  h->hold_ns = hold < h->max_ns ? hold : h->max_ns;
+  h->down = true;
+  h->since_ns = now;
+  return h->flaps;
+}
+
+void lp_holddown_up(struct lp_holddown *h, uint64_t now) {
+  if (!h->down) return;
+  h->down = false;
+  h->since_ns = now;
+}
+
+bool lp_holddown_ready(const struct lp_holddown *h, uint64_t now) {
+  return !h->down && now - h->since_ns >= h->hold_ns;
+}
+
+uint64_t lp_holddown_ready_at(const struct lp_holddown *h) {
+  return h->down ? UINT64_MAX : h->since_ns + h->hold_ns;
+}

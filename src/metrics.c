@@ -1,0 +1,112 @@
+/* Prometheus text-format metrics, written atomically. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+struct out {
+  char *buf;
+  size_t len, off;
+  int overflow;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...) {
+  if (o->overflow) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(o->buf + o->off, o->len - o->off, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= o->len - o->off) o->overflow = 1;
+  else o->off += (size_t)n;
+}
+
+static void family(struct out *o, const char *name, const char *type, const char *help) {
+  put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
+  struct out o = {.buf = buf, .len = len};
+  static const struct {
+    const char *name, *type, *help;
+  } per_dev[] = {
+      {"linkpass_path_up", "gauge", "1 when the NIC port may carry traffic, 0 while it is down or held down."},
+      {"linkpass_connections", "gauge", "Connections whose path currently uses the NIC port."},
+      {"linkpass_failovers_total", "counter", "Connections moved off the NIC port because of a failure."},
+      {"linkpass_failbacks_total", "counter", "Connections moved back to the NIC port once it was stable."},
+      {"linkpass_port_flaps_total", "counter", "Times the NIC port went down."},
+      {"linkpass_degraded_seconds_total", "counter", "Time the NIC port was not usable."},
+  };
+  for (size_t f = 0; f < sizeof(per_dev) / sizeof(per_dev[0]); f++) {
+    family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
+    for (int i = 0; i < m->ndevs; i++) {
+      const struct lp_metrics_dev *d = &m->devs[i];
+      put(&o, "%s{device=\"%s\",port=\"%d\",pid=\"%d\"} ", per_dev[f].name, d->name, d->port, m->pid);
+      switch (f) {
+      case 0: put(&o, "%d\n", d->up); break;
+      case 1: put(&o, "%d\n", d->connections); break;
+      case 2: put(&o, "%llu\n", (unsigned long long)d->failovers); break;
+      case 3: put(&o, "%llu\n", (unsigned long long)d->failbacks); break;
+      case 4: put(&o, "%llu\n", (unsigned long long)d->flaps); break;
+      default: put(&o, "%.3f\n", d->degraded_seconds); break;
+      }
+    }
+  }
+  family(&o, "linkpass_replayed_requests_total", "counter", "Messages written again on a new path after a move.");
+  put(&o, "linkpass_replayed_requests_total{pid=\"%d\"} %llu\n", m->pid, (unsigned long long)m->replayed_requests);
+  family(&o, "linkpass_replayed_bytes_total", "counter", "Bytes written again on a new path after a move.");
+  put(&o, "linkpass_replayed_bytes_total{pid=\"%d\"} %llu\n", m->pid, (unsigned long long)m->replayed_bytes);
+  family(&o, "linkpass_paths_lost_total", "counter", "Connections that failed because no healthy path remained.");
+  put(&o, "linkpass_paths_lost_total{pid=\"%d\"} %llu\n", m->pid, (unsigned long long)m->paths_lost);
+  family(&o, "linkpass_last_failover_duration_seconds", "gauge",
+         "From the fault being seen to traffic flowing on the new path, for the latest move.");
+  put(&o, "linkpass_last_failover_duration_seconds{pid=\"%d\"} %.6f\n", m->pid, m->last_failover_seconds);
+  family(&o, "linkpass_event_ring_overflows_total", "counter", "Control events lost because the ring was full.");
+  put(&o, "linkpass_event_ring_overflows_total{pid=\"%d\"} %llu\n", m->pid, (unsigned long long)m->ring_overflows);
+  return o.overflow ? -1 : (int)o.off;
+}
+
+int lp_metrics_path(const char *pattern, int pid, const char *host, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = pattern; *p; p++) {
+    char tmp[96];
+    const char *add = tmp;
+    if (p[0] == '%' && p[1] == 'p') snprintf(tmp, sizeof(tmp), "%d", pid), p++;
+    else if (p[0] == '%' && p[1] == 'h') add = host, p++;
+    else tmp[0] = *p, tmp[1] = '\0';
+    size_t n = strlen(add);
+    if (o + n >= len) return -1;
+    memcpy(out + o, add, n);
+    o += n;
+  }
+  out[o] = '\0';
+  return 0;
+}
+
+int lp_metrics_write(const char *path, const char *text, size_t len) {
+  char tmp[4200];
+  if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) return -ENAMETOOLONG;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return -errno;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = write(fd, text + off, len - off);
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      unlink(tmp);
+      return -err;
+    }
+    off += (size_t)n;
+  }
+  if (close(fd) != 0 || rename(tmp, path) != 0) {
+    int err = errno;
+    unlink(tmp);
+    return -err;
+  }
+  return 0;
+}

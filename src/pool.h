@@ -1,0 +1,42 @@
+/*
+ * NIC pools: for each device NCCL sees, the NICs its connections may move
+ * to, nearest first.  The primary comes first, then the node's other NICs
+ * ordered by closeness to it: behind the same PCIe switch, then on the same
+ * NUMA node, then the rest — so a moved connection keeps as much of its
+ * data path local as the machine allows.  An operator can also spell the
+ * pools out (LINKPASS_NIC_POOL).
+ *
+ * Pure: the NIC descriptions are inputs, so unit tests can build machines.
+ */
+#ifndef LP_POOL_H
+#define LP_POOL_H
+
+#include <stddef.h>
+
+#define LP_POOL_MAX 32
+#define LP_POOL_NAME_MAX 64
+
+struct lp_pool_nic {
+  char name[LP_POOL_NAME_MAX];
+  const char *pci_path; /* resolved sysfs device path, "" when unknown */
+  int numa;             /* -1 unknown */
+};
+
+/* Fill order[0..n-1] for `primary`: primary first, then by closeness, ties
+ * by index.  Returns n. */
+int lp_pool_order(const struct lp_pool_nic *nics, int n, int primary, int *order);
+
+/* Explicit pools: "mlx5_0=mlx5_2,mlx5_1;mlx5_1=mlx5_3".  For `primary`,
+ * writes the NIC indices of its list (primary first, then the named ones,
+ * unnamed NICs left out) into order and returns how many; returns 0 when
+ * the spec does not mention `primary` (use lp_pool_order), -1 with a reason
+ * when the spec is malformed or names an unknown NIC. */
+int lp_pool_parse(const char *spec, const struct lp_pool_nic *nics, int n, int primary, int *order, char *why,
+                  size_t whylen);
+
+/* Choose where a connection moves: among `order` (len n) the healthy NIC
+ * with the fewest connections (`load`), earlier in the pool on ties.
+ * `healthy[i]`/`load[i]` are indexed by NIC.  -1 when none is healthy. */
+int lp_pool_pick(const int *order, int n, const int *healthy, const int *load);
+
+#endif

@@ -1,0 +1,78 @@
+/* Failover, failback and lost-path lines for syslog and NCCL's log. */
+#include "report.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static const char *kind_name(enum lp_report_kind k) {
+  switch (k) {
+  case LP_REPORT_FAILOVER: return "failover";
+  case LP_REPORT_FAILBACK: return "failback";
+  case LP_REPORT_PATH_LOST: return "path_lost";
+  }
+  return "unknown";
+}
+
+/* Values never contain blanks, so a line splits on spaces then on '='. */
+static const char *field(const char *s) { return s && *s ? s : "-"; }
+
+int lp_report_format(const struct lp_report *r, char *buf, size_t len) {
+  return snprintf(buf, len,
+                  "event=%s comm=0x%llx dir=%s dev=%s port=%d new_dev=%s new_port=%d peer=%s reason=%s "
+                  "inflight=%d replayed=%d replayed_bytes=%llu duration_us=%llu",
+                  kind_name(r->kind), (unsigned long long)r->comm, field(r->dir), field(r->dev), r->port,
+                  field(r->new_dev), r->new_dev ? r->new_port : 0, field(r->peer), field(r->reason), r->inflight,
+                  r->replayed, (unsigned long long)r->replayed_bytes, (unsigned long long)r->duration_us);
+}
+
+int lp_syslog_facility(const char *name) {
+  static const struct {
+    const char *name;
+    int facility;
+  } table[] = {{"user", LOG_USER},     {"daemon", LOG_DAEMON}, {"local0", LOG_LOCAL0}, {"local1", LOG_LOCAL1},
+               {"local2", LOG_LOCAL2}, {"local3", LOG_LOCAL3}, {"local4", LOG_LOCAL4}, {"local5", LOG_LOCAL5},
+               {"local6", LOG_LOCAL6}, {"local7", LOG_LOCAL7}};
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    if (strcmp(name, table[i].name) == 0) return table[i].facility;
+  return -1;
+}
+
+int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len) {
+  time_t now = time(NULL);
+  struct tm tm;
+  char stamp[32];
+  localtime_r(&now, &tm);
+  strftime(stamp, sizeof(stamp), "%b %e %H:%M:%S", &tm);
+  return snprintf(buf, len, "<%d>%s linkpass[%d]: %s", facility | severity, stamp, (int)getpid(), msg);
+}
+
+/* One datagram per line, on a fresh socket: failovers are rare, and a
+ * daemon restarted in between is then picked up without state.  A missing
+ * daemon loses the line, as syslog(3) does; NCCL's log still has it. */
+static void syslog_send(const struct lp_syslog *sl, int severity, const char *msg) {
+  char dgram[1024];
+  int n = lp_syslog_format(sl->facility, severity, msg, dgram, sizeof(dgram));
+  if (n < 0) return;
+  if ((size_t)n >= sizeof(dgram)) n = (int)sizeof(dgram) - 1;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct sockaddr_un to = {.sun_family = AF_UNIX};
+  snprintf(to.sun_path, sizeof(to.sun_path), "%s", sl->socket);
+  if (sendto(fd, dgram, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof(to)) < 0)
+    LP_INFO(NCCL_NET, "syslog socket %s does not take lines; the event is in this log only", sl->socket);
+  close(fd);
+}
+
+void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r) {
+  char line[512];
+  lp_report_format(r, line, sizeof(line));
+  if (sl->enabled) syslog_send(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line);
+  LP_WARN("%s", line);
+}

@@ -1,0 +1,58 @@
+/*
+ * What operators read: one line per failover, failback and lost path, to
+ * syslog (ident "linkpass") and mirrored to NCCL's log at WARN.  key=value
+ * fields so that a log pipeline can parse them without a custom grammar:
+ *
+ *   event=failover comm=0x1a2b dir=send dev=mlx5_0 port=1 new_dev=mlx5_1
+ *   new_port=1 peer=node1/198.18.0.2:mlx5_0 reason=port_down inflight=4
+ *   replayed=2 replayed_bytes=2097152 duration_us=812
+ *
+ * Formatting is pure and tested; emitting is the only side effect.
+ */
+#ifndef LP_REPORT_H
+#define LP_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum lp_report_kind { LP_REPORT_FAILOVER = 1, LP_REPORT_FAILBACK, LP_REPORT_PATH_LOST };
+
+struct lp_report {
+  enum lp_report_kind kind;
+  uint64_t comm;      /* connection id, the same in both peers' logs */
+  const char *dir;    /* "send" or "recv" */
+  const char *dev;    /* where the connection was */
+  int port;
+  const char *new_dev; /* where it is now (NULL for path_lost) */
+  int new_port;
+  const char *peer;
+  const char *reason;
+  int inflight;           /* requests outstanding when it moved */
+  int replayed;           /* messages written again on the new path */
+  uint64_t replayed_bytes;
+  uint64_t duration_us;   /* from the fault being seen to traffic flowing again */
+};
+
+/* The line, without trailing newline.  Returns its length (as snprintf). */
+int lp_report_format(const struct lp_report *r, char *buf, size_t len);
+
+/* Syslog facility by name: user, daemon, local0..local7.  -1 if unknown. */
+int lp_syslog_facility(const char *name);
+
+/* Where lines go: the syslog socket (LINKPASS_SYSLOG_SOCKET, default
+ * /dev/log: containers often mount the host's elsewhere), its facility, and
+ * whether syslog is used at all.  Set once at init. */
+struct lp_syslog {
+  int enabled;
+  int facility; /* LOG_* value */
+  char socket[108];
+};
+
+/* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
+ * linkpass[pid]: msg".  Returns its length (as snprintf). */
+int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len);
+
+/* Send the line to syslog (when enabled) and to NCCL's log. */
+void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r);
+
+#endif

@@ -1,0 +1,96 @@
+/* Failover control messages: garbage from a peer or a stranger is refused. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fo_wire.h"
+
+static struct lp_link_info link_info(void) {
+  struct lp_link_info l;
+  memset(&l, 0, sizeof(l));
+  l.link_layer = 1;
+  l.mtu = 5;
+  l.port = 1;
+  l.nqps = 1;
+  l.lid = 3;
+  l.ctrl_addr = 0x10000;
+  l.ctrl_rkey = 0x42;
+  l.qpn[0] = 0x2001;
+  snprintf(l.dev_name, sizeof(l.dev_name), "mlx5_1");
+  return l;
+}
+
+static struct lp_fo_ack *ack_with(uint32_t npending, size_t *len) {
+  static struct lp_fo_ack a;
+  memset(&a, 0, sizeof(a));
+  *len = lp_fo_ack_len(npending);
+  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, *len);
+  a.conn_id = 77;
+  a.epoch = 1;
+  a.npending = npending;
+  a.resume_seq = 10;
+  a.link = link_info();
+  for (uint32_t i = 0; i < npending; i++) {
+    a.pending[i].seq = 10 + i;
+    a.pending[i].nreqs = 2;
+    for (int k = 0; k < 2; k++) {
+      a.pending[i].cts[k].seq = 10 + i;
+      a.pending[i].cts[k].idx = (uint16_t)k;
+      a.pending[i].cts[k].nreqs = 2;
+    }
+  }
+  return &a;
+}
+
+Test(fo_wire, a_well_formed_ack_passes) {
+  size_t len;
+  struct lp_fo_ack *a = ack_with(3, &len);
+  char why[160];
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), LP_MSG_FO_ACK, "%s", why);
+}
+
+Test(fo_wire, wrong_connection_size_or_order_is_refused) {
+  size_t len;
+  char why[160];
+  struct lp_fo_ack *a = ack_with(3, &len);
+  cr_assert_eq(lp_fo_msg_check(a, len, 78, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "another connection"), "%s", why);
+  cr_assert_eq(lp_fo_msg_check(a, len - 1, 77, 1, why, sizeof(why)), -1, "length disagrees");
+  a = ack_with(3, &len);
+  a->pending[1].seq = 99;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "out of order"), "%s", why);
+  a = ack_with(2, &len);
+  a->pending[0].cts[1].idx = 0;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1);
+  a = ack_with(1, &len);
+  a->npending = 999;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1);
+  a = ack_with(1, &len);
+  a->link.nqps = 2; /* the connection has one QP per side */
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1);
+}
+
+Test(fo_wire, garbage_headers_are_refused) {
+  char junk[64];
+  memset(junk, 0x41, sizeof(junk));
+  char why[160];
+  cr_assert_eq(lp_fo_msg_check(junk, sizeof(junk), 77, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "magic"), "%s", why);
+  cr_assert_eq(lp_fo_msg_check(junk, 3, 77, 1, why, sizeof(why)), -1);
+  struct lp_fo_notice n;
+  memset(&n, 0, sizeof(n));
+  lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)99, sizeof(n));
+  n.conn_id = 77;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "unknown"), "%s", why);
+  lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(n));
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), LP_MSG_FO_NOTICE);
+}
+
+Test(fo_wire, reasons_have_names) {
+  cr_assert_str_eq(lp_fo_reason_str(LP_FO_PORT_DOWN), "port_down");
+  cr_assert_str_eq(lp_fo_reason_str(LP_FO_FAILBACK), "failback");
+  cr_assert_str_eq(lp_fo_reason_str(0), "unknown");
+  cr_assert_str_eq(lp_fo_reason_str(1000), "unknown");
+}

@@ -1,0 +1,68 @@
+/* The Prometheus metrics file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrics.h"
+
+static struct lp_metrics sample(void) {
+  struct lp_metrics m = {.ndevs = 2, .replayed_requests = 5, .replayed_bytes = 4096, .paths_lost = 1,
+                         .last_failover_seconds = 0.000812, .pid = 42};
+  m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5};
+  m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0};
+  return m;
+}
+
+Test(metrics, every_series_with_labels_and_types) {
+  struct lp_metrics m = sample();
+  char buf[8192];
+  cr_assert_gt(lp_metrics_format(&m, buf, sizeof(buf)), 0);
+  cr_assert(strstr(buf, "# TYPE linkpass_failovers_total counter\n"));
+  cr_assert(strstr(buf, "linkpass_failovers_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 3\n"), "%s", buf);
+  cr_assert(strstr(buf, "linkpass_failbacks_total{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 2\n"));
+  cr_assert(strstr(buf, "linkpass_path_up{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 0\n"));
+  cr_assert(strstr(buf, "linkpass_connections{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 4\n"));
+  cr_assert(strstr(buf, "linkpass_degraded_seconds_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1.500\n"));
+  cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\"} 4096\n"));
+  cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\"} 0.000812\n"));
+  /* Every non-comment line is "name{labels} value". */
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    if (line[0] == '#') continue;
+    cr_assert(strchr(line, '{') && strstr(line, "} "), "%s", line);
+  }
+}
+
+Test(metrics, too_small_a_buffer_is_reported_not_truncated) {
+  struct lp_metrics m = sample();
+  char buf[100];
+  cr_assert_eq(lp_metrics_format(&m, buf, sizeof(buf)), -1);
+}
+
+Test(metrics, path_expansion) {
+  char out[64];
+  cr_assert_eq(lp_metrics_path("/var/lib/ne/linkpass-%h-%p.prom", 77, "node1", out, sizeof(out)), 0);
+  cr_assert_str_eq(out, "/var/lib/ne/linkpass-node1-77.prom");
+  cr_assert_eq(lp_metrics_path("%h%h%h%h%h%h%h%h%h%h%h%h%h%h", 1, "a-long-host-name", out, sizeof(out)), -1);
+}
+
+Test(metrics, written_atomically_by_rename) {
+  char dir[] = "/tmp/lpmetricsXXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof(path), "%s/m.prom", dir);
+  cr_assert_eq(lp_metrics_write(path, "a 1\n", 4), 0);
+  cr_assert_eq(lp_metrics_write(path, "b 2\n", 4), 0);
+  FILE *f = fopen(path, "r");
+  char line[16] = "";
+  cr_assert_not_null(fgets(line, sizeof(line), f));
+  fclose(f);
+  cr_assert_str_eq(line, "b 2\n");
+  char cmd[160];
+  snprintf(cmd, sizeof(cmd), "test $(ls %s | wc -l) = 1", dir);
+  cr_assert_eq(system(cmd), 0, "no temporary file is left behind");
+  unlink(path);
+  rmdir(dir);
+  cr_assert_lt(lp_metrics_write("/nonexistent-dir/m.prom", "x", 1), 0);
+}
