@@ -7,6 +7,8 @@
  *
  *   # comment (from '#' to the end of the line)
  *   fabric <name>              optional: the fabric this file describes
+ *   netns on|off               hosts in network namespaces, ports backed by
+ *                              veth interfaces (before the first host line)
  *   link ib|roce               defaults for the nic lines that follow
  *   rate 25|50|100|200|400     (Gb/s)
  *   latency_us <0..1000000>
@@ -50,6 +52,10 @@
 /* RFC 2544 benchmark range: never routed, so a GID built from it can never
  * be mistaken for a real address.  They are only GID values here. */
 #define CFG_IPV4_NET 0xc6120000u /* 198.18.0.0 */
+/* With `netns on`, 198.18.255.0/24 is the management network (netns.c): a
+ * RoCE address there would shadow a host's management address. */
+#define CFG_MGMT_NET 0xc612ff00u
+#define CFG_MGMT_MASK 0xffffff00u
 
 /* Link properties settable as file-wide defaults or per nic. */
 struct cfg_link {
@@ -65,6 +71,9 @@ struct cfg {
   const char *path;
   unsigned line;
   bool fabric_seen;
+  bool netns_seen;
+  bool netns_forced; /* `simverbs up --netns`: the command line wins over the file */
+  bool netns;        /* hosts get namespaces, every port a network interface */
   struct cfg_link defaults;
   int host;            /* current host index, -1 before the first host line */
   uint32_t host_devs;  /* devices added to the current host */
@@ -367,13 +376,25 @@ static int check_ipv4_unique(const struct cfg *c, uint32_t ipv4) {
   return 0;
 }
 
-static int check_netdev_unique(const struct cfg *c, const char *netdev) {
+/* `dflt`: the name was not given but derived, which the message says, since
+ * the clash is then with a name the user did not write on this line. */
+static int check_netdev_unique(const struct cfg *c, const char *netdev, bool dflt) {
   const struct sv_fabric *f = c->f;
   for (uint32_t d = 0; d < f->ndevs; d++)
     for (uint32_t p = 0; p < f->devs[d].nports; p++)
       if ((int)f->devs[d].host == c->host && strcmp(f->devs[d].ports[p].netdev, netdev) == 0)
-        return cfg_err(c, "netdev '%s' is already used by nic %s port %u of this host: netdev "
-                          "names must be unique within a host", netdev, f->devs[d].name, p + 1);
+        return cfg_err(c, "netdev '%s'%s is already used by nic %s port %u of this host: netdev "
+                          "names must be unique within a host%s", netdev,
+                       dflt ? " (the default name of this port)" : "", f->devs[d].name, p + 1,
+                       dflt ? "; name this port with netdev=" : "");
+  return 0;
+}
+
+/* In a host's namespace, lo and the management interface already exist. */
+static int check_netdev_reserved(const struct cfg *c, const char *netdev) {
+  if (c->netns && (strcmp(netdev, "lo") == 0 || strcmp(netdev, "mgmt0") == 0))
+    return cfg_err(c, "netdev '%s' is reserved with netns on (loopback and the management "
+                      "interface): choose another name", netdev);
   return 0;
 }
 
@@ -384,11 +405,14 @@ static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uin
                      struct sv_port *p) {
   uint32_t n = c->host_ports;
   char netdev[sizeof(p->netdev)] = "";
-  if (idx < nic->nnetdevs)
+  bool given = idx < nic->nnetdevs;
+  if (given)
     snprintf(netdev, sizeof(netdev), "%s", nic->netdev[idx]);
   else if (nic->link.link_layer == IBV_LINK_LAYER_ETHERNET) /* a RoCE port always has a netdev */
     snprintf(netdev, sizeof(netdev), "eth%u", n);
-  if (netdev[0] && check_netdev_unique(c, netdev))
+  else if (c->netns) /* the interface backing an IB port, named like IPoIB's */
+    snprintf(netdev, sizeof(netdev), "ib%u", n);
+  if (netdev[0] && (check_netdev_reserved(c, netdev) || check_netdev_unique(c, netdev, !given)))
     return -1;
   if (nic->link.link_layer == IBV_LINK_LAYER_INFINIBAND) {
     if (c->next_lid > 0xbfff) /* last unicast LID */
@@ -398,6 +422,10 @@ static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uin
     uint32_t ipv4 = idx < nic->nips ? nic->ipv4[idx] : CFG_IPV4_NET | (n & 0xff) << 8 | ((uint32_t)c->host + 1);
     if (check_ipv4_unique(c, ipv4))
       return -1;
+    if (c->netns && (ipv4 & CFG_MGMT_MASK) == CFG_MGMT_NET)
+      return cfg_err(c, "ip %u.%u.%u.%u is in 198.18.255.0/24, the management network of a netns "
+                        "fabric: give this port another address with ip=", ipv4 >> 24,
+                     (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff, ipv4 & 0xff);
     p->ipv4 = ipv4;
   }
   memcpy(p->netdev, netdev, sizeof(p->netdev));
@@ -485,6 +513,9 @@ static int do_host(struct cfg *c, const char *name) {
   struct sv_fabric *f = c->f;
   if (parse_name(c, "host", name, SV_NAME_LEN - 1))
     return -1;
+  if (c->netns && strcmp(name, "sw") == 0) /* sv-<fabric>-sw is the switch's namespace */
+    return cfg_err(c, "host name 'sw' is reserved with netns on (the switch's namespace is "
+                      "sv-<fabric>-sw): choose another name");
   for (uint32_t h = 0; h < f->nhosts; h++)
     if (strcmp(f->hosts[h].name, name) == 0)
       return cfg_err(c, "host '%s' is already defined: host names must be unique", name);
@@ -512,18 +543,38 @@ static int do_fabric(struct cfg *c, const char *name) {
   return 0;
 }
 
+/* `netns on|off`: a property of the whole fabric, so it must come before
+ * the hosts it shapes (their names, their ports' interface names). */
+static int do_netns(struct cfg *c, const char *v) {
+  if (c->netns_seen)
+    return cfg_err(c, "'netns' given twice: give it at most once");
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+    return cfg_err(c, "netns '%s' is invalid: use on or off", v);
+  if (c->host >= 0)
+    return cfg_err(c, "'netns' after a 'host' line: put it before the first host, it applies to "
+                      "the whole fabric");
+  c->netns_seen = true;
+  if (!c->netns_forced)
+    c->netns = strcmp(v, "on") == 0;
+  return 0;
+}
+
 static int do_directive(struct cfg *c, char **tok, int ntok) {
   const char *d = tok[0];
   bool one_arg = strcmp(d, "fabric") == 0 || strcmp(d, "host") == 0 || strcmp(d, "link") == 0 ||
-                 strcmp(d, "rate") == 0 || strcmp(d, "latency_us") == 0 || strcmp(d, "ports") == 0;
+                 strcmp(d, "rate") == 0 || strcmp(d, "latency_us") == 0 || strcmp(d, "ports") == 0 ||
+                 strcmp(d, "netns") == 0;
   if (strcmp(d, "nic") == 0)
     return do_nic(c, tok, ntok);
   if (!one_arg)
-    return cfg_err(c, "unknown directive '%s': use fabric, link, rate, latency_us, ports, host or nic", d);
+    return cfg_err(c, "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, host "
+                      "or nic", d);
   if (ntok != 2)
     return cfg_err(c, "'%s' takes exactly one value: %s <value>", d, d);
   if (strcmp(d, "fabric") == 0)
     return do_fabric(c, tok[1]);
+  if (strcmp(d, "netns") == 0)
+    return do_netns(c, tok[1]);
   if (strcmp(d, "host") == 0)
     return do_host(c, tok[1]);
   if (strcmp(d, "link") == 0)
@@ -591,6 +642,8 @@ static void config_reset(struct sv_fabric *f) {
   f->ndevs = 0;
 }
 
+/* f->netns on entry: 1 when the caller asks for namespaces whatever the
+ * file says (`simverbs up --netns`).  On success it holds the outcome. */
 int sv_config_load(struct sv_fabric *f, const char *path) {
   struct cfg c = {
       .f = f,
@@ -598,6 +651,8 @@ int sv_config_load(struct sv_fabric *f, const char *path) {
       .defaults = {.link_layer = IBV_LINK_LAYER_INFINIBAND, .rate_gbps = 100, .latency_us = 1, .nports = 1},
       .host = -1,
       .next_lid = 1,
+      .netns_forced = f->netns != 0,
+      .netns = f->netns != 0,
   };
   struct stat st;
   FILE *in;
@@ -620,5 +675,7 @@ int sv_config_load(struct sv_fabric *f, const char *path) {
   fclose(in);
   if (rc)
     config_reset(f);
+  else
+    f->netns = c.netns ? 1u : 0u;
   return rc;
 }

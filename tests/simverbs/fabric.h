@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 1
+#define SV_VERSION 2 /* 2: struct sv_fabric gained `netns` */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -194,6 +194,11 @@ struct sv_fabric {
   struct sv_mr mrs[SV_MAX_MRS];
   struct sv_heap_block heap_blocks[SV_MAX_HEAP_BLOCKS];
   uint64_t heap_off; /* offset of the heap from the start of the segment */
+  /* 1: every host has its own network namespace and every port a veth
+   * interface whose operational state the port follows (netns.c, watch.c in
+   * the tool; config line `netns on`).  The library never looks at it. */
+  uint32_t netns;
+  uint32_t pad_netns;
 };
 
 /* ---- fabric.c: segment lifetime, locks, processes, heap ---- */
@@ -251,7 +256,8 @@ int sv_sysfs_update_port(struct sv_fabric *f, int dev, int port);
 void sv_sysfs_root(struct sv_fabric *f, uint32_t host, char *out, size_t len);
 
 /* ---- config.c: topology file -> fabric ---- */
-/* Fill hosts and devices from a config file; on error, print file:line: why. */
+/* Fill hosts and devices from a config file; on error, print file:line: why.
+ * f->netns set beforehand forces `netns on`; afterwards it is the outcome. */
 int sv_config_load(struct sv_fabric *f, const char *path);
 
 /* Helpers shared by the library and the tool. */

@@ -1,32 +1,39 @@
 /*
  * simverbs: the operator's tool for a simulated RDMA fabric.
  *
- *   simverbs up <config> [--fabric NAME]      bring a fabric up (replaces an old one)
+ *   simverbs up <config> [--netns] [--fabric NAME]   bring a fabric up (replaces an old one)
  *   simverbs down [--fabric NAME]             remove it
  *   simverbs run --host H [--fabric NAME] -- CMD [ARGS...]
  *   simverbs link HOST:NIC[:PORT] down|up
  *   simverbs fault ...                        inject faults
  *   simverbs status [--fabric NAME]
+ *   simverbs host-addr HOST                   where other hosts reach HOST
+ *   simverbs watch [--fabric NAME]            the link watcher of a netns fabric
  *
  * Every bad input gets a message that says what was wrong and what is
  * accepted, and a non-zero exit: 2 for usage errors, 1 when the command could
  * not be carried out.  docs/SIMVERBS.md has examples.
  */
 #include "fabric.h"
+#include "netns.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_USAGE 2
 #define LIB_NAME "libibverbs.so.1"
 #define MAX_COUNT 1000000u       /* ack-loss / partial-write */
 #define MAX_DELAY_US 60000000u   /* one minute: beyond any sane QP timeout */
+#define LINK_FOLLOW_MS 5000      /* netns: how long `link` waits for the port to follow */
 
 /* ---- usage ---- */
 
@@ -35,21 +42,31 @@ struct cmd_help {
 };
 
 static const struct cmd_help helps[] = {
-    {"up", "simverbs up <config> [--fabric NAME]",
+    {"up", "simverbs up <config> [--netns] [--fabric NAME]",
      "Create the fabric from a topology file, build each host's sysfs tree and\n"
      "mark it ready.  An existing fabric of that name is replaced (processes\n"
      "still using it keep their old copy).  Without --fabric or $SIMVERBS_FABRIC\n"
-     "the name comes from the file's 'fabric' line, else \"default\".\n"},
+     "the name comes from the file's 'fabric' line, else \"default\".\n"
+     "With 'netns on' in the file, or --netns (needs root), each host gets a\n"
+     "network namespace sv-<fabric>-<host>, each port a veth interface on a\n"
+     "per-rail bridge in sv-<fabric>-sw, each host a management interface\n"
+     "mgmt0 (198.18.255.<n>/24), and a watcher daemon makes every port follow\n"
+     "its interface: `ip link set <if> down` in the host pulls the cable.\n"},
     {"down", "simverbs down [--fabric NAME]",
-     "Remove the fabric's segment and sysfs trees.  Running processes are not\n"
-     "killed; they keep their mapping until they exit.\n"},
+     "Remove the fabric's segment and sysfs trees and, for a netns fabric, stop\n"
+     "its watcher and delete its namespaces (also what a crashed `up` left).\n"
+     "Running processes are not killed; they keep their mapping until they exit.\n"},
     {"run", "simverbs run --host HOST [--fabric NAME] -- CMD [ARGS...]",
      "Run CMD as a process of HOST: sets SIMVERBS_FABRIC and SIMVERBS_HOST and\n"
-     "puts the simulated " LIB_NAME " first on LD_LIBRARY_PATH.\n"},
+     "puts the simulated " LIB_NAME " first on LD_LIBRARY_PATH.  On a netns\n"
+     "fabric CMD also runs in HOST's network namespace, with a /sys of its own,\n"
+     "as with `ip netns exec`.\n"},
     {"link", "simverbs link HOST:NIC[:PORT] down|up",
      "Pull or restore a link (port 1 by default): the port changes state, its\n"
      "sysfs files follow, and every context of the NIC gets IBV_EVENT_PORT_ERR\n"
-     "or IBV_EVENT_PORT_ACTIVE.\n"},
+     "or IBV_EVENT_PORT_ACTIVE.  On a netns fabric this sets the port's\n"
+     "interface down or up in its host's namespace and waits for the port to\n"
+     "follow.\n"},
     {"fault",
      "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|delay US|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
@@ -65,6 +82,14 @@ static const struct cmd_help helps[] = {
     {"status", "simverbs status [--fabric NAME]",
      "Show hosts, NICs, port states, faults, traffic counters, live processes\n"
      "and the QPs, CQs and MRs they own.\n"},
+    {"host-addr", "simverbs host-addr HOST [--fabric NAME]",
+     "Print the IPv4 address at which the other hosts reach HOST's out-of-band\n"
+     "services (TCP): its management address on a netns fabric, else 127.0.0.1.\n"},
+    {"watch", "simverbs watch [--fabric NAME]",
+     "The link watcher of a netns fabric: makes every port follow the\n"
+     "operational state of its interface, through route netlink.  `up` starts\n"
+     "it as a daemon (log in the run directory, watch.log) and `down` stops it;\n"
+     "run it by hand only to debug.  It exits when the fabric goes down.\n"},
 };
 #define NHELPS (sizeof(helps) / sizeof(helps[0]))
 
@@ -127,6 +152,7 @@ struct args {
   const char *cmd;
   const char *fabric; /* --fabric, NULL when not given */
   const char *host;   /* --host (run only) */
+  bool netns;         /* --netns (up only) */
   bool help;
   int npos;
   char **pos;  /* positional arguments (points into argv) */
@@ -165,6 +191,10 @@ static int parse_one_opt(struct args *a, int argc, char **argv, int *i) {
     return r < 0 ? bad_usage(a->cmd, "--fabric needs a fabric name") : 0;
   if (strcmp(a->cmd, "run") == 0 && (r = opt_value(argv, argc, i, "--host", &a->host)) != 0)
     return r < 0 ? bad_usage(a->cmd, "--host needs a host name") : 0;
+  if (strcmp(a->cmd, "up") == 0 && strcmp(opt, "--netns") == 0) {
+    a->netns = true;
+    return 0;
+  }
   return bad_usage(a->cmd, "unknown option '%s'", opt);
 }
 
@@ -369,7 +399,7 @@ static void print_summary(struct sv_fabric *f) {
              dv->nports == 1 ? " " : "s", dv->pci, (int)dv->numa_node);
       for (uint32_t i = 0; i < dv->nports; i++)
         if (dv->ports[i].link_layer == IBV_LINK_LAYER_INFINIBAND)
-          printf("  lid %u", dv->ports[i].lid);
+          printf("  lid %u%s%s", dv->ports[i].lid, f->netns ? " " : "", f->netns ? dv->ports[i].netdev : "");
         else
           printf("  %s %u.%u.%u.%u", dv->ports[i].netdev, dv->ports[i].ipv4 >> 24, (dv->ports[i].ipv4 >> 16) & 0xff,
                  (dv->ports[i].ipv4 >> 8) & 0xff, dv->ports[i].ipv4 & 0xff);
@@ -377,7 +407,30 @@ static void print_summary(struct sv_fabric *f) {
     }
   }
   printf("sysfs trees under %s\n", f->run_dir);
-  printf("next: simverbs run --host %s --fabric %s -- ibv_devinfo\n", f->hosts[0].name, f->name);
+}
+
+/* Where each host lives on a netns fabric, and how to pull a cable. */
+static void print_netns(struct sv_fabric *f, pid_t watcher, int down) {
+  char ns[SV_NETNS_NAME_MAX];
+  uint32_t ip;
+  sv_netns_switch_ns(f->name, ns, sizeof(ns));
+  printf("network namespaces: switch %s (bridges " SV_NETNS_MGMT_BRIDGE ", rail<nic>p<port>)\n", ns);
+  for (uint32_t h = 0; h < f->nhosts; h++) {
+    sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns));
+    ip = sv_netns_mgmt_ipv4(h);
+    printf("  host %-12s %s  " SV_NETNS_MGMT_IF " %u.%u.%u.%u\n", f->hosts[h].name, ns, ip >> 24, (ip >> 16) & 0xff,
+           (ip >> 8) & 0xff, ip & 0xff);
+  }
+  if (watcher > 0)
+    printf("link watcher: pid %d, log %s/watch.log%s\n", (int)watcher, f->run_dir,
+           down > 0 ? "  (some ports start DOWN: see the log)" : "");
+  for (uint32_t d = 0; d < f->ndevs; d++)
+    if (f->devs[d].in_use && f->devs[d].nports) {
+      sv_netns_host_ns(f->name, f->hosts[f->devs[d].host].name, ns, sizeof(ns));
+      printf("pull a cable: ip netns exec %s ip link set %s down    # %s:%s:1\n", ns, f->devs[d].ports[0].netdev,
+             f->hosts[f->devs[d].host].name, f->devs[d].name);
+      break;
+    }
 }
 
 /* Build the new fabric under a temporary name and rename it into place only
@@ -386,7 +439,9 @@ static void print_summary(struct sv_fabric *f) {
 static int cmd_up(struct args *a) {
   char declared[SV_NAME_LEN], tmp_name[SV_NAME_LEN + 32], tmp_path[PATH_MAX], path[PATH_MAX];
   const char *name;
-  struct sv_fabric *f;
+  struct sv_fabric *f, *old;
+  pid_t watcher = 0;
+  int down = 0;
   if (a->npos != 1)
     return a->npos ? bad_usage(a->cmd, "expected one config file, got extra argument '%s'", a->pos[1])
                    : bad_usage(a->cmd, "missing the config file");
@@ -411,20 +466,47 @@ static int cmd_up(struct args *a) {
     fprintf(stderr, "simverbs up: fabric name '%s' is too long\n", name);
     goto fail_tmp;
   }
+  f->netns = a->netns; /* --netns: on whatever the file says */
   if (sv_config_load(f, a->pos[0]) != 0)
     goto fail_tmp;
-  sv_fabric_destroy(name); /* the old segment and its sysfs trees, if any */
+  if (f->netns && geteuid() != 0) {
+    fprintf(stderr, "simverbs up: netns on needs root: creating network namespaces, veths and bridges takes "
+                    "CAP_SYS_ADMIN and CAP_NET_ADMIN\n");
+    goto fail_tmp;
+  }
+  /* The old fabric: its watcher and namespaces (and those a crashed `up`
+   * left), then its segment and sysfs trees, if any. */
+  old = sv_fabric_attach(name); /* NULL when there is none: the ledger still counts */
+  sv_netns_teardown(name, old, false);
+  sv_fabric_detach(old);
+  sv_fabric_destroy(name);
   if (sv_sysfs_create(f) != 0)
+    goto fail_sysfs;
+  if (f->netns && sv_netns_create(f) != 0)
     goto fail_sysfs;
   __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
   if (rename(tmp_path, path) != 0) {
     fprintf(stderr, "simverbs up: cannot move %s to %s: %s\n", tmp_path, path, strerror(errno));
     goto fail_sysfs;
   }
+  /* The watcher attaches by name: only now can it find the fabric. */
+  if (f->netns && (down = sv_watch_start(f, &watcher)) < 0) {
+    sv_netns_teardown(name, f, false);
+    sv_fabric_detach(f);
+    sv_fabric_destroy(name);
+    fprintf(stderr, "simverbs up: fabric '%s' was not brought up\n", name);
+    return 1;
+  }
   print_summary(f);
+  if (f->netns)
+    print_netns(f, watcher, down);
+  printf("next: simverbs run --host %s --fabric %s -- ibv_devinfo\n", f->hosts[0].name, f->name);
   sv_fabric_detach(f);
   return 0;
 fail_sysfs:
+  /* Only what the ledger lists: a namespace that made the creation fail
+   * because it already existed belongs to someone else. */
+  sv_netns_teardown(name, NULL, false);
   sv_fabric_destroy(name); /* removes the half-written run directory */
 fail_tmp:
   sv_fabric_detach(f);
@@ -436,11 +518,49 @@ fail_tmp:
 
 /* ---- down ---- */
 
+/* Segments of `up`s that died before renaming theirs into place:
+ * /dev/shm/simverbs-<name>.up-<pid>, with no such process any more, and
+ * holding fabric <name> (not a fabric that happens to be named so). */
+static bool stale_tmp(const char *name, const char *file, size_t prefix_len) {
+  const char *pid = file + prefix_len;
+  struct sv_fabric *t;
+  bool ours;
+  if (!*pid || pid[strspn(pid, "0123456789")] || kill((pid_t)atoi(pid), 0) == 0 || errno != ESRCH)
+    return false;
+  if (!(t = sv_fabric_attach(file + strlen("simverbs-"))))
+    return errno == EPROTO; /* the shape of ours, from another version */
+  ours = strcmp(t->name, name) == 0;
+  sv_fabric_detach(t);
+  return ours;
+}
+
+static int remove_stale_tmp(const char *name) {
+  char prefix[SV_NAME_LEN + 32], path[PATH_MAX];
+  struct dirent *e;
+  int n = 0;
+  DIR *dir = opendir("/dev/shm");
+  if (!dir)
+    return 0;
+  snprintf(prefix, sizeof(prefix), "simverbs-%s.up-", name);
+  while ((e = readdir(dir))) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !stale_tmp(name, e->d_name, strlen(prefix)))
+      continue;
+    snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+    if (unlink(path) == 0) {
+      printf("removed %s, left by an `up` that died\n", path);
+      n++;
+    }
+  }
+  closedir(dir);
+  return n;
+}
+
 static int cmd_down(struct args *a) {
   const char *name;
   char path[PATH_MAX];
   struct sv_fabric *f;
-  int live = 0;
+  int live = 0, removed, stale;
+  bool netns = false;
   if (a->npos)
     return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
   if (!(name = fabric_name(a, NULL)))
@@ -450,19 +570,33 @@ static int cmd_down(struct args *a) {
     sv_reap_dead(f);
     for (int i = 0; i < SV_MAX_PROCS; i++)
       live += atomic_load(&f->procs[i].in_use) != 0;
-    sv_fabric_detach(f);
+    netns = f->netns != 0;
   }
+  /* The watcher and namespaces first: the ledger lives in the run directory. */
+  removed = sv_netns_teardown(name, f, true);
+  sv_fabric_detach(f);
+  stale = remove_stale_tmp(name);
   if (sv_fabric_destroy(name) != 0) {
+    if (errno == ENOENT && (removed > 0 || stale > 0)) {
+      printf("fabric '%s' was not up: removed what an earlier `up` left behind\n", name);
+      return 0;
+    }
     if (errno == ENOENT)
       fprintf(stderr, "simverbs down: fabric '%s' is not up (no %s)\n", name, path);
     else
       fprintf(stderr, "simverbs down: cannot remove %s: %s\n", path, strerror(errno));
     return 1;
   }
+  if (removed < 0) {
+    fprintf(stderr, "simverbs down: fabric '%s' is down, but some of its namespaces could not be removed (above)\n",
+            name);
+    return 1;
+  }
   printf("fabric '%s' is down\n", name);
   if (live)
-    printf("note: %d process%s still had it open and keep%s running on the old copy until exit\n", live,
-           live == 1 ? "" : "es", live == 1 ? "s" : "");
+    printf("note: %d process%s still had it open and keep%s running on the old copy until exit%s\n", live,
+           live == 1 ? "" : "es", live == 1 ? "s" : "",
+           netns ? " (their hosts' network namespaces live on, nameless, until then)" : "");
   return 0;
 }
 
@@ -522,6 +656,8 @@ static int cmd_run(struct args *a) {
     list_hosts(f, stderr);
     fputc('\n', stderr);
   }
+  if (h >= 0 && f->netns && sv_netns_enter(f, (uint32_t)h, "simverbs run") != 0)
+    h = -1;
   sv_fabric_detach(f);
   if (h < 0 || library_dir(libdir, sizeof(libdir)) != 0)
     return 1;
@@ -535,6 +671,43 @@ static int cmd_run(struct args *a) {
 }
 
 /* ---- link ---- */
+
+/* A netns fabric: the interface is the cable.  Set it, then wait (bounded)
+ * for the watcher to move the port, so that the command still returns with
+ * the port in the state asked for. */
+static int link_netns(struct sv_fabric *f, int dev, int port, int up, int was_up) {
+  const struct sv_device *d = &f->devs[dev];
+  const char *host = f->hosts[d->host].name, *ifname = d->ports[port - 1].netdev;
+  char ns[SV_NETNS_NAME_MAX], sw[16];
+  struct timespec tick = {0, 5 * 1000 * 1000};
+  uint64_t deadline = sv_now_ns() + LINK_FOLLOW_MS * 1000000ull;
+  sv_netns_host_ns(f->name, host, ns, sizeof(ns));
+  if (sv_netns_set_link(f, dev, port, up) != 0) {
+    fprintf(stderr, "simverbs link: cannot set %s %s in %s (`ip -n %s link set %s %s` failed)\n", ifname,
+            up ? "up" : "down", ns, ns, ifname, up ? "up" : "down");
+    return 1;
+  }
+  while ((atomic_load(&d->ports[port - 1].state) == IBV_PORT_ACTIVE) != (up != 0)) {
+    if (sv_now_ns() >= deadline) {
+      sv_netns_switch_port(d->host, sv_netns_rail(f, dev), (uint32_t)port, sw, sizeof(sw));
+      fprintf(stderr,
+              "simverbs link: %s is %s in %s, but %s:%s:%d did not follow within %d ms: is the link watcher "
+              "running (`simverbs status`)?\n",
+              ifname, up ? "up" : "down", ns, host, d->name, port, LINK_FOLLOW_MS);
+      if (up) {
+        sv_netns_switch_ns(f->name, ns, sizeof(ns));
+        fprintf(stderr,
+                "  A port also stays down while the switch side of its cable is down: ip -n %s link set %s up\n", ns,
+                sw);
+      }
+      return 1;
+    }
+    nanosleep(&tick, NULL);
+  }
+  printf("%s:%s:%d %s (%s in %s)%s\n", host, d->name, port, up ? "up" : "down", ifname, ns,
+         was_up == up ? " (it already was: no event raised)" : "");
+  return 0;
+}
 
 static int cmd_link(struct args *a) {
   const char *name;
@@ -555,6 +728,11 @@ static int cmd_link(struct args *a) {
     return 1;
   }
   was_up = atomic_load(&f->devs[dev].ports[port - 1].state) == IBV_PORT_ACTIVE;
+  if (f->netns) {
+    rc = link_netns(f, dev, port, up, was_up);
+    sv_fabric_detach(f);
+    return rc;
+  }
   rc = sv_port_set_state(f, dev, port, up);
   if (rc != 0)
     fprintf(stderr, "simverbs link: %s:%s:%d is %s but its sysfs files could not be updated\n",
@@ -698,11 +876,13 @@ static const char *ibv_qp_state_name(uint32_t s) {
   return s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
 
-static void print_port(const struct sv_port *p, uint32_t port) {
+static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint32_t port) {
   uint32_t bh = atomic_load(&p->blackhole), al = atomic_load(&p->ack_loss);
   uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us);
   printf("      port %u  %-6s", port, atomic_load(&p->state) == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN");
-  if (p->link_layer == IBV_LINK_LAYER_INFINIBAND)
+  if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && f->netns)
+    printf("  lid %u  if %s", p->lid, p->netdev);
+  else if (p->link_layer == IBV_LINK_LAYER_INFINIBAND)
     printf("  lid %u", p->lid);
   else
     printf("  %s %u.%u.%u.%u", p->netdev, p->ipv4 >> 24, (p->ipv4 >> 16) & 0xff, (p->ipv4 >> 8) & 0xff, p->ipv4 & 0xff);
@@ -733,7 +913,7 @@ static void print_devices(struct sv_fabric *f) {
              dv->ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", dv->ports[0].rate_gbps, dv->pci,
              (unsigned long long)atomic_load(&dv->event_seq), atomic_load(&dv->fatal) ? "  DEVICE FATAL" : "");
       for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++)
-        print_port(&dv->ports[p], p + 1);
+        print_port(f, &dv->ports[p], p + 1);
     }
   }
 }
@@ -795,6 +975,25 @@ static void print_procs(struct sv_fabric *f) {
   printf("objects: %d QPs, %d CQs, %d MRs\n", c.qp_total, c.cq_total, c.mr_total);
 }
 
+static void print_netns_status(struct sv_fabric *f) {
+  char ns[SV_NETNS_NAME_MAX], path[PATH_MAX];
+  pid_t watcher = sv_netns_watcher(f->name);
+  sv_netns_switch_ns(f->name, ns, sizeof(ns));
+  printf("  network namespaces: switch %s%s\n", ns, sv_netns_path(ns, path, sizeof(path)) ? "" : " (MISSING)");
+  for (uint32_t h = 0; h < f->nhosts; h++) {
+    uint32_t ip = sv_netns_mgmt_ipv4(h);
+    sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns));
+    printf("    host %-12s %s%s  " SV_NETNS_MGMT_IF " %u.%u.%u.%u\n", f->hosts[h].name, ns,
+           sv_netns_path(ns, path, sizeof(path)) ? "" : " (MISSING)", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff,
+           ip & 0xff);
+  }
+  if (watcher > 0)
+    printf("  link watcher: pid %d, log %s/watch.log\n", (int)watcher, f->run_dir);
+  else
+    printf("  link watcher: NOT RUNNING: ports no longer follow their interfaces (see %s/watch.log); bring the "
+           "fabric up again\n", f->run_dir);
+}
+
 static int cmd_status(struct args *a) {
   const char *name;
   char path[PATH_MAX];
@@ -808,10 +1007,49 @@ static int cmd_status(struct args *a) {
   sv_fabric_path(name, path, sizeof(path));
   sv_reap_dead(f); /* crashed processes would otherwise show as live */
   printf("fabric '%s'  segment %s  sysfs %s\n", f->name, path, f->run_dir);
+  if (f->netns)
+    print_netns_status(f);
   print_devices(f);
   print_procs(f);
   sv_fabric_detach(f);
   return 0;
+}
+
+/* ---- host-addr, watch ---- */
+
+static int cmd_host_addr(struct args *a) {
+  const char *name;
+  struct sv_fabric *f;
+  uint32_t ip = 0x7f000001u; /* without namespaces every host shares the loopback */
+  int h;
+  if (a->npos != 1)
+    return a->npos ? bad_usage(a->cmd, "expected one host, got extra argument '%s'", a->pos[1])
+                   : bad_usage(a->cmd, "missing the host");
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name)))
+    return 1;
+  if ((h = sv_host_index(f, a->pos[0])) < 0) {
+    fprintf(stderr, "simverbs host-addr: fabric '%s' has no host '%s': its hosts are ", name, a->pos[0]);
+    list_hosts(f, stderr);
+    fputc('\n', stderr);
+  } else if (f->netns) {
+    ip = sv_netns_mgmt_ipv4((uint32_t)h);
+  }
+  sv_fabric_detach(f);
+  if (h < 0)
+    return 1;
+  printf("%u.%u.%u.%u\n", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff, ip & 0xff);
+  return 0;
+}
+
+static int cmd_watch(struct args *a) {
+  const char *name;
+  if (a->npos)
+    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL)))
+    return EXIT_USAGE;
+  return sv_watch_main(name);
 }
 
 /* ---- main ---- */
@@ -820,8 +1058,9 @@ static int dispatch(struct args *a) {
   static const struct {
     const char *name;
     int (*fn)(struct args *);
-  } cmds[] = {{"up", cmd_up},     {"down", cmd_down},   {"run", cmd_run},
-              {"link", cmd_link}, {"fault", cmd_fault}, {"status", cmd_status}};
+  } cmds[] = {{"up", cmd_up},         {"down", cmd_down},   {"run", cmd_run},
+              {"link", cmd_link},     {"fault", cmd_fault}, {"status", cmd_status},
+              {"host-addr", cmd_host_addr}, {"watch", cmd_watch}};
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     if (strcmp(cmds[i].name, a->cmd) == 0) {
       if (a->help) {
@@ -865,7 +1104,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!help_of(a.cmd)) {
-    fprintf(stderr, "simverbs: unknown command '%s': use up, down, run, link, fault or status\n", a.cmd);
+    fprintf(stderr, "simverbs: unknown command '%s': use up, down, run, link, fault, status, host-addr or watch\n",
+            a.cmd);
     return EXIT_USAGE;
   }
   rc = parse_args(&a, argc - first - 1, argv + first + 1);

@@ -1,6 +1,8 @@
 # Shared by the simverbs integration tests: a private fabric per test, torn
 # down (with every process the test started) however the test ends.
-# Needs SIMVERBS (path of the tool) in the environment.
+# Needs SIMVERBS (path of the tool) in the environment.  With SV_NETNS=1 the
+# fabric is namespace-backed (`simverbs up --netns`), and the test is skipped
+# (exit 77) where network namespaces cannot be made.
 set -euo pipefail
 : "${SIMVERBS:?SIMVERBS must name the simverbs tool}"
 FABRIC="t$$r$RANDOM"
@@ -15,23 +17,59 @@ sv_cleanup() {
 }
 trap sv_cleanup EXIT
 
-sv_up() { "$SIMVERBS" up "$1" --fabric "$FABRIC" >/dev/null; }
+sv_up() {
+  local opts=()
+  if [ "${SV_NETNS:-0}" = 1 ]; then
+    sv_require_netns
+    opts=(--netns)
+  fi
+  "$SIMVERBS" up "$1" "${opts[@]}" --fabric "$FABRIC" >/dev/null
+}
+
+# ctest counts exit status 77 as skipped (SKIP_RETURN_CODE).
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+
+# Namespace-backed fabrics need root, iproute2, and veth and bridge support:
+# try them on a throwaway namespace, and skip the test when they fail.
+sv_require_netns() {
+  local probe="sv-probe-$$-$RANDOM" err
+  [ "$(id -u)" = 0 ] || skip "network namespaces need root (this runs as uid $(id -u))"
+  command -v ip >/dev/null || skip "iproute2's ip is not installed"
+  err=$(ip netns add "$probe" 2>&1) || skip "cannot create a network namespace: $err"
+  err=$(ip -n "$probe" link add sv-probe-a type veth peer name sv-probe-b 2>&1 &&
+    ip -n "$probe" link add sv-probe-br type bridge 2>&1) || {
+    ip netns delete "$probe"
+    skip "cannot create veth or bridge interfaces: $err"
+  }
+  ip netns delete "$probe"
+}
+
 # In a sanitizer build the simulated library is instrumented, so Debian's
 # uninstrumented programs must load the sanitizer runtimes first (SV_PRELOAD);
-# their own leaks are not ours to report.
-sv_run() {
+# their own leaks are not ours to report.  Sets SV_CMD to the command line
+# that runs "$@" on host $1.
+sv_cmd() {
   local host=$1
   shift
   if [ -n "${SV_PRELOAD:-}" ]; then
     set -- env LD_PRELOAD="$SV_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$@"
   fi
-  "$SIMVERBS" run --host "$host" --fabric "$FABRIC" -- "$@"
+  SV_CMD=("$SIMVERBS" run --host "$host" --fabric "$FABRIC" -- "$@")
 }
-# Start a background command on a host; its pid is reaped by sv_cleanup.
+sv_run() {
+  sv_cmd "$@"
+  "${SV_CMD[@]}"
+}
+# Start a background command on a host; sv_cleanup kills it.  No shell sits
+# in between (simverbs run execs the program), so SV_LAST is the program.
 sv_spawn() {
   local out=$1
   shift
-  sv_run "$@" >"$out" 2>&1 &
+  sv_cmd "$@"
+  "${SV_CMD[@]}" >"$out" 2>&1 &
   SV_PIDS+=($!)
   SV_LAST=$!
 }
@@ -45,11 +83,22 @@ free_port() {
   done
 }
 
+# Something listens on TCP port $1, seen from host $2 (none: from here).
+# On a netns fabric only the host's own namespace shows its listeners.
+listening() {
+  if [ -n "${2:-}" ]; then
+    "$SIMVERBS" run --host "$2" --fabric "$FABRIC" -- ss -Hltn "sport = :$1" | grep -q .
+  else
+    ss -Hltn "sport = :$1" | grep -q .
+  fi
+}
+
 # Poll (bounded) until something listens on TCP port $1: servers must be
-# ready before their clients connect.  $2: the server's pid, $3: its output.
+# ready before their clients connect.  $2: the server's pid, $3: its output,
+# $4 (optional): the server's host.
 wait_listen() {
   local deadline=$((SECONDS + 20))
-  until ss -Hltn "sport = :$1" | grep -q .; do
+  until listening "$1" "${4:-}"; do
     kill -0 "$2" 2>/dev/null || fail "the server exited before listening: $(cat "$3")"
     ((SECONDS < deadline)) || fail "nothing listens on port $1 after 20s: $(cat "$3")"
     sleep 0.05
@@ -59,4 +108,15 @@ wait_listen() {
 fail() {
   echo "FAIL: $*" >&2
   exit 1
+}
+
+# Poll (bounded) until CMD succeeds: wait_for SECONDS WHAT CMD [ARGS...].
+# WHAT says what did not happen when the time runs out.
+wait_for() {
+  local limit=$1 what=$2 deadline=$((SECONDS + $1))
+  shift 2
+  until "$@"; do
+    ((SECONDS < deadline)) || fail "$what (waited ${limit}s)"
+    sleep 0.05
+  done
 }
