@@ -72,6 +72,7 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   for (int iter = 0; iter < 4; iter++) {
     int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
+    if (n > 0 && comm->fo.enabled) comm->fo.last_cqe_ns = lp_now_ns(); /* the watchdog's evidence of progress */
     for (int i = 0; i < n; i++) {
       const struct ibv_wc *wc = &wcs[i];
       if (wc->status != IBV_WC_SUCCESS) {

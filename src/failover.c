@@ -267,7 +267,6 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   rc = sender_reconcile(s, a, &replayed, &bytes);
   if (rc != ncclSuccess) return rc;
   fo->state = LP_FO_IDLE;
-  fo->watch_since_ns = lp_now_ns();
   report(c, fo->reason == LP_FO_FAILBACK ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, to, replayed, bytes);
   return lp_send_progress(s);
 }
@@ -430,22 +429,21 @@ static ncclResult_t read_messages(struct lp_comm *c) {
   }
 }
 
-/* The sender's oldest message in flight has made no progress for too long. */
-static int stalled(struct lp_send_comm *s, uint64_t now) {
-  struct lp_fo *fo = &s->base.fo;
+/* Work requests are outstanding and no completion came for too long: the
+ * path is black-holed (no event anywhere) and the retries would take the
+ * ~30 s retry budget to say so.  Both ends watch: a receiver whose CTS
+ * writes vanish is as stuck as a sender whose data does. */
+static int stalled(struct lp_comm *c, uint64_t now) {
+  struct lp_fo *fo = &c->fo;
   uint64_t limit = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull;
-  if (limit == 0) return 0;
-  uint64_t oldest = 0;
-  for (int i = 0; i < LP_FIFO_DEPTH; i++) {
-    const struct lp_send_msg *m = &s->msgs[i];
-    if (m->events > 0 && (oldest == 0 || m->seq < oldest)) oldest = m->seq;
-  }
-  if (oldest != fo->watch_seq) {
-    fo->watch_seq = oldest;
-    fo->watch_since_ns = now;
+  int outstanding = 0;
+  for (int q = 0; q < c->link.nqps; q++) outstanding |= c->link.sq_free[q] < LP_SQ_DEPTH;
+  if (limit == 0 || !outstanding) {
+    fo->watch_since_ns = now; /* idle: nothing to wait for */
     return 0;
   }
-  return oldest != 0 && now - fo->watch_since_ns > limit;
+  uint64_t since = fo->watch_since_ns > fo->last_cqe_ns ? fo->watch_since_ns : fo->last_cqe_ns;
+  return now - since > limit;
 }
 
 static ncclResult_t check_health(struct lp_comm *c) {
@@ -475,9 +473,11 @@ ncclResult_t lp_fo_progress(struct lp_comm *c) {
   ncclResult_t rc = flush_tx(c);
   if (rc == ncclSuccess && !fo->peer_closed) rc = read_messages(c);
   if (rc == ncclSuccess) rc = check_health(c);
-  if (rc == ncclSuccess && c->kind == LP_COMM_SEND && fo->state == LP_FO_IDLE &&
-      stalled((struct lp_send_comm *)c, lp_now_ns()))
-    rc = sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1);
+  if (rc == ncclSuccess && fo->state == LP_FO_IDLE && stalled(c, lp_now_ns())) {
+    fo->watch_since_ns = lp_now_ns();
+    rc = c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
+                                 : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
+  }
   return rc;
 }
 
@@ -503,6 +503,7 @@ void lp_fo_init(struct lp_comm *c) {
   fo->peer_primary_ok = 1;
   fo->from_dev = c->link.dev;
   fo->seen_gen = lp_health_gen(&p->health);
+  fo->watch_since_ns = fo->last_cqe_ns = lp_now_ns();
   if (fo->enabled) atomic_fetch_add(&p->health.load[c->link.dev], 1);
   /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
   size_t o = 0;

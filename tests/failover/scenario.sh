@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# One failover scenario: the nccl-tests-style driver runs checked all_reduce
+# over the plugin on a 2-host x 4-NIC simulated fabric while a fault is
+# injected the way an operator or a broken network would cause it.
+# Every scenario asserts: the run ends in time, zero wrong elements (every
+# iteration is checked), and the expected event lines in syslog and in
+# NCCL's log.
+#
+# usage: scenario.sh NAME      (env: SIMVERBS PERF PLUGIN SINK CONFS)
+set -euo pipefail
+name=${1:?usage: scenario.sh NAME}
+: "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${SINK:?}" "${CONFS:?}"
+
+tmp=$(mktemp -d /tmp/lpfo.XXXXXX)
+export SIMVERBS_FABRIC="fo$$"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  "$SIMVERBS" down >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL ($name): $*" >&2
+  echo "--- driver output" >&2
+  cat "$tmp/out" >&2 2>/dev/null || true
+  echo "--- syslog" >&2
+  cat "$tmp/syslog" >&2 2>/dev/null || true
+  exit 1
+}
+
+# Poll (bounded) until FILE has a line matching PATTERN.
+wait_for() {
+  local pattern=$1 file=$2 secs=${3:-30} deadline
+  deadline=$((SECONDS + secs))
+  until grep -qE -- "$pattern" "$file" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "no line matching '$pattern' in $(basename "$file") within ${secs}s"
+    kill -0 "$perf" 2>/dev/null || grep -qE -- "$pattern" "$file" || fail "the driver ended before '$pattern'"
+    sleep 0.05
+  done
+}
+
+# A real syslog receiver on a private socket (LINKPASS_SYSLOG_SOCKET).
+"$SINK" "$tmp/log.sock" "$tmp/syslog" &
+pids+=($!)
+for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
+[ -S "$tmp/log.sock" ] || fail "the syslog sink did not start"
+
+# Short timers so every scenario runs in seconds: a retry budget of
+# 16.8 ms x 8 (NCCL_IB_TIMEOUT=12), a 300 ms watchdog, a 500 ms hold-down.
+export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=300 \
+  LINKPASS_FAILBACK_HOLDDOWN_MS=500 LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=4000 NCCL_DEBUG=WARN
+
+sv() { "$SIMVERBS" "$@" >/dev/null; }
+
+# run_perf SIZE SECONDS [NRANKS]: the checked all_reduce in the background.
+run_perf() {
+  local size=$1 secs=$2 nranks=${3:-2}
+  "$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N "$nranks" --plugin "$PLUGIN" --op all_reduce \
+    -b "$size" -e "$size" --duration "$secs" --timeout $((secs + 60)) >"$tmp/out" 2>&1 &
+  perf=$!
+  pids+=("$perf")
+}
+
+# The run finished cleanly with every element right.
+expect_clean_run() {
+  local rc=0
+  wait "$perf" || rc=$?
+  ((rc == 0)) || fail "the driver exited with $rc"
+  grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
+}
+
+# An event line with these key=value fields, in syslog and in NCCL's log.
+expect_event() {
+  local f
+  for f in "$tmp/syslog" "$tmp/out"; do
+    local lines
+    lines=$(grep "event=" "$f" || true)
+    for kv in "$@"; do lines=$(grep -- " *$kv\b" <<<"$lines" || true); done
+    [ -n "$lines" ] || fail "no event line with $* in $(basename "$f")"
+  done
+}
+
+# QPN of a live connection QP on host:dev (for the QP-fatal scenario).
+qp_on() { "$SIMVERBS" status | awk -v t="$1:1" '$1 == "qp" && $4 == t && $5 == "RTS" { print $3; exit }' | tr -d '()'; }
+
+sv up "$CONFS/two-hosts-4nic.conf"
+case $name in
+local_port_down_large | local_port_down_small)
+  size=4M
+  [ "$name" = local_port_down_small ] && size=8K
+  run_perf "$size" 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
+  ;;
+remote_port_down)
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node1:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover reason=peer_notice
+  ;;
+flap_shorter_than_retry_budget)
+  export NCCL_IB_TIMEOUT=20 # a 34 s retry budget: the flap alone would be absorbed
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  sv link node0:mlx5_0 up
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
+  expect_event event=failback new_dev=mlx5_0
+  ;;
+qp_fatal)
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  qpn=$(qp_on node0:mlx5_0)
+  [ -n "$qpn" ] || fail "no live QP on node0:mlx5_0"
+  sv fault qp "$qpn" fatal
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0
+  ;;
+device_fatal)
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_0 device-fatal
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
+  ;;
+ack_loss | partial_write)
+  run_perf 4M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_0 "${name/_/-}" 1
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=completion_error
+  ;;
+blackhole)
+  export NCCL_IB_TIMEOUT=20 # retries would take 34 s: the watchdog must see it first
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node1:mlx5_0 blackhole on
+  expect_clean_run
+  expect_event event=failover reason=stall
+  ;;
+during_setup)
+  run_perf 1M 3
+  sv link node0:mlx5_0 down # while the ranks start and connect
+  expect_clean_run
+  ;;
+backup_fails_during_move)
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  sv link node0:mlx5_1 down
+  sv link node0:mlx5_2 down
+  expect_clean_run
+  expect_event event=failover new_dev=mlx5_3
+  ;;
+both_hosts_at_once)
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  sv link node1:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0
+  ;;
+last_nic_fails)
+  run_perf 1M 20
+  wait_for '^ +1\.0 ' "$tmp/out"
+  for nic in mlx5_0 mlx5_1 mlx5_2; do
+    sv link "node0:$nic" down
+    wait_for "dev=$nic " "$tmp/syslog" 20 # a connection left it (each NIC carries one at some point)
+  done
+  # Every connection's node0 end ends up on the last NIC.
+  deadline=$((SECONDS + 20))
+  until qps=$("$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" { print $4 }' | sort -u) &&
+    [ "$qps" = "node0:mlx5_3:1" ]; do
+    ((SECONDS < deadline)) || fail "node0's connections did not all reach mlx5_3 (QPs on: $qps)"
+    sleep 0.05
+  done
+  sv link node0:mlx5_3 down
+  rc=0
+  wait "$perf" || rc=$?
+  ((rc != 0)) || fail "the run succeeded with no healthy NIC left"
+  grep -q "no healthy path" "$tmp/out" || fail "no clear error naming the lost path"
+  expect_event event=path_lost
+  ;;
+failback_after_holddown)
+  run_perf 1M 6
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  wait_for "event=failover" "$tmp/syslog"
+  sv link node0:mlx5_0 up
+  wait_for "event=failback" "$tmp/syslog" 20
+  expect_clean_run
+  expect_event event=failback new_dev=mlx5_0 reason=failback
+  ;;
+flap_storm)
+  run_perf 1M 8
+  wait_for '^ +1\.0 ' "$tmp/out"
+  for _ in $(seq 10); do
+    sv link node0:mlx5_0 down
+    sleep 0.1 # the storm's rhythm, not synchronisation
+    sv link node0:mlx5_0 up
+    sleep 0.1
+  done
+  expect_clean_run
+  grep -q "flap 10" "$tmp/out" || fail "the tenth flap was not damped (no 'flap 10' in the log)"
+  expect_event event=failover dev=mlx5_0
+  ;;
+*)
+  echo "unknown scenario $name" >&2
+  exit 2
+  ;;
+esac
+echo "PASS $name"
