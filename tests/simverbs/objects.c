@@ -252,7 +252,8 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
   } else {
     struct ibv_wc *ring = sv_heap_ptr(f, q->ring_off);
     ring[(q->head + q->count) & (q->size - 1)] = *wc;
-    q->count++;
+    /* Atomic: empty polls read count without the lock. */
+    __atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
   }
   sv_unlock(&q->lock);
   uint32_t armed = atomic_load(&q->armed);
@@ -282,7 +283,7 @@ int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   while (got < n && q->count) {
     wc[got++] = ring[q->head];
     q->head = (q->head + 1) & (q->size - 1);
-    q->count--;
+    __atomic_store_n(&q->count, q->count - 1, __ATOMIC_RELAXED);
   }
   sv_unlock(&q->lock);
   return got;
