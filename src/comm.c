@@ -88,6 +88,8 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
     }
     if (n < LP_POLL_BATCH) break;
   }
+  ncclResult_t wrc = lp_fo_watchdog(comm);
+  if (wrc != ncclSuccess) return wrc;
   if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
   return comm->error;
 }

@@ -21,6 +21,7 @@
 #include "linkpass.h"
 #include "linkpass/nccl_net.h"
 #include "plugin.h"
+#include "sock.h"
 #include "wire.h"
 
 #define LP_COMM_MAGIC 0x4c50436fu
@@ -156,6 +157,15 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm);
 ncclResult_t lp_comm_check_peer(struct lp_comm *comm);
 /* Look up this comm's registration of an mhandle.  NULL when invalid. */
 struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);
+
+/* A WR was just posted on QP q.  When the QP had nothing outstanding, the
+ * watchdog's "work outstanding since" starts now: its last completion may
+ * be long ago when NCCL left the comm alone, and that idle time is no
+ * stall.  Without this, a comm unused for longer than LINKPASS_WATCHDOG_MS
+ * failed over on its next message. */
+static inline void lp_comm_note_post(struct lp_comm *c, int q) {
+  if (c->fo.enabled && c->link.sq_free[q] == LP_SQ_DEPTH - 1) c->fo.watch_since_ns = lp_now_ns();
+}
 
 /* ---- send.c / recv.c ---- */
 ncclResult_t lp_send_progress(struct lp_send_comm *s);

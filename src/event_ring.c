@@ -232,6 +232,7 @@ const char *lp_event_type_name(uint32_t type) {
       [LP_EV_PEER_NOTICE] = "peer_notice",
       [LP_EV_PORT_DOWN] = "port_down",
       [LP_EV_PORT_UP] = "port_up",
+      [LP_EV_CONN_MOVED] = "conn_moved",
       [LP_EV_TIMER] = "timer",
       [LP_EV_STOP] = "stop",
   };

@@ -30,6 +30,7 @@ enum lp_event_type {
   LP_EV_PEER_NOTICE,    /* the peer reported a failure over the out-of-band channel: status = its reason */
   LP_EV_PORT_DOWN,      /* a port left ACTIVE (seen by polling or by an async event) */
   LP_EV_PORT_UP,        /* a port became ACTIVE again */
+  LP_EV_CONN_MOVED,     /* a connection end moved or lost its path: dev = where it went, status = report kind */
   LP_EV_TIMER,          /* a timer fired (hold-down, retry): arg = timer id */
   LP_EV_STOP,           /* the control thread is asked to finish */
   LP_EV_TYPE_COUNT

@@ -4,6 +4,7 @@
 #include "failover.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
@@ -117,35 +118,57 @@ static void swap_link(struct lp_comm *c, struct lp_link *next) {
   atomic_fetch_add(&h->load[c->link.dev], 1);
 }
 
-/* Healthy device for this connection, least loaded first, pool order on
- * ties; `prefer` first when healthy; `avoid` never.  -1: none. */
+/* Where this connection goes: a healthy device, least loaded first, pool
+ * order on ties; `prefer` first when healthy.  `avoid` (the device it is
+ * leaving) only when nothing else is healthy: the failure may have been
+ * the peer's.  With nothing healthy at all, a port that is up again but
+ * still in hold-down beats losing the path.  -1: no path on this side. */
 static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
   struct lp_plugin *p = lp_plugin();
   struct lp_health *h = &p->health;
   int primary = c->fo.primary_dev;
   if (prefer >= 0 && prefer < p->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
-  int healthy[LP_MAX_DEVS], load[LP_MAX_DEVS];
-  for (int d = 0; d < p->ndevs; d++) {
-    healthy[d] = lp_health_ok(h, d) && d != avoid && p->devs[d].link_layer == p->devs[primary].link_layer;
-    load[d] = atomic_load(&h->load[d]);
+  int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
+  for (int round = 0; round < 3; round++) {
+    for (int d = 0; d < p->ndevs; d++) {
+      int same_layer = p->devs[d].link_layer == p->devs[primary].link_layer;
+      int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !atomic_load(&h->fatal[p->devs[d].nic]);
+      usable[d] = same_layer && ok && (round != 0 || d != avoid);
+      load[d] = atomic_load(&h->load[d]);
+    }
+    int dev = lp_pool_pick(h->pool[primary], h->pool_n[primary], usable, load);
+    if (dev >= 0) return dev;
   }
-  return lp_pool_pick(h->pool[primary], h->pool_n[primary], healthy, load);
+  return -1;
 }
 
+/* The event line, and the counters of the metrics file: the only place
+ * that counts moves. */
 static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint64_t bytes) {
   struct lp_fo *fo = &c->fo;
+  uint64_t took_ns = lp_now_ns() - fo->start_ns;
   struct lp_report r = {.kind = (enum lp_report_kind)kind, .comm = c->conn_id,
                         .dir = c->kind == LP_COMM_SEND ? "send" : "recv", .dev = dev_name(fo->from_dev),
                         .port = dev_port(fo->from_dev), .new_dev = new_dev >= 0 ? dev_name(new_dev) : NULL,
                         .new_port = new_dev >= 0 ? dev_port(new_dev) : 0, .peer = c->peer_id,
                         .reason = lp_fo_reason_str(fo->reason), .inflight = fo->inflight, .replayed = replayed,
-                        .replayed_bytes = bytes, .duration_us = (lp_now_ns() - fo->start_ns) / 1000};
+                        .replayed_bytes = bytes, .duration_us = took_ns / 1000};
   lp_report_emit(&lp_plugin()->syslog, &r);
   struct lp_fo_stats *st = &lp_plugin()->fo_stats;
-  if (kind == LP_REPORT_FAILOVER) __atomic_fetch_add(&st->failovers, 1, __ATOMIC_RELAXED);
-  if (kind == LP_REPORT_FAILBACK) __atomic_fetch_add(&st->failbacks, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&st->replayed, (uint64_t)replayed, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&st->replayed_bytes, bytes, __ATOMIC_RELAXED);
+  const memory_order rx = memory_order_relaxed;
+  if (kind == LP_REPORT_FAILOVER) {
+    atomic_fetch_add_explicit(&st->failovers, 1, rx);
+    atomic_fetch_add_explicit(&st->dev[fo->from_dev].failovers, 1, rx); /* counted where it left */
+    atomic_store_explicit(&st->last_failover_ns, took_ns, rx);
+  } else if (kind == LP_REPORT_FAILBACK) {
+    atomic_fetch_add_explicit(&st->failbacks, 1, rx);
+    atomic_fetch_add_explicit(&st->dev[new_dev].failbacks, 1, rx); /* counted where it came back */
+  } else {
+    atomic_fetch_add_explicit(&st->paths_lost, 1, rx);
+  }
+  atomic_fetch_add_explicit(&st->replayed, (uint64_t)replayed, rx);
+  atomic_fetch_add_explicit(&st->replayed_bytes, bytes, rx);
+  lp_health_note(LP_EV_CONN_MOVED, new_dev, kind, c->conn_id, 0); /* the metrics file follows at once */
 }
 
 static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
@@ -202,6 +225,13 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   return path_lost(c, "no NIC accepted new queue pairs");
 }
 
+/* The message will be posted again from its first byte on every QP. */
+static void restart_posting(struct lp_send_msg *m) {
+  memset(m->q_sub, 0, sizeof(m->q_sub));
+  memset(m->q_done, 0, sizeof(m->q_done));
+  memset(m->q_off, 0, sizeof(m->q_off));
+}
+
 /* Everything below resume_seq was delivered; the rest is written again. */
 static ncclResult_t sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
                                      uint64_t *bytes) {
@@ -242,9 +272,7 @@ static ncclResult_t sender_reconcile(struct lp_send_comm *s, const struct lp_fo_
       if (matched) *bytes += m->sub[k].size;
     }
     if (!matched) continue;
-    memset(m->q_sub, 0, sizeof(m->q_sub));
-    memset(m->q_done, 0, sizeof(m->q_done));
-    memset(m->q_off, 0, sizeof(m->q_off));
+    restart_posting(m);
     m->events = c->link.nqps;
     (*replayed)++;
   }
@@ -284,8 +312,9 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   if (rc != ncclSuccess) return rc;
   int failback = m->reason == LP_FO_FAILBACK;
   int prefer = failback ? fo->primary_dev : m->rail;
-  int avoid = lp_health_ok(health(), c->link.dev) && !failback ? -1 : c->link.dev;
-  if (m->avoid_rail >= 0 && m->avoid_rail == c->link.dev) avoid = c->link.dev;
+  /* Off the old device, even when it looks healthy: a stall or an error
+   * completion may be its fault without any port event to say so. */
+  int avoid = failback ? -1 : c->link.dev;
   struct lp_link next;
   int dev = -1;
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
@@ -305,9 +334,12 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     return path_lost(c, "no healthy NIC on this side");
   }
   uint64_t resume = r->oldest;
-  static struct lp_fo_ack ack_buf; /* only the proxy thread moves connections */
-  struct lp_fo_ack *a = &ack_buf;
-  memset(a, 0, offsetof(struct lp_fo_ack, pending));
+  /* 17 KiB at most, once per move: not worth a place in every comm. */
+  struct lp_fo_ack *a = calloc(1, sizeof(*a));
+  if (a == NULL) {
+    lp_link_close(&next);
+    return lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection");
+  }
   a->conn_id = c->conn_id;
   a->epoch = fo->epoch;
   a->resume_seq = resume;
@@ -317,16 +349,22 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     int slot = lp_fifo_slot(seq);
     struct lp_req *req = r->slot_req[slot];
     struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
-    if (req == NULL || req->seq != seq)
+    if (req == NULL || req->seq != seq) {
+      free(a);
+      lp_link_close(&next);
       return lp_comm_fail(c, ncclInternalError, "message %llu is outstanding but has no request",
                           (unsigned long long)seq);
+    }
     for (int k = 0; k < req->nsub; k++) {
       if (cts[k].size == 0) continue;
       struct lp_mr *mh = r->cts_mh[slot][k];
       struct ibv_mr *mr = mh ? mh->mr[lp_plugin()->devs[dev].nic] : NULL;
-      if (mr == NULL)
+      if (mr == NULL) {
+        free(a);
+        lp_link_close(&next);
         return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
                             (unsigned long long)seq, dev_name(dev));
+      }
       cts[k].rkey = mr->rkey;
       bytes += cts[k].size;
     }
@@ -341,6 +379,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
       wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
       int err = ibv_post_recv(next.qps[q], &wr, &bad);
       if (err != 0) {
+        free(a);
         lp_link_close(&next);
         return lp_comm_fail(c, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
       }
@@ -353,6 +392,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   fo->state = LP_FO_IDLE;
   fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
+  free(a);
   if (rc != ncclSuccess) return rc;
   report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
   return ncclSuccess;
@@ -452,7 +492,10 @@ static ncclResult_t check_health(struct lp_comm *c) {
   uint32_t gen = lp_health_gen(h);
   if (gen == fo->seen_gen || fo->state != LP_FO_IDLE) return ncclSuccess;
   fo->seen_gen = gen;
-  int here_ok = lp_health_ok(h, c->link.dev);
+  /* A held-down port carrying a connection as a last resort is left only
+   * for a healthy one. */
+  int here_ok = lp_health_ok(h, c->link.dev) ||
+                (lp_health_link_up(h, c->link.dev) && choose_dev(c, -1, c->link.dev) == c->link.dev);
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, LP_FO_PORT_DOWN, -1);
@@ -473,12 +516,19 @@ ncclResult_t lp_fo_progress(struct lp_comm *c) {
   ncclResult_t rc = flush_tx(c);
   if (rc == ncclSuccess && !fo->peer_closed) rc = read_messages(c);
   if (rc == ncclSuccess) rc = check_health(c);
-  if (rc == ncclSuccess && fo->state == LP_FO_IDLE && stalled(c, lp_now_ns())) {
-    fo->watch_since_ns = lp_now_ns();
-    rc = c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
-                                 : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
-  }
   return rc;
+}
+
+/* Called after the completion queue was polled: a process that was not
+ * scheduled for a while finds its completions waiting, and only work that
+ * is still outstanding after that poll counts as stalled. */
+ncclResult_t lp_fo_watchdog(struct lp_comm *c) {
+  struct lp_fo *fo = &c->fo;
+  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess || !stalled(c, lp_now_ns()))
+    return c->error;
+  fo->watch_since_ns = lp_now_ns();
+  return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
+                                 : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
 
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {

@@ -24,10 +24,12 @@
 #ifndef LP_FAILOVER_H
 #define LP_FAILOVER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fo_wire.h"
+#include "nic.h"
 #include "linkpass/nccl_net.h"
 
 struct lp_comm;
@@ -39,8 +41,21 @@ enum lp_fo_state {
   LP_FO_REQUESTED, /* sender: REQ sent, waiting for the ACK */
 };
 
+/* Counters for the metrics file (health.c writes it).  Moves are counted
+ * by the proxy threads in report(), port changes by the control thread:
+ * relaxed atomics, no locks.  Owned by the plugin context. */
+struct lp_fo_dev_stats {
+  _Atomic uint64_t failovers;         /* connection ends that left the device because of a failure */
+  _Atomic uint64_t failbacks;         /* connection ends that came back to it */
+  _Atomic uint64_t flaps;             /* times it went down */
+  _Atomic uint64_t degraded_ns;       /* finished periods of not being usable */
+  _Atomic uint64_t degraded_since_ns; /* start of the current period, 0 while usable */
+};
+
 struct lp_fo_stats {
-  uint64_t failovers, failbacks, replayed, replayed_bytes;
+  _Atomic uint64_t failovers, failbacks, paths_lost, replayed, replayed_bytes;
+  _Atomic uint64_t last_failover_ns; /* the latest failover, from the fault being seen to traffic flowing */
+  struct lp_fo_dev_stats dev[LP_MAX_DEVS];
 };
 
 struct lp_fo {
@@ -67,8 +82,10 @@ struct lp_fo {
 void lp_fo_init(struct lp_comm *c);
 /* Release what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
-/* Control channel, health changes and watchdog; called on every progress. */
+/* Control channel and health changes; called on every progress. */
 ncclResult_t lp_fo_progress(struct lp_comm *c);
+/* The watchdog; called on every progress after the completion queue. */
+ncclResult_t lp_fo_watchdog(struct lp_comm *c);
 /* An error completion: move (returns ncclSuccess) or fail the connection. */
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
 /* A move is in progress: new work must wait (NULL request). */

@@ -3,17 +3,21 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "plugin.h"
 #include "sock.h"
 
 #define LP_POLL_DOWN_NS 100000000ull   /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull   /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
+#define LP_METRICS_PERIOD_NS 1000000000ull /* the metrics file is rewritten this often, and on every change */
 
 static struct lp_health *health(void) { return &lp_plugin()->health; }
 
@@ -59,16 +63,29 @@ static int dev_of(struct lp_plugin *p, int nic, int port) {
   return -1;
 }
 
-static void set_healthy(struct lp_health *h, int dev, int ok) {
+/* Health changes also open and close the device's degraded periods. */
+static void set_healthy(struct lp_plugin *p, int dev, int ok) {
+  struct lp_health *h = &p->health;
   if (atomic_exchange(&h->healthy[dev], ok) == ok) return;
+  struct lp_fo_dev_stats *ds = &p->fo_stats.dev[dev];
+  uint64_t now = lp_now_ns();
+  if (!ok) {
+    atomic_store_explicit(&ds->degraded_since_ns, now, memory_order_relaxed);
+  } else {
+    uint64_t since = atomic_exchange_explicit(&ds->degraded_since_ns, 0, memory_order_relaxed);
+    if (since != 0) atomic_fetch_add_explicit(&ds->degraded_ns, now - since, memory_order_relaxed);
+  }
   atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  h->metrics_dirty = 1;
 }
 
 static void port_down(struct lp_plugin *p, int dev, const char *why, uint64_t now) {
   struct lp_health *h = &p->health;
   if (h->hd[dev].down) return;
   unsigned flaps = lp_holddown_down(&h->hd[dev], now);
-  set_healthy(h, dev, 0);
+  atomic_fetch_add_explicit(&p->fo_stats.dev[dev].flaps, 1, memory_order_relaxed);
+  atomic_store(&h->link_up[dev], 0);
+  set_healthy(p, dev, 0);
   LP_WARN("%s:%d is down (%s): connections on it move to other NICs (flap %u, next hold-down %llu ms)",
           p->devs[dev].name, p->devs[dev].port, why, flaps, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
@@ -77,16 +94,43 @@ static void port_up(struct lp_plugin *p, int dev, const char *why, uint64_t now)
   struct lp_health *h = &p->health;
   int nic = p->devs[dev].nic;
   if (!h->hd[dev].down || atomic_load(&h->fatal[nic])) return;
+  if (lp_netwatch_down(&h->nw, dev)) return; /* the port says ACTIVE, its interface has no link yet */
   lp_holddown_up(&h->hd[dev], now);
+  atomic_store(&h->link_up[dev], 1);
+  /* Not healthy yet, but a connection with nowhere else to go may use it. */
+  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  h->metrics_dirty = 1;
   LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", p->devs[dev].name, p->devs[dev].port,
           why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+}
+
+/* A port event from the RoCE interface watch (or polling). */
+static void port_event(struct lp_plugin *p, const struct lp_event *e, uint64_t now) {
+  int dev = (int)e->dev;
+  if (dev < 0 || dev >= p->ndevs) return;
+  const char *ifname = e->status == LP_PORT_SRC_NETDEV ? lp_netwatch_ifname(&p->health.nw, dev) : NULL;
+  char why[64];
+  if (ifname) snprintf(why, sizeof(why), "netdev %s %s", ifname, e->type == LP_EV_PORT_DOWN ? "down" : "up");
+  else snprintf(why, sizeof(why), "polling");
+  if (e->type == LP_EV_PORT_DOWN) {
+    port_down(p, dev, why, now);
+    return;
+  }
+  /* The interface has its link again; the port itself must be ACTIVE too
+   * (real mlx5 ports follow the carrier a little later: then the port
+   * event or polling brings it back). */
+  struct ibv_port_attr pa;
+  memset(&pa, 0, sizeof(pa));
+  if (p->ibv.query_port(p->nics[p->devs[dev].nic].ctx, (uint8_t)p->devs[dev].port, &pa) == 0 &&
+      pa.state == IBV_PORT_ACTIVE)
+    port_up(p, dev, why, now);
 }
 
 static void handle(struct lp_plugin *p, const struct lp_event *e, uint64_t now) {
   struct lp_health *h = &p->health;
   if (e->type != LP_EV_ASYNC) {
-    if (e->type == LP_EV_PORT_DOWN) port_down(p, (int)e->dev, "polling", now);
-    if (e->type == LP_EV_PORT_UP) port_up(p, (int)e->dev, "polling", now);
+    if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(p, e, now);
+    if (e->type == LP_EV_CONN_MOVED) h->metrics_dirty = 1;
     return; /* connection-level events: the connections act on them */
   }
   int nic = (int)e->dev;
@@ -129,17 +173,84 @@ static void poll_ports(struct lp_plugin *p, uint64_t now) {
   }
 }
 
+/* ---- the metrics file ---- */
+
+static void metrics_write(struct lp_plugin *p, uint64_t now) {
+  struct lp_health *h = &p->health;
+  struct lp_fo_stats *st = &p->fo_stats;
+  const memory_order rx = memory_order_relaxed;
+  struct lp_metrics m;
+  memset(&m, 0, sizeof(m));
+  m.pid = (int)getpid();
+  m.ndevs = p->ndevs < LP_METRICS_MAX_DEVS ? p->ndevs : LP_METRICS_MAX_DEVS;
+  for (int d = 0; d < m.ndevs; d++) {
+    struct lp_metrics_dev *md = &m.devs[d];
+    struct lp_fo_dev_stats *ds = &st->dev[d];
+    md->name = p->devs[d].name;
+    md->port = p->devs[d].port;
+    md->up = lp_health_ok(h, d);
+    md->connections = atomic_load_explicit(&h->load[d], rx);
+    md->failovers = atomic_load_explicit(&ds->failovers, rx);
+    md->failbacks = atomic_load_explicit(&ds->failbacks, rx);
+    md->flaps = atomic_load_explicit(&ds->flaps, rx);
+    uint64_t degraded = atomic_load_explicit(&ds->degraded_ns, rx);
+    uint64_t since = atomic_load_explicit(&ds->degraded_since_ns, rx);
+    if (since != 0 && now > since) degraded += now - since;
+    md->degraded_seconds = (double)degraded / 1e9;
+  }
+  m.replayed_requests = atomic_load_explicit(&st->replayed, rx);
+  m.replayed_bytes = atomic_load_explicit(&st->replayed_bytes, rx);
+  m.paths_lost = atomic_load_explicit(&st->paths_lost, rx);
+  m.ring_overflows = lp_ring_overflows(&h->ring);
+  m.last_failover_seconds = (double)atomic_load_explicit(&st->last_failover_ns, rx) / 1e9;
+  int len = lp_metrics_format(&m, h->metrics_buf, h->metrics_cap);
+  int err = len < 0 ? -ENOBUFS : lp_metrics_write(h->metrics_path, h->metrics_buf, (size_t)len);
+  if (err != 0 && -err != h->metrics_err)
+    LP_WARN("cannot write the metrics file %s: %s (retrying every second)", h->metrics_path, strerror(-err));
+  else if (err == 0 && h->metrics_err != 0)
+    LP_INFO(NCCL_NET, "the metrics file %s is written again", h->metrics_path);
+  h->metrics_err = -err;
+  h->metrics_dirty = 0;
+  h->next_metrics_ns = now + LP_METRICS_PERIOD_NS;
+}
+
+/* Expand LINKPASS_METRICS_FILE and size the text buffer; "" disables. */
+static void metrics_setup(struct lp_plugin *p) {
+  struct lp_health *h = &p->health;
+  h->metrics_path[0] = '\0';
+  if (p->cfg.metrics_file[0] == '\0') return;
+  if (lp_metrics_path(p->cfg.metrics_file, (int)getpid(), p->hostname, h->metrics_path, sizeof(h->metrics_path)) !=
+      0) {
+    LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written",
+            p->cfg.metrics_file);
+    h->metrics_path[0] = '\0';
+    return;
+  }
+  /* Six lines per device of at most ~200 bytes (names are short), and the rest. */
+  h->metrics_cap = (size_t)p->ndevs * 6 * 256 + 4096;
+  h->metrics_buf = malloc(h->metrics_cap);
+  if (h->metrics_buf == NULL) {
+    LP_WARN("out of memory for the metrics file: none is written");
+    h->metrics_path[0] = '\0';
+    return;
+  }
+  h->metrics_dirty = 1; /* the first write comes at once */
+  LP_INFO(NCCL_INIT | NCCL_NET, "metrics file: %s (rewritten every second and on every change)", h->metrics_path);
+}
+
 static void *control_main(void *arg) {
   (void)arg;
   struct lp_plugin *p = lp_plugin();
   struct lp_health *h = &p->health;
   uint64_t reported_overflows = 0;
+  int metrics = h->metrics_path[0] != '\0';
   for (;;) {
     uint64_t now = lp_now_ns(), next = now + LP_POLL_DOWN_NS;
+    if (metrics && h->next_metrics_ns < next) next = h->next_metrics_ns > now ? h->next_metrics_ns : now;
     for (int d = 0; d < p->ndevs; d++) {
       if (lp_holddown_ready(&h->hd[d], now)) {
         if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[p->devs[d].nic])) {
-          set_healthy(h, d, 1);
+          set_healthy(p, d, 1);
           LP_INFO(NCCL_NET, "%s:%d has been stable for its hold-down: traffic may move back", p->devs[d].name,
                   p->devs[d].port);
         }
@@ -157,13 +268,19 @@ static void *control_main(void *arg) {
       if (e.type == LP_EV_STOP) stop = 1;
       else handle(p, &e, now);
     }
-    if (stop) break;
+    if (stop) {
+      if (metrics) metrics_write(p, lp_now_ns()); /* the final counters */
+      break;
+    }
     poll_ports(p, now);
     uint64_t lost = lp_ring_overflows(&h->ring);
     if (lost != reported_overflows) {
       LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
       reported_overflows = lost;
+      h->metrics_dirty = 1;
     }
+    now = lp_now_ns();
+    if (metrics && (h->metrics_dirty || now >= h->next_metrics_ns)) metrics_write(p, now);
   }
   return NULL;
 }
@@ -178,9 +295,11 @@ int lp_health_start(void) {
   for (int d = 0; d < p->ndevs; d++) {
     lp_holddown_init(&h->hd[d], base, max, now);
     atomic_store(&h->healthy[d], 1);
+    atomic_store(&h->link_up[d], 1);
   }
   h->next_poll_ns = now + LP_POLL_ALL_NS;
-  if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) return -1;
+  metrics_setup(p);
+  if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) goto fail_metrics;
   h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (h->stop_fd < 0) goto fail_ring;
   h->running = 1;
@@ -194,12 +313,17 @@ int lp_health_start(void) {
     }
     h->async_nic[h->nasync++] = n;
   }
+  lp_netwatch_start(&h->nw, h->stop_fd); /* RoCE only; it warns itself when it cannot */
   return 0;
 fail_fd:
   h->running = 0;
   close(h->stop_fd);
 fail_ring:
   lp_ring_fini(&h->ring);
+fail_metrics:
+  free(h->metrics_buf);
+  h->metrics_buf = NULL;
+  h->metrics_path[0] = '\0';
   LP_WARN("cannot start the control thread: link failover is off");
   return -1;
 }
@@ -210,6 +334,7 @@ void lp_health_stop(void) {
   uint64_t one = 1;
   if (write(h->stop_fd, &one, sizeof(one)) < 0) LP_WARN("cannot wake the async-event threads: %s", strerror(errno));
   for (int i = 0; i < h->nasync; i++) pthread_join(h->async[i], NULL);
+  lp_netwatch_stop(&h->nw);
   struct lp_event stop = {.type = LP_EV_STOP};
   while (!lp_ring_push(&h->ring, &stop)) {
     /* Full ring: the control thread is draining it; the stop gets in next. */
@@ -220,4 +345,6 @@ void lp_health_stop(void) {
   h->running = 0;
   close(h->stop_fd);
   lp_ring_fini(&h->ring);
+  free(h->metrics_buf);
+  h->metrics_buf = NULL;
 }

@@ -7,7 +7,9 @@
  * thread alone consumes the ring, decides each port's health — a port that
  * goes down is unusable at once, one that comes back only after its
  * hold-down (holddown.h) — runs the timers (hold-down expiry, polling of
- * ports as a backstop for lost events) and writes the port log lines.
+ * ports as a backstop for lost events), writes the port log lines and the
+ * metrics file (metrics.h).  RoCE interfaces are watched through route
+ * netlink as well (netwatch.h).
  *
  * Connections never block on it: each one compares the health generation
  * with the one it last acted on (a single atomic load per progress call) and
@@ -22,11 +24,13 @@
 
 #include "event_ring.h"
 #include "holddown.h"
+#include "netwatch.h"
 #include "nic.h"
 
 struct lp_health {
   _Atomic uint32_t gen;             /* bumped whenever any healthy[] changes */
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
+  _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
   _Atomic int load[LP_MAX_DEVS];    /* connections whose link is on the device */
   _Atomic int fatal[LP_MAX_NICS];   /* NIC reported DEVICE_FATAL: never used again */
   /* Each device's pool, primary first (set at start, read-only after). */
@@ -35,6 +39,14 @@ struct lp_health {
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   uint64_t next_poll_ns;
+  /* The metrics file (LINKPASS_METRICS_FILE; metrics.h), control thread only. */
+  char metrics_path[LP_PATH_MAX]; /* "" when none is written */
+  char *metrics_buf;
+  size_t metrics_cap;
+  uint64_t next_metrics_ns;
+  int metrics_dirty; /* something changed since the last write */
+  int metrics_err;   /* errno of the last failed write, 0 after a good one */
+  struct lp_netwatch nw; /* RoCE interfaces (netwatch.h) */
   struct lp_event_ring ring;
   int stop_fd; /* eventfd: wakes the async threads to exit */
   int running;
@@ -57,6 +69,9 @@ static inline uint32_t lp_health_gen(struct lp_health *h) {
 }
 static inline int lp_health_ok(struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->healthy[dev], memory_order_relaxed);
+}
+static inline int lp_health_link_up(struct lp_health *h, int dev) {
+  return atomic_load_explicit(&h->link_up[dev], memory_order_relaxed);
 }
 
 #endif

@@ -144,6 +144,7 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
                         link->qps[0]->qp_num, strerror(err));
   }
   link->sq_free[0]--;
+  lp_comm_note_post(c, 0);
   r->slot_req[slot] = req;
   r->tail++;
   *request = req;

@@ -35,6 +35,7 @@ static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, 
     return lp_comm_fail(&s->base, ncclSystemError, "ibv_post_send on qp 0x%x failed: %s", link->qps[q]->qp_num,
                         strerror(err));
   link->sq_free[q]--;
+  lp_comm_note_post(&s->base, q);
   link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
   return ncclSuccess;
 }
