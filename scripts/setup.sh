@@ -9,6 +9,8 @@ packages=(
   libnl-3-dev libnl-route-3-dev             # link state through netlink
   libcriterion-dev                          # unit tests
   iproute2 procps psmisc                    # ss, ip, pkill
+  gnuplot-nox                               # bench/plots.sh draws docs/img/*.png
+  rsyslog                                   # the syslog integration test starts its own rsyslogd
 )
 missing=()
 for p in "${packages[@]}"; do
