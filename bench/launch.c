@@ -216,7 +216,7 @@ int perf_launch(const struct perf_opts *o, int argc, char **argv) {
   self[sl] = '\0';
   if (o->fabric) find_simverbs(o, self, simverbs, sizeof(simverbs));
 
-  srv = oob_server_create(n, addr, sizeof(addr), err, sizeof(err));
+  srv = oob_server_create(n, o->rdv_addr, addr, sizeof(addr), err, sizeof(err));
   if (!srv) {
     fprintf(stderr, "linkpass-perf: %s\n", err);
     return PERF_EXIT_ERROR;

@@ -1,5 +1,5 @@
 /*
- * linkpass-perf: out-of-band rendezvous (TCP on loopback).
+ * linkpass-perf: out-of-band rendezvous (TCP; loopback unless told otherwise).
  */
 #include "oob.h"
 
@@ -164,7 +164,8 @@ struct oob_server {
   struct oob_peer *peers;
 };
 
-struct oob_server *oob_server_create(int nranks, char *addr, size_t addrlen, char *err, size_t errlen) {
+struct oob_server *oob_server_create(int nranks, const char *bind_ip, char *addr, size_t addrlen, char *err,
+                                     size_t errlen) {
   struct oob_server *s = calloc(1, sizeof(*s));
   struct sockaddr_in sa = {.sin_family = AF_INET};
   socklen_t sl = sizeof(sa);
@@ -176,11 +177,20 @@ struct oob_server *oob_server_create(int nranks, char *addr, size_t addrlen, cha
   for (int i = 0; i < nranks; i++) s->peers[i].fd = -1;
   s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (s->lfd < 0) goto sys;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!bind_ip) bind_ip = "127.0.0.1";
+  if (inet_pton(AF_INET, bind_ip, &sa.sin_addr) != 1) {
+    fail(err, errlen, "rendezvous server: \"%s\" is not an IPv4 address", bind_ip);
+    oob_server_destroy(s);
+    return NULL;
+  }
   if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(s->lfd, nranks + 8) ||
-      getsockname(s->lfd, (struct sockaddr *)&sa, &sl))
-    goto sys;
-  snprintf(addr, addrlen, "127.0.0.1:%u", ntohs(sa.sin_port));
+      getsockname(s->lfd, (struct sockaddr *)&sa, &sl)) {
+    fail(err, errlen, "rendezvous server on %s: %s%s", bind_ip, strerror(errno),
+         errno == EADDRNOTAVAIL ? " (not an address of this host: run the launcher where it is)" : "");
+    oob_server_destroy(s);
+    return NULL;
+  }
+  snprintf(addr, addrlen, "%s:%u", bind_ip, ntohs(sa.sin_port));
   return s;
 sys:
   fail(err, errlen, "rendezvous server: %s", strerror(errno));

@@ -1,5 +1,7 @@
 /*
- * linkpass-perf: the out-of-band rendezvous over TCP on 127.0.0.1.
+ * linkpass-perf: the out-of-band rendezvous over TCP, on 127.0.0.1 unless the
+ * launcher is told another address of its host (--rendezvous-addr: hosts in
+ * network namespaces reach each other only over their management network).
  *
  * The launcher runs a tiny server; each rank opens one connection, says
  * hello, and then takes part in all-gathers of small blobs (the plugin's
@@ -29,7 +31,10 @@ int oob_bye(int fd, int rank, int code);
 enum oob_rank_state { OOB_NONE, OOB_UP, OOB_BYE, OOB_LOST };
 
 struct oob_server;
-struct oob_server *oob_server_create(int nranks, char *addr, size_t addrlen, char *err, size_t errlen);
+/* Listen on bind_ip (IPv4; NULL: 127.0.0.1), an ephemeral port; addr gets
+ * "IP:port" for the ranks. */
+struct oob_server *oob_server_create(int nranks, const char *bind_ip, char *addr, size_t addrlen, char *err,
+                                     size_t errlen);
 void oob_server_destroy(struct oob_server *s);
 /* Fill pfds with what to poll (at most nranks + 1 entries); returns count. */
 int oob_server_pollfds(struct oob_server *s, struct pollfd *pfds);

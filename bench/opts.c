@@ -5,6 +5,7 @@
  */
 #include "opts.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -215,6 +216,7 @@ enum {
   OPT_TIMEOUT,
   OPT_CONN_TIMEOUT,
   OPT_STALL_TIMEOUT,
+  OPT_GAP_LOG,
   OPT_ABI,
   OPT_PLUGIN,
   OPT_HOSTS,
@@ -229,6 +231,7 @@ enum {
   OPT_LOCAL_RANK,
   OPT_RDV,
   OPT_COMM_ID,
+  OPT_RDV_ADDR,
 };
 
 static const struct option long_opts[] = {
@@ -248,6 +251,7 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, 0, OPT_TIMEOUT},
     {"connect-timeout", required_argument, 0, OPT_CONN_TIMEOUT},
     {"stall-timeout", required_argument, 0, OPT_STALL_TIMEOUT},
+    {"gap-log", required_argument, 0, OPT_GAP_LOG},
     {"abi", required_argument, 0, OPT_ABI},
     {"plugin", required_argument, 0, OPT_PLUGIN},
     {"hosts", required_argument, 0, OPT_HOSTS},
@@ -262,6 +266,7 @@ static const struct option long_opts[] = {
     {"local-rank", required_argument, 0, OPT_LOCAL_RANK},
     {"rdv", required_argument, 0, OPT_RDV},
     {"comm-id", required_argument, 0, OPT_COMM_ID},
+    {"rendezvous-addr", required_argument, 0, OPT_RDV_ADDR},
     {"verbose", no_argument, 0, 'v'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -342,6 +347,7 @@ int perf_opts_parse(struct perf_opts *o, int argc, char **argv, int *help, char 
     case OPT_STALL_TIMEOUT:
       if (perf_parse_seconds(optarg, what, &o->stall_timeout, err, errlen)) return -1;
       break;
+    case OPT_GAP_LOG: o->gap_log = optarg; break;
     case OPT_ABI:
       if (perf_parse_int(optarg, what, 0, 12, &v, err, errlen)) return -1;
       if (v != 0 && v < 8) return fail(err, errlen, "invalid value %ld for --abi: must be 8, 9, 10, 11 or 12", v);
@@ -382,6 +388,13 @@ int perf_opts_parse(struct perf_opts *o, int argc, char **argv, int *help, char 
       o->local_rank = (int)v;
       break;
     case OPT_RDV: o->rdv = optarg; break;
+    case OPT_RDV_ADDR: {
+      struct in_addr ia;
+      if (inet_pton(AF_INET, optarg, &ia) != 1)
+        return fail(err, errlen, "invalid value \"%s\" for --rendezvous-addr: expected an IPv4 address", optarg);
+      o->rdv_addr = optarg;
+      break;
+    }
     case OPT_COMM_ID: {
       char *end;
       errno = 0;
@@ -459,6 +472,8 @@ void perf_opts_usage(const char *prog) {
       "  --fabric NAME       start each rank with `simverbs run --host H --fabric NAME --`\n"
       "  --simverbs PATH     the simverbs tool [next to this binary's build tree, else PATH]\n"
       "  --rank-env N=V      set N=V for every rank started directly (%%r rank, %%l local rank, %%h host)\n"
+      "  --rendezvous-addr IP  listen for the ranks on IP, an address of the launcher's host that\n"
+      "                      every rank reaches (a netns fabric: the management address) [127.0.0.1]\n"
       "  --plugin PATH       plugin library (default: NCCL_NET_PLUGIN rules, then libnccl-net.so)\n"
       "  --abi 8..12         use only ncclNetPlugin_vN (default: newest exported)\n"
       "  --channels N        connections per peer, data split over them [1]\n"
@@ -468,6 +483,8 @@ void perf_opts_usage(const char *prog) {
       "  --timeout SEC       whole run [600]\n"
       "  --connect-timeout SEC  listen/connect/accept [60]\n"
       "  --stall-timeout SEC no completion for this long fails the run [60]\n"
+      "  --gap-log FILE      append \"rank before after\" (CLOCK_MONOTONIC s) for each pause of\n"
+      "                      1 ms or more between a rank's completions (failover timing)\n"
       "  -v, --verbose       more output (repeat for more)\n"
       "\n"
       "Exit status: 0 all results correct, 1 wrong data, 2 error or timeout, 130 interrupted.\n",

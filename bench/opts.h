@@ -56,12 +56,14 @@ struct perf_opts {
   double timeout;            /* --timeout: whole run, seconds */
   double conn_timeout;       /* --connect-timeout */
   double stall_timeout;      /* --stall-timeout: no completion for this long is an error */
+  const char *gap_log;       /* --gap-log: append every pause between completions of 1 ms or more */
   int verbose;               /* -v */
   /* where ranks run */
   const char *hosts;         /* --hosts a,b */
   const char *fabric;        /* --fabric: spawn ranks through `simverbs run` */
   const char *simverbs;      /* --simverbs: path of the simverbs tool */
   const char *rank_env[PERF_MAX_RANK_ENV]; /* --rank-env NAME=VALUE (%r %l %h expanded) */
+  const char *rdv_addr;      /* --rendezvous-addr: IPv4 the launcher listens on [127.0.0.1] */
   int nrank_env;
   /* set by the launcher for each rank */
   int rank;                  /* --rank (-1: this process is the launcher) */

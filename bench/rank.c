@@ -366,6 +366,14 @@ static int setup_engine(struct rank_ctx *x) {
       .redop = o->redop,
       .stall_timeout = o->stall_timeout,
   };
+  if (o->gap_log) {
+    x->eng.gap_log = fopen(o->gap_log, "a");
+    if (!x->eng.gap_log) {
+      rank_err(x, "--gap-log %s: %s", o->gap_log, strerror(errno));
+      return -1;
+    }
+    setvbuf(x->eng.gap_log, NULL, _IOLBF, 0); /* whole lines: every rank appends to the file */
+  }
   x->eng.regions[0].base = x->sendbuf;
   x->eng.regions[0].len = x->bufbytes;
   x->eng.regions[1].base = x->recvbuf;
@@ -425,6 +433,8 @@ static void teardown(struct rank_ctx *x) {
   free(x->sendbuf);
   free(x->recvbuf);
   x->sendbuf = x->recvbuf = NULL;
+  if (x->eng.gap_log) fclose(x->eng.gap_log);
+  x->eng.gap_log = NULL;
 }
 
 int perf_rank_main(const struct perf_opts *o) {

@@ -116,6 +116,15 @@ static int fwd_in_place(struct xengine *e, const struct xrecv *r) { return e->di
 
 /* ------------------------------------------------------------ progress */
 
+/* --gap-log: a pause between two completions of this rank, with both ends. */
+static void note_completion(struct xengine *e) {
+  if (!e->gap_log) return;
+  double now = xfer_now();
+  if (e->last_completion > 0 && now - e->last_completion >= XFER_GAP_S)
+    fprintf(e->gap_log, "%d %.6f %.6f\n", e->rank, e->last_completion, now);
+  e->last_completion = now;
+}
+
 static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   struct xconn *c = ch->rc;
   while (ch->rpost < ch->nrecvs && ch->rpost < ch->rcons + (size_t)e->slots) {
@@ -164,6 +173,7 @@ static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
                    c->peer, c->channel, c->dev, ch->rdone, ch->nrecvs, size, ch->recvs[ch->rdone].bytes);
     ch->rreq[ch->rdone % (size_t)e->slots] = NULL;
     ch->rdone++;
+    note_completion(e);
     c->msgs++;
     *progress = 1;
   }
@@ -251,6 +261,7 @@ static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
     if (!done) break;
     ch->sreq[ch->sdone % (size_t)e->slots] = NULL;
     ch->sdone++;
+    note_completion(e);
     c->msgs++;
     *progress = 1;
   }

@@ -19,11 +19,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "netload.h"
 #include "opts.h"
 
 #define XFER_MAX_REGIONS 2
+#define XFER_GAP_S 1e-3 /* --gap-log threshold */
 
 /* One direction of one plugin connection. */
 struct xconn {
@@ -76,6 +78,9 @@ struct xengine {
   enum perf_dtype dtype;
   enum perf_redop redop;
   double stall_timeout;
+  /* --gap-log: pauses of XFER_GAP_S or more between completions go here */
+  FILE *gap_log;
+  double last_completion;
   /* called about every 50 ms while a transfer runs (per-second output) */
   void (*tick)(void *arg);
   void *tick_arg;

@@ -136,6 +136,7 @@ Test(opts, validation) {
   opts_bad("is not below -N", "--rank", "3", "--rdv", "127.0.0.1:1", NULL);
   opts_bad("does not fit in --timeout", "--duration", "30", "--timeout", "10", NULL);
   opts_bad("expected NAME=VALUE", "--rank-env", "FOO", NULL);
+  opts_bad("expected an IPv4 address", "--rendezvous-addr", "node0", NULL);
   opts_bad("unknown option", "--bogus", NULL);
   opts_bad("needs a value", "-b", NULL);
   opts_bad("unexpected argument", "extra", NULL);

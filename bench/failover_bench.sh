@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Failover benchmarks on the simulated fabric (docs/PERFORMANCE.md has the
+# results and the method).  Each part prints a table.
+#
+# usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|all]
+#   time      failover time, from the injected fault to the first completion
+#             after it, p50/p99 over $INJECTIONS (default 50) port-down faults
+#   overhead  busbw with LINKPASS_FAILOVER=1 against =0, 1 MiB .. 256 MiB,
+#             $ROUNDS (default 3) interleaved rounds (A B A B ...)
+#   degraded  busbw with one of four rate-limited NICs down against all four
+#             up, $ROUNDS interleaved rounds
+set -euo pipefail
+build=${1:?usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|all]}
+what=${2:-all}
+top=$(cd "$(dirname "$0")/.." && pwd)
+sv="$build/simverbs/simverbs"
+perf="$build/bench/linkpass-perf"
+inject="$build/bench/flap_inject"
+plugin="$build/lib/libnccl-net-linkpass.so"
+confs="$top/tests/simverbs/configs"
+injections=${INJECTIONS:-50}
+rounds=${ROUNDS:-3}
+tmp=$(mktemp -d /tmp/lpfobench.XXXXXX)
+export SIMVERBS_FABRIC="fob$$"
+perf_pid=""
+cleanup() {
+  [ -n "$perf_pid" ] && kill "$perf_pid" 2>/dev/null && wait "$perf_pid" 2>/dev/null
+  "$sv" down >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+export NCCL_DEBUG=WARN
+
+# fabric CONFIG [RATE]: bring up CONFIG, with every NIC at RATE Gb/s if given.
+fabric() {
+  local conf=$1 rate=${2:-}
+  "$sv" down >/dev/null 2>&1 || true
+  if [ -n "$rate" ]; then
+    sed "s/^rate .*/rate $rate/" "$conf" >"$tmp/fabric.conf"
+    conf="$tmp/fabric.conf"
+  fi
+  "$sv" up "$conf" >/dev/null
+}
+
+# busbw ARGS...: the driver's busbw column of every row, one per line.
+busbw() {
+  "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" "$@" |
+    awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $1, $8 }'
+}
+
+# Median of the numbers on stdin.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# p50 and p99 (nearest rank) of the numbers on stdin.
+percentiles() {
+  sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan nan 0"; exit }
+    i50 = int(NR * 0.50 + 0.999999); i99 = int(NR * 0.99 + 0.999999)
+    printf "%.2f %.2f %d %.2f\n", v[i50], v[i99], NR, v[NR] }'
+}
+
+part_time() {
+  # The scenarios' short timers (tests/failover/scenario.sh: a 300 ms
+  # watchdog, a 500 ms hold-down, a 134 ms retry budget), and no damping:
+  # every fault must find the connections back on mlx5_0.  The other parts
+  # keep the defaults.
+  local NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=300 LINKPASS_FAILBACK_HOLDDOWN_MS=500 \
+    LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=500
+  export NCCL_IB_TIMEOUT LINKPASS_WATCHDOG_MS LINKPASS_FAILBACK_HOLDDOWN_MS LINKPASS_FAILBACK_HOLDDOWN_MAX_MS
+  fabric "$confs/two-hosts-4nic.conf"
+  # 64 KiB sendrecv between a rank on node0 and one on node1 (device mlx5_0
+  # on both); every completion pause of 1 ms or more goes to the gap log.
+  local period=1.6 secs
+  secs=$(awk -v n="$injections" -v p="$period" 'BEGIN { printf "%d", n * p + 6 }')
+  "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv \
+    -b 64K -e 64K -R 1 --duration "$secs" --timeout $((secs + 60)) --gap-log "$tmp/gaps" >"$tmp/out" 2>&1 &
+  perf_pid=$!
+  sleep 3 # connected and running
+  # Alternately node0's and node1's cable: down 400 ms, then up 1200 ms
+  # (the 500 ms hold-down and the move back fit in it).
+  "$inject" "$SIMVERBS_FABRIC" "$injections" 400 1200 node0:mlx5_0 node1:mlx5_0 >"$tmp/inject"
+  local rc=0
+  wait "$perf_pid" || rc=$?
+  perf_pid=""
+  if ((rc != 0)); then
+    echo "failover_bench: the driver failed (exit $rc):" >&2
+    tail -20 "$tmp/out" >&2
+    return 1
+  fi
+  grep -q "Wrong elements *: 0 OK" "$tmp/out" || { echo "failover_bench: wrong data" >&2; return 1; }
+  # For each fault at T0 and each rank: the end of the first completion
+  # pause that ends after T0 and began before T0 + 1 ms, i.e. the first
+  # completion once the fault stopped traffic.  No such pause: traffic went
+  # on within 1 ms, counted as 1 ms.  Rank 0 runs on node0, rank 1 on node1:
+  # the rank on the faulted host sees a local port down, the other a remote.
+  awk -v W=0.001 '
+    FNR == NR { if ($1 == "down") { n++; t0[n] = $4; host[n] = substr($3, 1, index($3, ":") - 1) } next }
+    { g++; r[g] = $1; a[g] = $2; b[g] = $3 }
+    END {
+      for (i = 1; i <= n; i++) for (k = 0; k <= 1; k++) {
+        best = -1
+        for (j = 1; j <= g; j++) if (r[j] == k && b[j] > t0[i] && a[j] < t0[i] + W && (best < 0 || b[j] < best)) best = b[j]
+        ms = best < 0 ? W * 1000 : (best - t0[i]) * 1000
+        local = (host[i] == "node" k)
+        print (local ? "local" : "remote"), ms, best < 0
+      }
+    }' "$tmp/inject" "$tmp/gaps" >"$tmp/times"
+  local events
+  events=$(grep -c "event=failover" "$tmp/out" || true)
+  echo "# failover time: fault injected (flap_inject) -> first completion after it, ms"
+  echo "# $injections port-down faults, alternately node0:mlx5_0 and node1:mlx5_0; sendrecv 64 KiB, -R 1"
+  printf '%-18s %8s %8s %8s %8s %10s\n' "fault" "p50" "p99" "max" "samples" "target p99"
+  for kind in local remote; do
+    read -r p50 p99 n max < <(awk -v k="$kind" '$1 == k { print $2 }' "$tmp/times" | percentiles)
+    printf '%-18s %8s %8s %8s %8s %10s\n' "$kind port down" "$p50" "$p99" "$max" "$n" \
+      "$([ "$kind" = local ] && echo "< 20" || echo "< 200")"
+  done
+  echo "# faults after which traffic never paused 1 ms (counted as 1 ms): $(awk '$3 == 1' "$tmp/times" | wc -l) of $((2 * injections))"
+  echo "# event=failover lines: $events (4 expected per fault: both ends of both connections)"
+  echo "# the plugin's own duration_us (detection -> traffic flowing), per connection end:"
+  grep -o "event=failover.*reason=[a-z_]*.*duration_us=[0-9]*" "$tmp/out" |
+    awk '{ for (i = 1; i <= NF; i++) { if ($i ~ /^reason=/) r = substr($i, 8); if ($i ~ /^duration_us=/) d = substr($i, 13) }
+           print r, d / 1000 }' >"$tmp/durations"
+  for reason in port_down peer_notice; do
+    read -r p50 p99 n max < <(awk -v k="$reason" '$1 == k { print $2 }' "$tmp/durations" | percentiles)
+    printf '#   reason=%-12s p50 %s ms, p99 %s ms, max %s ms (%s lines)\n' "$reason" "$p50" "$p99" "$max" "$n"
+  done
+}
+
+part_overhead() {
+  fabric "$confs/two-hosts-ib.conf" 400
+  local sizes=() fo r size bw
+  for r in $(seq "$rounds"); do
+    for fo in 1 0; do
+      LINKPASS_FAILOVER=$fo busbw --op sendrecv -R 1 -b 1M -e 256M -f 2 -n 10 -w 3 >"$tmp/ov.$fo.$r" 2>>"$tmp/ov.err"
+    done
+  done
+  mapfile -t sizes < <(awk '{ print $1 }' "$tmp/ov.1.1")
+  echo "# failovers while nothing failed: $(grep -c 'event=failover' "$tmp/ov.err" || true)"
+  echo "# cost when nothing fails: sendrecv busbw, LINKPASS_FAILOVER=1 against =0, -R 1, rate 400 Gb/s"
+  echo "# median of $rounds interleaved rounds (1 0 1 0 ...)"
+  printf '%12s %14s %14s %8s\n' "bytes" "FAILOVER=1" "FAILOVER=0" "ratio"
+  printf '%12s %14s %14s %8s\n' "" "GB/s" "GB/s" ""
+  for size in "${sizes[@]}"; do
+    local on off
+    on=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/ov.1.* | median)
+    off=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/ov.0.* | median)
+    printf '%12s %14s %14s %8s\n' "$size" "$on" "$off" "$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.3f", a / b }')"
+  done
+}
+
+part_degraded() {
+  # Four NICs per host at 25 Gb/s; four channels, so that every NIC carries
+  # one connection each way.
+  fabric "$confs/two-hosts-4nic.conf" 25
+  local r state
+  for r in $(seq "$rounds"); do
+    for state in healthy degraded; do
+      [ "$state" = degraded ] && "$sv" link node0:mlx5_3 down >/dev/null
+      busbw --op sendrecv -R 1 --channels 4 -b 64M -e 256M -f 4 -n 10 -w 3 >"$tmp/dg.$state.$r"
+      [ "$state" = degraded ] && "$sv" link node0:mlx5_3 up >/dev/null
+    done
+  done
+  echo "# degraded throughput: sendrecv busbw, 4 channels over 4 NICs per host at 25 Gb/s, -R 1"
+  echo "# node0:mlx5_3 down for the whole degraded run; median of $rounds interleaved rounds"
+  printf '%12s %14s %14s %8s\n' "bytes" "healthy" "1 of 4 down" "ratio"
+  printf '%12s %14s %14s %8s\n' "" "GB/s" "GB/s" ""
+  local size
+  for size in $(awk '{ print $1 }' "$tmp/dg.healthy.1"); do
+    local h d
+    h=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/dg.healthy.* | median)
+    d=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/dg.degraded.* | median)
+    printf '%12s %14s %14s %8s\n' "$size" "$h" "$d" "$(awk -v a="$d" -v b="$h" 'BEGIN { printf "%.3f", a / b }')"
+  done
+}
+
+case $what in
+time) part_time ;;
+overhead) part_overhead ;;
+degraded) part_degraded ;;
+all)
+  part_time
+  echo
+  part_overhead
+  echo
+  part_degraded
+  ;;
+*)
+  echo "usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|all]" >&2
+  exit 2
+  ;;
+esac

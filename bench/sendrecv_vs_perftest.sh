@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The plugin's sendrecv next to perftest on the same simulated fabric, in
+# the same run, interleaved round by round (docs/PERFORMANCE.md).
+#
+# usage: bench/sendrecv_vs_perftest.sh BUILD_DIR
+#   env: RATE (Gb/s of every NIC, default 400: the CPU, not the wire, limits),
+#        ROUNDS (default 3), SIZES (default "64M 128M 256M")
+#
+# Bandwidth: linkpass-perf sendrecv, 2 ranks on two hosts, -R 1 (registered
+# user buffers: the driver copies nothing, as with GPU buffers under NCCL),
+# against ib_write_bw one way and ib_write_bw -b (both ways at once, which is
+# the traffic a 2-rank sendrecv makes; its sum is halved to one direction).
+# Latency: linkpass-perf sendrecv of 8 bytes (average time per iteration)
+# against ib_write_lat -s 8 (typical = median, and average).
+set -euo pipefail
+build=${1:?usage: sendrecv_vs_perftest.sh BUILD_DIR}
+rate=${RATE:-400}
+rounds=${ROUNDS:-3}
+read -r -a sizes <<<"${SIZES:-64M 128M 256M}"
+top=$(cd "$(dirname "$0")/.." && pwd)
+sv="$build/simverbs/simverbs"
+perf="$build/bench/linkpass-perf"
+plugin="$build/lib/libnccl-net-linkpass.so"
+tmp=$(mktemp -d /tmp/lpsrbench.XXXXXX)
+export SIMVERBS_FABRIC="srb$$"
+server=""
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  "$sv" down >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+sed "s/^rate .*/rate $rate/" "$top/tests/simverbs/configs/two-hosts-ib.conf" >"$tmp/fabric.conf"
+"$sv" up "$tmp/fabric.conf" >/dev/null
+
+bytes() { numfmt --from=iec "$1"; }
+
+# perftest TOOL ARGS...: server on node0, client on node1; the client's output.
+perftest() {
+  local tool=$1 port
+  shift
+  port=$((20000 + RANDOM % 30000))
+  "$sv" run --host node0 -- "$tool" -d mlx5_0 -p "$port" -F "$@" >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 400); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+  "$sv" run --host node1 -- "$tool" -d mlx5_0 -p "$port" -F "$@" 127.0.0.1
+  wait "$server" || true
+  server=""
+}
+
+# BW average (MB/s) of ib_write_bw's result line for SIZE.
+write_bw() {
+  local size=$1
+  shift
+  perftest ib_write_bw -s "$size" -n 100 "$@" | awk -v s="$size" '$1 == s && NF >= 4 { print $4 }'
+}
+
+# linkpass-perf's time (us) and busbw (GB/s) for one size.
+sendrecv() {
+  local size=$1 iters=$2
+  "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv -R 1 \
+    -b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 1)) | awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $6, $8 }'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+for r in $(seq "$rounds"); do
+  for s in "${sizes[@]}"; do
+    b=$(bytes "$s")
+    echo "$b $(write_bw "$b")" >>"$tmp/uni"
+    echo "$b $(write_bw "$b" -b)" >>"$tmp/bidi"
+    echo "$b $(sendrecv "$b" 10 | awk '{ print $2 * 1000 }')" >>"$tmp/plugin"
+  done
+  perftest ib_write_lat -s 8 -n 20000 | awk '$1 == 8 && NF >= 6 { print $5, $6 }' >>"$tmp/lat"
+  sendrecv 8 20000 | awk '{ print $1 }' >>"$tmp/plat"
+done
+
+echo "# sendrecv busbw against ib_write_bw, 2 hosts, mlx5_0 at $rate Gb/s; median of $rounds interleaved rounds"
+printf '%12s %12s %14s %12s %10s %10s\n' "bytes" "ib_write_bw" "ib_write_bw -b" "sendrecv" "vs one-way" "vs -b"
+printf '%12s %12s %14s %12s %10s %10s\n' "" "MB/s" "MB/s per dir" "busbw MB/s" "" ""
+for s in "${sizes[@]}"; do
+  b=$(bytes "$s")
+  uni=$(awk -v s="$b" '$1 == s { print $2 }' "$tmp/uni" | median)
+  bidi=$(awk -v s="$b" '$1 == s { print $2 / 2 }' "$tmp/bidi" | median)
+  mine=$(awk -v s="$b" '$1 == s { print $2 }' "$tmp/plugin" | median)
+  printf '%12s %12.0f %14.0f %12.0f %10.2f %10.2f\n' "$b" "$uni" "$bidi" "$mine" \
+    "$(awk -v a="$mine" -v b="$uni" 'BEGIN { print a / b }')" "$(awk -v a="$mine" -v b="$bidi" 'BEGIN { print a / b }')"
+done
+echo
+echo "# 8-byte latency, us; median of $rounds interleaved rounds"
+typ=$(awk '{ print $1 }' "$tmp/lat" | median)
+avg=$(awk '{ print $2 }' "$tmp/lat" | median)
+mine=$(median <"$tmp/plat")
+printf '%22s %22s %16s %12s %12s\n' "ib_write_lat typical" "ib_write_lat average" "sendrecv (avg)" "vs typical" "vs average"
+printf '%22.2f %22.2f %16.2f %12.2f %12.2f\n' "$typ" "$avg" "$mine" \
+  "$(awk -v a="$mine" -v b="$typ" 'BEGIN { print a / b }')" "$(awk -v a="$mine" -v b="$avg" 'BEGIN { print a / b }')"
