@@ -14,6 +14,8 @@
 #include "report.h"
 #include "sock.h"
 
+#define LP_FO_READ_EVERY_NS 100000ull /* 100 us */
+
 static struct lp_health *health(void) { return &lp_plugin()->health; }
 
 static const char *dev_name(int dev) { return lp_plugin()->devs[dev].name; }
@@ -514,7 +516,14 @@ ncclResult_t lp_fo_progress(struct lp_comm *c) {
   struct lp_fo *fo = &c->fo;
   if (!fo->enabled) return ncclSuccess;
   ncclResult_t rc = flush_tx(c);
-  if (rc == ncclSuccess && !fo->peer_closed) rc = read_messages(c);
+  /* Reading the socket is a system call: between moves, look at most every
+   * LP_FO_READ_EVERY_NS (far below any failover time) rather than on every
+   * test() NCCL makes. */
+  uint64_t now = lp_now_ns();
+  if (rc == ncclSuccess && !fo->peer_closed && (fo->state != LP_FO_IDLE || now >= fo->next_read_ns)) {
+    fo->next_read_ns = now + LP_FO_READ_EVERY_NS;
+    rc = read_messages(c);
+  }
   if (rc == ncclSuccess) rc = check_health(c);
   return rc;
 }

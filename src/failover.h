@@ -70,6 +70,7 @@ struct lp_fo {
   int primary_dev;
   int peer_primary_ok; /* sender: the receiver's primary NIC can be used */
   int peer_closed;     /* the control channel reached end of file */
+  uint64_t next_read_ns; /* when to look at the control channel again */
   uint64_t watch_since_ns, last_cqe_ns; /* watchdog: work outstanding since, last completion */
   /* Control channel. */
   size_t rx_off;
