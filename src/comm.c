@@ -63,6 +63,11 @@ struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle) {
   return m->mr[lp_plugin()->devs[comm->link.dev].nic];
 }
 
+ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc) {
+  return comm->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)comm, wc)
+                                    : lp_recv_completion((struct lp_recv_comm *)comm, wc);
+}
+
 ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   if (comm->error != ncclSuccess) return comm->error;
   ncclResult_t frc = lp_fo_progress(comm);
@@ -82,8 +87,7 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
         if (rc != ncclSuccess) return rc;
         continue;
       }
-      ncclResult_t rc = comm->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)comm, wc)
-                                                   : lp_recv_completion((struct lp_recv_comm *)comm, wc);
+      ncclResult_t rc = lp_comm_completion(comm, wc);
       if (rc != ncclSuccess) return rc;
     }
     if (n < LP_POLL_BATCH) break;

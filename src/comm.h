@@ -150,6 +150,8 @@ void lp_req_free(struct lp_req *req);
 ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void lp_comm_destroy(struct lp_comm *comm);
+/* Act on one successful completion (send or receive side). */
+ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc);
 /* Poll the CQ and act on completions; returns the comm's state. */
 ncclResult_t lp_comm_progress(struct lp_comm *comm);
 /* Called when a request is waiting: notices (rate-limited) that the peer

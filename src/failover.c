@@ -97,8 +97,7 @@ static ncclResult_t drain(struct lp_comm *c) {
     if (n <= 0) return ncclSuccess;
     for (int i = 0; i < n; i++) {
       if (wcs[i].status != IBV_WC_SUCCESS) continue;
-      ncclResult_t rc = c->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)c, &wcs[i])
-                                                : lp_recv_completion((struct lp_recv_comm *)c, &wcs[i]);
+      ncclResult_t rc = lp_comm_completion(c, &wcs[i]);
       if (rc != ncclSuccess) return rc;
     }
   }
