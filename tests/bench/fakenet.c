@@ -12,7 +12,7 @@
  *
  * Faults for the driver's own tests, on the rank named by FAKENET_FAULT_RANK
  * (each rank learns its number from FAKENET_RANK, set with --rank-env):
- *   FAKENET_CORRUPT=K  flip a bit in the K-th non-empty received message
+ *   FAKENET_CORRUPT=K  flip a bit (an exponent bit) in the K-th non-empty received message
  *   FAKENET_EXIT=K     _exit(3) at the K-th isend
  *   FAKENET_STALL=K    from the K-th isend on, never accept a send again
  *   FAKENET_ERROR=K    the K-th test() returns ncclRemoteError
@@ -275,7 +275,10 @@ static ncclResult_t progress(struct comm *c) {
         r->moved += (size_t)k;
       }
       r->got = (int)c->hdr.size;
-      if (c->hdr.size > 0 && ++nrecvd == fault_corrupt) r->data[0] ^= 0x10;
+      /* An exponent bit of the first 4-byte element: a flip in the low
+       * mantissa of a float could fall inside the checker's rounding
+       * tolerance and go unseen. */
+      if (c->hdr.size > 0 && ++nrecvd == fault_corrupt) r->data[c->hdr.size >= 4 ? 3 : 0] ^= 0x40;
     }
     r->done = 1;
     c->hdr_done = 0;
