@@ -10,7 +10,11 @@
 #include <unistd.h>
 
 struct sv_lib sv_lib = {
-    .lock = PTHREAD_MUTEX_INITIALIZER, .window_lock = PTHREAD_MUTEX_INITIALIZER, .proc = -1, .host = -1};
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .window_lock = PTHREAD_MUTEX_INITIALIZER,
+    .proc = -1,
+    .host = -1,
+    .deferred_due_ns = UINT64_MAX};
 
 /* A forked child inherits none of the parent's contexts (as with hardware,
  * whose doorbells and queues are not shared across fork): it starts afresh,
@@ -25,6 +29,8 @@ static void forget_parent_state(void) {
   sv_lib.engine_running = 0;
   atomic_store(&sv_lib.engine_stop, 0);
   atomic_store(&sv_lib.engine_sleeping, 0);
+  atomic_store(&sv_lib.deferred_due_ns, UINT64_MAX);
+  atomic_store(&sv_lib.engine_wake_ns, 0);
 }
 
 /* Map the fabric and find our host once per process.  No fabric means no

@@ -21,7 +21,9 @@
 #include <unistd.h>
 
 #define SV_SPIN_NS 20000ull          /* stay awake this long after the last work */
-#define SV_INLINE_WAIT_NS 50000ull   /* wait this long in place rather than defer */
+#define SV_BACKSTOP_NS 1000000ull    /* while pollers drive deferred work, the engine checks this often */
+#define SV_ASSIST_NS 10000000ull     /* ... for this long after the last deferral */
+#define SV_REPOLL_NS 20000ull        /* pollers retry work that waits without a deadline this often */
 #define SV_IDLE_WAIT_NS 200000000ull /* housekeeping period when idle */
 #define SV_REAP_PERIOD_NS 1000000000ull
 #define SV_BATCH 64 /* WRs per QP per pass: keeps QPs fair */
@@ -229,15 +231,34 @@ static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int
   }
 }
 
+/* Whether the process in fabric slot `owner` (pid `pid`) still lives.  A
+ * shared window outlives its process, so a copy into it proves nothing; but
+ * asking the kernel (kill(pid, 0)) costs a system call, about 1 us on these
+ * machines and more than a small write itself.  A live answer is therefore
+ * trusted for SV_ALIVE_TRUST_NS: a crashed peer is noticed up to that much
+ * later, far inside the transport timeout after which a real HCA would
+ * report it (docs/SIMVERBS.md). */
+#define SV_ALIVE_TRUST_NS 1000000ull
+static int peer_alive(int owner, pid_t pid, uint64_t now) {
+  if (owner == sv_lib.proc) return 1;
+  if (atomic_load(&sv_lib.peer_alive_pid[owner]) == pid && now < atomic_load(&sv_lib.peer_alive_until_ns[owner]))
+    return 1;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  atomic_store(&sv_lib.peer_alive_until_ns[owner], 0); /* no reader pairs the new pid with the old time */
+  atomic_store(&sv_lib.peer_alive_pid[owner], pid);
+  atomic_store(&sv_lib.peer_alive_until_ns[owner], now + SV_ALIVE_TRUST_NS);
+  return 1;
+}
+
 /* Copy between our gather list and the peer's memory.  Returns bytes moved,
  * or -1 when the peer process is gone. */
-static ssize_t move_bytes(pid_t pid, struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit,
-                          int read) {
+static ssize_t move_bytes(int owner, pid_t pid, struct xfer *x, struct iovec *remote, char **direct, int nremote,
+                          size_t limit, int read, uint64_t now) {
   if (limit == 0) return 0;
   int all_direct = 1;
   for (int i = 0; i < nremote; i++) all_direct &= direct[i] != NULL;
   if (all_direct) {
-    if (pid != getpid() && kill(pid, 0) != 0) return -1; /* a window outlives its process */
+    if (!peer_alive(owner, pid, now)) return -1; /* a window outlives its process */
     copy_direct(x, remote, direct, nremote, limit, read);
     return (ssize_t)limit;
   }
@@ -298,7 +319,7 @@ struct exec_out {
 
 /* Execute the head WR now; the path was found up. */
 static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w,
-                                int partial, struct exec_out *out) {
+                                int partial, uint64_t now, struct exec_out *out) {
   struct sv_fabric *f = fab();
   struct xfer x;
   int is_read = w->opcode == IBV_WR_RDMA_READ;
@@ -344,7 +365,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       }
     }
   }
-  ssize_t moved = x.len ? move_bytes(pid, &x, remote, direct, nremote, limit, is_read) : 0;
+  ssize_t moved = x.len ? move_bytes(d->owner, pid, &x, remote, direct, nremote, limit, is_read, now) : 0;
   if (moved < 0 || (size_t)moved != limit) {
     if (r) sv_unlock(&d->rq_lock);
     if (moved < 0 && errno == EFAULT) { /* registered memory was unmapped under the MR */
@@ -388,7 +409,9 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
 /* Reserve wire time on the sending port and return when the WR may execute.
  * The copy itself takes real time, so the wire only delays a WR that would
  * otherwise start before the previous one has left the port: over a stream
- * that caps the rate, and a lone WR pays just the latency. */
+ * that caps the rate, and a lone WR pays just the latency.  `now` is when
+ * the WR was posted: WRs posted back to back fly together, as on an HCA,
+ * rather than each waiting for the one before it to land. */
 static uint64_t schedule(struct sv_port *p, size_t bytes, uint64_t now) {
   uint64_t wire = p->rate_gbps ? (uint64_t)bytes * 8ull / p->rate_gbps : 0; /* ns */
   uint64_t start, busy = atomic_load(&p->busy_until_ns);
@@ -459,12 +482,8 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     }
     lq->retry_start_ns = 0; /* a link restored inside the budget is absorbed */
     if (lq->head_state == SV_HEAD_NEW) {
-      lq->due_ns = schedule(lp, wr_bytes(w), now);
+      lq->due_ns = schedule(lp, wr_bytes(w), w->post_ns);
       lq->head_state = SV_HEAD_SCHEDULED;
-    }
-    if (lq->due_ns > now && lq->due_ns - now <= SV_INLINE_WAIT_NS) {
-      while ((now = sv_now_ns()) < lq->due_ns) /* cheaper than a trip through the engine */
-        ;
     }
     if (lq->due_ns > now) {
       note_deadline(next, lq->due_ns);
@@ -476,7 +495,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       partial = left && atomic_compare_exchange_strong(&lp->partial_write, &left, left - 1);
     }
     struct exec_out out = {0};
-    enum exec_result r = execute(lq, q, d, w, partial, &out);
+    enum exec_result r = execute(lq, q, d, w, partial, now, &out);
     if (r == EXEC_RNR) {
       if (!lq->rnr_start_ns) lq->rnr_start_ns = now;
       uint64_t t = rnr_timer_ns(d->min_rnr_timer);
@@ -512,36 +531,60 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
   return progress;
 }
 
-/* Progress every QP whose executor lock is free; sv_lib.lock held. */
+/* Pollers look at deferred work again at `due` at the latest. */
+static void defer_until(uint64_t due) {
+  uint64_t cur = atomic_load(&sv_lib.deferred_due_ns);
+  while (due < cur && !atomic_compare_exchange_weak(&sv_lib.deferred_due_ns, &cur, due))
+    ;
+}
+
+/* When pollers should look at a queue with work left, given the deadline
+ * its progress noted (none: it waits for something else, e.g. a link to
+ * come back, so look again soon). */
+static uint64_t look_again(uint64_t now, uint64_t qnext) { return qnext != UINT64_MAX ? qnext : now + SV_REPOLL_NS; }
+
+/* Progress every QP whose executor lock is free; sv_lib.lock held.  Resets
+ * deferred_due_ns before looking: a poster deferring meanwhile lowers it
+ * again after its enqueue, so no WR is forgotten. */
 static int progress_all(uint64_t now, uint64_t *next) {
-  int progress = 0, deferred = 0;
-  atomic_store(&sv_lib.work_deferred, 0);
+  int progress = 0;
+  uint64_t due = UINT64_MAX;
+  atomic_store(&sv_lib.deferred_due_ns, UINT64_MAX);
   for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next) {
     if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
-      deferred = 1; /* a poster is executing it right now */
+      due = now; /* a poster is executing it right now: look again */
       continue;
     }
-    progress |= qp_progress(lq, now, next);
-    deferred |= atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail);
+    uint64_t qnext = UINT64_MAX;
+    progress |= qp_progress(lq, now, &qnext);
+    if (atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail) && look_again(now, qnext) < due)
+      due = look_again(now, qnext);
+    if (qnext < *next) *next = qnext;
     pthread_mutex_unlock(&lq->exec_lock);
   }
-  if (deferred) atomic_store(&sv_lib.work_deferred, 1);
+  if (due != UINT64_MAX) defer_until(due);
   return progress;
 }
 
-void sv_qp_run(struct sv_qp_local *lq) {
-  if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
-    sv_engine_kick(); /* the current executor may already be past our WR */
-    return;
+void sv_qp_run(struct sv_qp_local *lq, uint64_t now) {
+  uint64_t next = now; /* busy executor: it may already be past our WR, so look again now */
+  if (pthread_mutex_trylock(&lq->exec_lock) == 0) {
+    next = UINT64_MAX;
+    qp_progress(lq, now, &next);
+    int left = atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail);
+    pthread_mutex_unlock(&lq->exec_lock);
+    if (!left) return;
   }
-  uint64_t next = UINT64_MAX;
-  qp_progress(lq, sv_now_ns(), &next);
-  int left = atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail);
-  pthread_mutex_unlock(&lq->exec_lock);
-  if (left) {
-    atomic_store(&sv_lib.work_deferred, 1);
-    sv_engine_kick(); /* it owns the timers */
-  }
+  /* Like an HCA's doorbell, posting never waits for the wire: the WR runs
+   * when due, in whichever of this process's pollers (poll_cq) gets there
+   * first, or in the engine.  Wake the engine only if it would not look by
+   * itself soon after the WR is due: an application that stops polling
+   * (it sleeps on a completion channel, say) still sees its WR go out.
+   * Sequentially consistent with wait_for_work: either the engine sees
+   * deferred_ns and stays near, or we see its far wake time and kick. */
+  defer_until(look_again(now, next));
+  atomic_store(&sv_lib.deferred_ns, now);
+  if (next == UINT64_MAX || atomic_load(&sv_lib.engine_wake_ns) > next + SV_BACKSTOP_NS) sv_engine_kick();
 }
 
 void sv_progress_deferred(void) {
@@ -598,20 +641,31 @@ static void wait_for_work(uint32_t seen, uint64_t now, uint64_t next) {
   struct sv_fabric *f = fab();
   _Atomic uint32_t *db = &f->procs[sv_lib.proc].doorbell;
   uint64_t until = next < now + SV_IDLE_WAIT_NS ? next : now + SV_IDLE_WAIT_NS;
-  /* Spin briefly first: a futex sleep costs more than a short wire delay. */
-  uint64_t spin_until = now + SV_SPIN_NS;
-  while (sv_now_ns() < (until < spin_until ? until : spin_until)) {
-    if (atomic_load(db) != seen || atomic_load(&sv_lib.engine_stop)) return;
-    sched_yield();
+  atomic_store(&sv_lib.engine_wake_ns, until);
+  if (now - atomic_load(&sv_lib.deferred_ns) < SV_ASSIST_NS) {
+    /* Pollers are running the deferred work, deadlines included: only
+     * stand by behind them, at a steady pace and without spinning, either
+     * of which would take a core from them. */
+    until = now + SV_BACKSTOP_NS;
+    atomic_store(&sv_lib.engine_wake_ns, until);
+  } else {
+    /* Spin briefly first: a futex sleep costs more than a short wire delay. */
+    uint64_t spin_until = now + SV_SPIN_NS;
+    while (sv_now_ns() < (until < spin_until ? until : spin_until)) {
+      if (atomic_load(db) != seen || atomic_load(&sv_lib.engine_stop)) goto awake;
+      sched_yield();
+    }
   }
   now = sv_now_ns();
-  if (now >= until) return;
+  if (now >= until) goto awake;
   uint64_t wait = until - now;
   struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull), .tv_nsec = (long)(wait % 1000000000ull)};
   atomic_store(&sv_lib.engine_sleeping, 1);
   if (atomic_load(db) == seen && !atomic_load(&sv_lib.engine_stop))
     syscall(SYS_futex, db, FUTEX_WAIT, seen, &ts, NULL, 0);
   atomic_store(&sv_lib.engine_sleeping, 0);
+awake:
+  atomic_store(&sv_lib.engine_wake_ns, 0);
 }
 
 static void *engine_main(void *arg) {

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 2 /* 2: struct sv_fabric gained `netns` */
+#define SV_VERSION 3 /* 2: struct sv_fabric gained `netns`; 3: sv_port's counters on their own lines */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -60,8 +60,12 @@ struct sv_port {
   _Atomic uint32_t ack_loss;      /* next N requests: data lands, the ACK never comes back */
   _Atomic uint32_t partial_write; /* next N writes: half the payload lands, then the link dies */
   _Atomic uint32_t delay_us;      /* extra delay on every work request */
-  _Atomic uint64_t busy_until_ns; /* rate limiter: when the wire is free again */
-  _Atomic uint64_t tx_bytes, rx_bytes, tx_wrs, rx_wrs;
+  /* Written on every work request, each line by one side only: the port's
+   * own senders (wire and tx) and its peers' senders (rx).  On the lines
+   * above, which every sender reads, they would bounce between processes. */
+  _Alignas(64) _Atomic uint64_t busy_until_ns; /* rate limiter: when the wire is free again */
+  _Atomic uint64_t tx_bytes, tx_wrs;
+  _Alignas(64) _Atomic uint64_t rx_bytes, rx_wrs;
 };
 
 struct sv_device {

@@ -274,7 +274,8 @@ int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   if (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0) {
     /* Busy pollers drive deferred work: on 2 cores the engine thread may not
      * get a CPU for a whole time slice while they spin. */
-    if (atomic_load_explicit(&sv_lib.work_deferred, memory_order_relaxed)) sv_progress_deferred();
+    uint64_t due = atomic_load_explicit(&sv_lib.deferred_due_ns, memory_order_relaxed);
+    if (due != UINT64_MAX && sv_now_ns() >= due) sv_progress_deferred();
     return 0;
   }
   sv_lock(&q->lock);

@@ -265,7 +265,7 @@ static int valid_send_opcode(enum ibv_wr_opcode op) {
 }
 
 /* Copy one WR into the send queue; inline payload is captured now. */
-static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr) {
+static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, uint64_t now) {
   uint32_t head = atomic_load_explicit(&lq->sq_head, memory_order_acquire);
   uint32_t tail = atomic_load_explicit(&lq->sq_tail, memory_order_relaxed);
   if (tail - head >= lq->sq_size - 1) return ENOMEM;
@@ -280,6 +280,7 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr) {
   w->rkey = wr->wr.rdma.rkey;
   w->num_sge = (uint32_t)wr->num_sge;
   w->inline_len = 0;
+  w->post_ns = now;
   if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ) {
     size_t total = 0;
     for (int i = 0; i < wr->num_sge; i++) total += wr->sg_list[i].length;
@@ -305,12 +306,13 @@ int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
     *bad = wr;
     return EINVAL;
   }
+  uint64_t now = sv_now_ns();
   pthread_mutex_lock(&lq->post_lock);
   for (; wr; wr = wr->next)
-    if ((rc = enqueue_send(lq, wr)) != 0) break;
+    if ((rc = enqueue_send(lq, wr, now)) != 0) break;
   pthread_mutex_unlock(&lq->post_lock);
   if (rc) *bad = wr;
-  sv_qp_run(lq);
+  sv_qp_run(lq, now);
   return rc;
 }
 

@@ -65,6 +65,7 @@ struct sv_swqe {
   uint64_t remote_addr;
   uint32_t opcode, send_flags, imm, num_sge;
   uint32_t rkey, inline_len;
+  uint64_t post_ns; /* when it was posted: the wire may start it from then on */
   struct ibv_sge sge[SV_MAX_SGE];
   uint8_t inl[SV_MAX_INLINE];
 };
@@ -118,11 +119,20 @@ struct sv_lib {
   int engine_running;
   _Atomic int engine_stop;
   _Atomic int engine_sleeping;
-  _Atomic int work_deferred; /* some send queue waits on a timer: pollers help */
+  _Atomic uint64_t deferred_due_ns; /* pollers run deferred work from then on; UINT64_MAX: none */
+  _Atomic uint64_t deferred_ns;    /* when a poster last left work for later */
+  _Atomic uint64_t engine_wake_ns; /* when the sleeping engine wakes by itself; 0 while it runs */
   pthread_mutex_t window_lock; /* the two tables below */
   struct sv_window *windows;   /* our registered memory, shared with peers */
-  struct sv_peer_map peer_maps[SV_PEER_MAPS];
+  struct sv_peer_map peer_maps[SV_PEER_MAPS]; /* entries never change once counted */
   int npeer_maps;
+  /* by MR index: the peer map its window was last found in (a hint,
+   * checked against the MR on every use) */
+  struct sv_peer_map *_Atomic window_hint[SV_MAX_MRS];
+  /* until when a peer process (by fabric slot) is taken to be alive without
+   * asking the kernel again, and the pid that answer was for (engine.c) */
+  _Atomic uint64_t peer_alive_until_ns[SV_MAX_PROCS];
+  _Atomic int peer_alive_pid[SV_MAX_PROCS];
 };
 
 extern struct sv_lib sv_lib;
@@ -154,7 +164,7 @@ void sv_engine_kick(void);
 void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element);
 void sv_qp_to_error(struct sv_qp_local *lq);
 /* Execute what a QP's send queue can execute now, in the caller's thread. */
-void sv_qp_run(struct sv_qp_local *lq);
+void sv_qp_run(struct sv_qp_local *lq, uint64_t now);
 /* Run one progress pass over deferred work if nobody else is. */
 void sv_progress_deferred(void);
 

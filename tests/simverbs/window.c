@@ -129,6 +129,10 @@ void sv_window_release(struct sv_mr *m) {
 char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m) {
   if (m->win_fd < 0) return NULL;
   pid_t pid = f->procs[m->owner].pid;
+  /* Every work request lands here: look at the hint before the table. */
+  _Atomic(struct sv_peer_map *) *hint = &sv_lib.window_hint[m - f->mrs];
+  struct sv_peer_map *known = atomic_load_explicit(hint, memory_order_acquire);
+  if (known && known->id == m->win_id && known->pid == pid) return known->base + m->win_off;
   char *base = NULL;
   pthread_mutex_lock(&sv_lib.window_lock);
   int i;
@@ -136,6 +140,7 @@ char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m) {
     struct sv_peer_map *pm = &sv_lib.peer_maps[i];
     if (pm->id == m->win_id && pm->pid == pid) {
       base = pm->base;
+      atomic_store_explicit(hint, pm, memory_order_release);
       goto out;
     }
   }
@@ -149,6 +154,7 @@ char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m) {
   if (p == MAP_FAILED) goto out;
   sv_lib.peer_maps[i] = (struct sv_peer_map){.base = p, .pid = pid, .id = m->win_id};
   sv_lib.npeer_maps++;
+  atomic_store_explicit(hint, &sv_lib.peer_maps[i], memory_order_release);
   base = p;
 out:
   pthread_mutex_unlock(&sv_lib.window_lock);
