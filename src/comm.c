@@ -70,14 +70,15 @@ ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc) {
 
 ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   if (comm->error != ncclSuccess) return comm->error;
-  ncclResult_t frc = lp_fo_progress(comm);
+  uint64_t now = comm->progress_ns = lp_now_ns();
+  ncclResult_t frc = lp_fo_progress(comm, now);
   if (frc != ncclSuccess) return frc;
   struct ibv_wc wcs[LP_POLL_BATCH];
   /* A bounded number of batches per call: test() must return promptly. */
   for (int iter = 0; iter < 4; iter++) {
     int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
-    if (n > 0 && comm->fo.enabled) comm->fo.last_cqe_ns = lp_now_ns(); /* the watchdog's evidence of progress */
+    if (n > 0) comm->fo.last_cqe_ns = now; /* the watchdog's evidence of progress */
     for (int i = 0; i < n; i++) {
       const struct ibv_wc *wc = &wcs[i];
       if (wc->status != IBV_WC_SUCCESS) {
@@ -92,7 +93,7 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
     }
     if (n < LP_POLL_BATCH) break;
   }
-  ncclResult_t wrc = lp_fo_watchdog(comm);
+  ncclResult_t wrc = lp_fo_watchdog(comm, now);
   if (wrc != ncclSuccess) return wrc;
   if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
   return comm->error;
@@ -102,7 +103,7 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
 
 ncclResult_t lp_comm_check_peer(struct lp_comm *comm) {
   if (comm->error != ncclSuccess) return comm->error;
-  uint64_t now = lp_now_ns();
+  uint64_t now = comm->progress_ns; /* callers progressed just before */
   if (now < comm->next_peer_check_ns) return ncclSuccess;
   comm->next_peer_check_ns = now + LP_PEER_CHECK_NS;
   char b;

@@ -74,6 +74,7 @@ struct lp_comm {
   ncclResult_t error; /* sticky: once a comm fails every call reports it */
   char peer[160];     /* "host addr dev:port" for messages */
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
+  uint64_t progress_ns;        /* when the last progress call began: one clock read per test() */
   char peer_id[160];  /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
   struct lp_fo fo;    /* link failover state */
@@ -154,8 +155,9 @@ void lp_comm_destroy(struct lp_comm *comm);
 ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc);
 /* Poll the CQ and act on completions; returns the comm's state. */
 ncclResult_t lp_comm_progress(struct lp_comm *comm);
-/* Called when a request is waiting: notices (rate-limited) that the peer
- * closed the control socket, so a dead peer is an error, not a hang. */
+/* Called right after lp_comm_progress when a request is waiting: notices
+ * (rate-limited) that the peer closed the control socket, so a dead peer is
+ * an error, not a hang. */
 ncclResult_t lp_comm_check_peer(struct lp_comm *comm);
 /* Look up this comm's registration of an mhandle.  NULL when invalid. */
 struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);

@@ -14,7 +14,7 @@
 #include "report.h"
 #include "sock.h"
 
-#define LP_FO_READ_EVERY_NS 100000ull /* 100 us */
+#define LP_FO_READ_EVERY_NS 1000000ull /* 1 ms */
 
 static struct lp_health *health(void) { return &lp_plugin()->health; }
 
@@ -484,7 +484,9 @@ static int stalled(struct lp_comm *c, uint64_t now) {
     return 0;
   }
   uint64_t since = fo->watch_since_ns > fo->last_cqe_ns ? fo->watch_since_ns : fo->last_cqe_ns;
-  return now - since > limit;
+  /* `now` was read when the progress call began; work posted since then
+   * (a move's replay) may have set `since` later than that */
+  return now > since && now - since > limit;
 }
 
 static ncclResult_t check_health(struct lp_comm *c) {
@@ -511,14 +513,13 @@ static ncclResult_t check_health(struct lp_comm *c) {
   return ncclSuccess;
 }
 
-ncclResult_t lp_fo_progress(struct lp_comm *c) {
+ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
   if (!fo->enabled) return ncclSuccess;
   ncclResult_t rc = flush_tx(c);
   /* Reading the socket is a system call: between moves, look at most every
    * LP_FO_READ_EVERY_NS (far below any failover time) rather than on every
    * test() NCCL makes. */
-  uint64_t now = lp_now_ns();
   if (rc == ncclSuccess && !fo->peer_closed && (fo->state != LP_FO_IDLE || now >= fo->next_read_ns)) {
     fo->next_read_ns = now + LP_FO_READ_EVERY_NS;
     rc = read_messages(c);
@@ -530,11 +531,10 @@ ncclResult_t lp_fo_progress(struct lp_comm *c) {
 /* Called after the completion queue was polled: a process that was not
  * scheduled for a while finds its completions waiting, and only work that
  * is still outstanding after that poll counts as stalled. */
-ncclResult_t lp_fo_watchdog(struct lp_comm *c) {
+ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
-  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess || !stalled(c, lp_now_ns()))
-    return c->error;
-  fo->watch_since_ns = lp_now_ns();
+  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess || !stalled(c, now)) return c->error;
+  fo->watch_since_ns = now;
   return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }

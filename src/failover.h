@@ -83,10 +83,11 @@ struct lp_fo {
 void lp_fo_init(struct lp_comm *c);
 /* Release what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
-/* Control channel and health changes; called on every progress. */
-ncclResult_t lp_fo_progress(struct lp_comm *c);
+/* Control channel and health changes; called on every progress with the
+ * time it started. */
+ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now);
 /* The watchdog; called on every progress after the completion queue. */
-ncclResult_t lp_fo_watchdog(struct lp_comm *c);
+ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now);
 /* An error completion: move (returns ncclSuccess) or fail the connection. */
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
 /* A move is in progress: new work must wait (NULL request). */

@@ -6,8 +6,17 @@
  * the isends matched to it) has a 64-bit sequence number, starting at 1.
  * The receiver's CTS entries carry it in full; the sender's completion
  * record carries it in full; the immediate data of every WRITE_WITH_IMM
- * carries its low 32 bits.  Both sides can therefore always name exactly
- * which messages were delivered, which the failover protocol relies on.
+ * names it.  Both sides can therefore always name exactly which messages
+ * were delivered, which the failover protocol relies on.
+ *
+ * The immediate has two forms, told apart by bit 31:
+ * - record form (bit 31 clear): the low 31 bits of the sequence number; the
+ *   completion record written by QP 0 carries the sizes and the full number;
+ * - compact form (bit 31 set), for a message of one sub-receive on a
+ *   one-QP connection and under 16 MiB, sent as a single WRITE_WITH_IMM of
+ *   its payload (as NCCL sends most messages): bits 24-30 the sequence
+ *   number modulo 128, bits 0-23 the size.  Fewer than 128 messages are in
+ *   flight (LP_FIFO_DEPTH), so the number is still exact.
  */
 #ifndef LP_FIFO_H
 #define LP_FIFO_H
@@ -19,13 +28,25 @@
 
 static inline int lp_fifo_slot(uint64_t seq) { return (int)(seq % LP_FIFO_DEPTH); }
 
-/* Immediate data of the final writes of message `seq`. */
-static inline uint32_t lp_imm_of(uint64_t seq) { return (uint32_t)seq; }
+#define LP_IMM_COMPACT 0x80000000u
+#define LP_COMPACT_MAX_SIZE 0xffffffu
+_Static_assert(LP_FIFO_DEPTH < 128, "compact immediates name messages modulo 128");
+
+/* Immediate data of the final writes of message `seq` (record form). */
+static inline uint32_t lp_imm_of(uint64_t seq) { return (uint32_t)seq & ~LP_IMM_COMPACT; }
+/* Immediate of message `seq` sent whole in one write of `size` bytes
+ * (size <= LP_COMPACT_MAX_SIZE). */
+static inline uint32_t lp_imm_compact(uint64_t seq, size_t size) {
+  return LP_IMM_COMPACT | (uint32_t)(seq & 0x7f) << 24 | ((uint32_t)size & LP_COMPACT_MAX_SIZE);
+}
+static inline int lp_imm_is_compact(uint32_t imm) { return (imm & LP_IMM_COMPACT) != 0; }
+static inline uint32_t lp_imm_size(uint32_t imm) { return imm & LP_COMPACT_MAX_SIZE; }
 
 /* The full sequence number of an immediate, given the oldest message still
- * expected (`base`): messages in flight span fewer than 2^31 numbers. */
+ * expected (`base`): messages in flight span fewer than 128 numbers. */
 static inline uint64_t lp_seq_from_imm(uint32_t imm, uint64_t base) {
-  return base + (uint64_t)(uint32_t)(imm - (uint32_t)base);
+  if (lp_imm_is_compact(imm)) return base + (uint64_t)(((imm >> 24) - (uint32_t)base) & 0x7fu);
+  return base + (uint64_t)((imm - (uint32_t)base) & ~LP_IMM_COMPACT);
 }
 
 /* Has the CTS for message `seq` fully arrived in `slot` (LP_MAX_RECVS

@@ -3,13 +3,24 @@
  * will be consumed by the sender's final WRITE_WITH_IMM on that QP) and
  * RDMA-writes the CTS entries for its sub-receives into the sender's FIFO
  * slot.  The message is complete when every QP has delivered its final
- * write; the completion record written by QP 0 then holds the sizes.
+ * write; the completion record written by QP 0 then holds the sizes, or,
+ * for a message sent whole in one write, its immediate does (fifo.h).
  */
 #include <arpa/inet.h>
 #include <string.h>
 
 #include "comm.h"
 #include "log.h"
+
+/* Message in `slot` fully delivered, sizes set. */
+static ncclResult_t finish(struct lp_recv_comm *r, struct lp_req *req, int slot) {
+  req->done = 1;
+  /* The slot is free for message seq + LP_FIFO_DEPTH; the request itself
+   * lives on until NCCL tests it. */
+  r->slot_req[slot] = NULL;
+  while (r->oldest < r->tail && r->slot_req[lp_fifo_slot(r->oldest)] == NULL) r->oldest++;
+  return ncclSuccess;
+}
 
 ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc) {
   struct lp_link *link = &r->base.link;
@@ -30,24 +41,29 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
                         (unsigned long long)seq);
   if (--req->events > 0) return ncclSuccess;
 
+  const struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
+  if (lp_imm_is_compact(imm)) {
+    /* the whole message came in this one write; its size is the immediate's */
+    if (req->nsub != 1 || lp_imm_size(imm) > cts[0].size)
+      return lp_comm_fail(&r->base, ncclRemoteError,
+                          "compact completion of message %llu does not fit its receive (%u bytes for %u "
+                          "sub-receives of %llu bytes)",
+                          (unsigned long long)seq, lp_imm_size(imm), req->nsub, (unsigned long long)cts[0].size);
+    req->sizes[0] = lp_imm_size(imm);
+    return finish(r, req, slot);
+  }
   const struct lp_record *rec = &r->records[slot];
   if (rec->seq != seq || rec->nreqs != req->nsub)
     return lp_comm_fail(&r->base, ncclRemoteError,
                         "completion record for message %llu is inconsistent (seq %llu, %u sub-receives, expected %u)",
                         (unsigned long long)seq, (unsigned long long)rec->seq, rec->nreqs, req->nsub);
-  const struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
   for (int i = 0; i < req->nsub; i++) {
     if (rec->sizes[i] > cts[i].size)
       return lp_comm_fail(&r->base, ncclRemoteError, "peer reports %llu bytes for a %llu-byte receive",
                           (unsigned long long)rec->sizes[i], (unsigned long long)cts[i].size);
     req->sizes[i] = rec->sizes[i];
   }
-  req->done = 1;
-  /* The slot is free for message seq + LP_FIFO_DEPTH; the request itself
-   * lives on until NCCL tests it. */
-  r->slot_req[slot] = NULL;
-  while (r->oldest < r->tail && r->slot_req[lp_fifo_slot(r->oldest)] == NULL) r->oldest++;
-  return ncclSuccess;
+  return finish(r, req, slot);
 }
 
 ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,

@@ -40,10 +40,38 @@ static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, 
   return ncclSuccess;
 }
 
+/* A message of one sub-receive on a one-QP connection goes out whole in a
+ * single WRITE_WITH_IMM of its payload, the size in the immediate (fifo.h):
+ * half the work requests of a data write plus a record, which is what
+ * small-message latency is made of. */
+static int is_compact(const struct lp_send_comm *s, const struct lp_send_msg *m) {
+  return s->base.link.nqps == 1 && m->nreqs == 1 && m->sub[0].size <= LP_COMPACT_MAX_SIZE &&
+         m->sub[0].size <= s->max_wr_bytes;
+}
+
+static ncclResult_t post_compact(struct lp_send_comm *s, struct lp_send_msg *m) {
+  if (s->base.link.sq_free[0] < 1) return ncclSuccess;
+  struct ibv_sge sge = {.addr = m->sub[0].laddr, .length = (uint32_t)m->sub[0].size, .lkey = m->sub[0].lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(lp_imm_compact(m->seq, m->sub[0].size));
+  wr.wr.rdma.remote_addr = m->sub[0].raddr;
+  wr.wr.rdma.rkey = m->sub[0].rkey;
+  if (m->sub[0].size > 0) {
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  ncclResult_t rc = post(s, 0, &wr, LP_WR_FINAL, 1, m->seq);
+  if (rc == ncclSuccess) m->q_done[0] = 1;
+  return rc;
+}
+
 /* Post what QP q still owes for message m; stops when the queue is full.
  * Returns ncclSuccess with m->q_done[q] set when the QP is finished. */
 static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q) {
   struct lp_link *link = &s->base.link;
+  if (is_compact(s, m)) return post_compact(s, m);
   while (m->q_sub[q] < m->nreqs) {
     int i = m->q_sub[q];
     size_t off, len;
