@@ -87,14 +87,18 @@ static int gather_results(struct rank_ctx *x, const struct result *mine, struct 
   return 0;
 }
 
-static int run_once(struct rank_ctx *x) {
-  coll_local(&x->plan);
-  if (xfer_run(&x->eng, x->chans, x->nchans)) {
+/* `reps` collectives back to back, as nccl-tests launches them (xfer.h). */
+static int run_reps(struct rank_ctx *x, int reps) {
+  if (reps <= 0) return 0;
+  for (int i = 0; i < reps; i++) coll_local(&x->plan);
+  if (xfer_run(&x->eng, x->chans, x->nchans, (size_t)reps)) {
     rank_err(x, "%s: %s", x->label, x->eng.err);
     return -1;
   }
   return 0;
 }
+
+static int run_once(struct rank_ctx *x) { return run_reps(x, 1); }
 
 static const char *redop_column(const struct perf_opts *o) {
   /* nccl-tests prints "none" for the collectives that do not reduce */
@@ -153,13 +157,11 @@ static int sweep(struct rank_ctx *x, long long *wrong_total) {
       }
       mine.time /= o->iters;
     } else {
-      for (int i = 0; i < o->warmup; i++)
-        if (run_once(x)) return -1;
+      if (run_reps(x, o->warmup)) return -1;
       if (barrier(x)) return -1;
       watchdog_phase("%s: timed iterations", x->label);
       double t0 = xfer_now();
-      for (int i = 0; i < o->iters; i++)
-        if (run_once(x)) return -1;
+      if (run_reps(x, o->iters)) return -1;
       mine.time = (xfer_now() - t0) / o->iters;
     }
     if (o->check == 1) {

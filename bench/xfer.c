@@ -109,6 +109,12 @@ static void *region_mh(struct xengine *e, struct xconn *c, const char *p) {
   return NULL;
 }
 
+/* Message v of all repetitions, and the repetition it belongs to. */
+static struct xrecv *recv_at(const struct xchan *ch, size_t v) { return &ch->recvs[v % ch->nrecvs]; }
+static struct xsend *send_at(const struct xchan *ch, size_t v) { return &ch->sends[v % ch->nsends]; }
+static size_t recv_total(const struct xchan *ch) { return ch->nrecvs * ch->reps; }
+static size_t send_total(const struct xchan *ch) { return ch->nsends * ch->reps; }
+
 /* A receive lands in place when nothing has to be combined with it. */
 static int recv_in_place(struct xengine *e, const struct xrecv *r) { return e->direct && !r->in && r->out; }
 /* A forwarded result is sent from the user buffer when it was stored there. */
@@ -127,12 +133,15 @@ static void note_completion(struct xengine *e) {
 
 static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   struct xconn *c = ch->rc;
-  while (ch->rpost < ch->nrecvs && ch->rpost < ch->rcons + (size_t)e->slots) {
-    struct xrecv *r = &ch->recvs[ch->rpost];
+  while (ch->rpost < recv_total(ch) && ch->rpost < ch->rcons + (size_t)e->slots) {
+    struct xrecv *r = recv_at(ch, ch->rpost);
+    size_t rep = ch->rpost / ch->nrecvs;
     void *data, *mh;
     size_t size;
     int tag = c->peer; /* NCCL tags a receive with the sender's rank */
     if (recv_in_place(e, r)) {
+      /* the user buffer is free once this channel finished the repetition before */
+      if (ch->rcons < rep * ch->nrecvs || ch->sdone < rep * ch->nsends) break;
       data = r->out;
       mh = region_mh(e, c, r->out);
       size = r->bytes;
@@ -146,7 +155,7 @@ static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
     ncclResult_t res = e->net->ops->irecv(e->net, c->comm, 1, &data, &size, &tag, &mh, &req);
     if (res != ncclSuccess)
       return efail(e, "irecv from rank %d (channel %d, dev %d, message %zu of %zu, %zu bytes) failed: %s", c->peer,
-                   c->channel, c->dev, ch->rpost, ch->nrecvs, size, lp_result_str(res));
+                   c->channel, c->dev, ch->rpost, recv_total(ch), size, lp_result_str(res));
     if (!req) {
       c->nulls++;
       break;
@@ -165,12 +174,12 @@ static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
     ncclResult_t res = e->net->ops->test(e->net, ch->rreq[ch->rdone % (size_t)e->slots], &done, &size);
     if (res != ncclSuccess)
       return efail(e, "test of a receive from rank %d (channel %d, dev %d, message %zu of %zu) failed: %s", c->peer,
-                   c->channel, c->dev, ch->rdone, ch->nrecvs, lp_result_str(res));
+                   c->channel, c->dev, ch->rdone, recv_total(ch), lp_result_str(res));
     if (!done) break;
-    if (size < 0 || (size_t)size != ch->recvs[ch->rdone].bytes)
+    if (size < 0 || (size_t)size != recv_at(ch, ch->rdone)->bytes)
       return efail(e, "receive from rank %d (channel %d, dev %d, message %zu of %zu) completed with %d bytes, "
                    "expected %zu",
-                   c->peer, c->channel, c->dev, ch->rdone, ch->nrecvs, size, ch->recvs[ch->rdone].bytes);
+                   c->peer, c->channel, c->dev, ch->rdone, recv_total(ch), size, recv_at(ch, ch->rdone)->bytes);
     ch->rreq[ch->rdone % (size_t)e->slots] = NULL;
     ch->rdone++;
     note_completion(e);
@@ -185,12 +194,13 @@ static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
 static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   size_t es = perf_dtype_size(e->dtype);
   while (ch->rcons < ch->rdone) {
-    struct xrecv *r = &ch->recvs[ch->rcons];
+    struct xrecv *r = recv_at(ch, ch->rcons);
     char *stage = NULL;
     if (r->fwd >= 0 && !fwd_in_place(e, r)) {
+      size_t fwd = ch->rcons / ch->nrecvs * ch->nsends + (size_t)r->fwd;
       /* the forwarding send's slot must have finished its previous use */
-      if ((size_t)r->fwd >= ch->sdone + (size_t)e->slots) return;
-      stage = slot(e, ch->sc, (size_t)r->fwd);
+      if (fwd >= ch->sdone + (size_t)e->slots) return;
+      stage = slot(e, ch->sc, fwd);
     }
     const char *got = recv_in_place(e, r) ? r->out : slot(e, ch->rc, ch->rcons);
     if (r->in) {
@@ -206,14 +216,18 @@ static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   }
 }
 
-static int post_sends(struct xengine *e, struct xchan *ch, int *progress) {
+/* `reps_consumed`: repetitions whose receives every channel has consumed. */
+static int post_sends(struct xengine *e, struct xchan *ch, size_t reps_consumed, int *progress) {
   struct xconn *c = ch->sc;
-  while (ch->spost < ch->nsends && ch->spost < ch->sdone + (size_t)e->slots) {
-    struct xsend *s = &ch->sends[ch->spost];
+  while (ch->spost < send_total(ch) && ch->spost < ch->sdone + (size_t)e->slots) {
+    struct xsend *s = send_at(ch, ch->spost);
+    size_t rep = ch->spost / ch->nsends;
     void *data, *mh;
+    if (rep > reps_consumed) break; /* stream order: the previous repetition is not finished */
     if (s->dep >= 0) {
-      if ((size_t)s->dep >= ch->rcons) break; /* its data has not arrived yet */
-      struct xrecv *r = &ch->recvs[s->dep];
+      size_t dep = rep * ch->nrecvs + (size_t)s->dep;
+      if (dep >= ch->rcons) break; /* its data has not arrived yet */
+      struct xrecv *r = recv_at(ch, dep);
       if (fwd_in_place(e, r)) {
         data = r->out;
         mh = region_mh(e, c, r->out);
@@ -238,7 +252,7 @@ static int post_sends(struct xengine *e, struct xchan *ch, int *progress) {
     ncclResult_t res = e->net->ops->isend(e->net, c->comm, data, s->bytes, e->rank, mh, &req);
     if (res != ncclSuccess)
       return efail(e, "isend to rank %d (channel %d, dev %d, message %zu of %zu, %zu bytes) failed: %s", c->peer,
-                   c->channel, c->dev, ch->spost, ch->nsends, s->bytes, lp_result_str(res));
+                   c->channel, c->dev, ch->spost, send_total(ch), s->bytes, lp_result_str(res));
     if (!req) {
       c->nulls++;
       break;
@@ -257,7 +271,7 @@ static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
     ncclResult_t res = e->net->ops->test(e->net, ch->sreq[ch->sdone % (size_t)e->slots], &done, &size);
     if (res != ncclSuccess)
       return efail(e, "test of a send to rank %d (channel %d, dev %d, message %zu of %zu) failed: %s", c->peer,
-                   c->channel, c->dev, ch->sdone, ch->nsends, lp_result_str(res));
+                   c->channel, c->dev, ch->sdone, send_total(ch), lp_result_str(res));
     if (!done) break;
     ch->sreq[ch->sdone % (size_t)e->slots] = NULL;
     ch->sdone++;
@@ -268,7 +282,15 @@ static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
   return 0;
 }
 
-static int chan_done(const struct xchan *ch) { return ch->rcons == ch->nrecvs && ch->sdone == ch->nsends; }
+static int chan_done(const struct xchan *ch) { return ch->rcons == recv_total(ch) && ch->sdone == send_total(ch); }
+
+/* Repetitions whose receives every channel has consumed. */
+static size_t reps_consumed(const struct xchan *chans, int nchans) {
+  size_t reps = chans[0].reps;
+  for (int i = 0; i < nchans; i++)
+    if (chans[i].nrecvs && chans[i].rcons / chans[i].nrecvs < reps) reps = chans[i].rcons / chans[i].nrecvs;
+  return reps;
+}
 
 /* What a stalled channel waits for, in words. */
 static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, double idle) {
@@ -276,54 +298,69 @@ static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, d
   for (int i = 0; i < nchans && used < sizeof(e->err); i++) {
     struct xchan *ch = &chans[i];
     if (chan_done(ch)) continue;
-    if (ch->rcons < ch->nrecvs)
+    if (ch->rcons < recv_total(ch))
       used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
                                " [recv from rank %d ch %d dev %d: %zu/%zu done, %zu posted%s]", ch->rc->peer,
-                               ch->rc->channel, ch->rc->dev, ch->rdone, ch->nrecvs, ch->rpost,
+                               ch->rc->channel, ch->rc->dev, ch->rdone, recv_total(ch), ch->rpost,
                                ch->rpost == ch->rdone ? ", irecv refused" : "");
-    if (used < sizeof(e->err) && ch->sdone < ch->nsends) {
-      const char *why = ch->spost > ch->sdone ? "waiting for completion"
-                        : ch->spost < ch->nsends && ch->sends[ch->spost].dep >= 0 &&
-                                (size_t)ch->sends[ch->spost].dep >= ch->rcons
+    if (used < sizeof(e->err) && ch->sdone < send_total(ch)) {
+      size_t rep = ch->spost / ch->nsends;
+      const char *why = ch->spost > ch->sdone                       ? "waiting for completion"
+                        : rep > reps_consumed(chans, nchans)         ? "waiting for the previous repetition"
+                        : send_at(ch, ch->spost)->dep >= 0 &&
+                                rep * ch->nrecvs + (size_t)send_at(ch, ch->spost)->dep >= ch->rcons
                             ? "waiting for data from upstream"
                             : "no clear-to-send (isend returned NULL)";
       used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
                                " [send to rank %d ch %d dev %d: %zu/%zu done, %zu posted, %s]", ch->sc->peer,
-                               ch->sc->channel, ch->sc->dev, ch->sdone, ch->nsends, ch->spost, why);
+                               ch->sc->channel, ch->sc->dev, ch->sdone, send_total(ch), ch->spost, why);
     }
   }
 }
 
-int xfer_run(struct xengine *e, struct xchan *chans, int nchans) {
+/* Passes over the channels between two looks at the clock. */
+#define XFER_PASSES_PER_LOOK 64
+
+int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
   double last_progress = xfer_now(), last_tick = last_progress;
+  unsigned passes = 0, idle_passes = 0;
+  int moved = 0; /* progress since the last look at the clock */
   for (int i = 0; i < nchans; i++) {
     struct xchan *ch = &chans[i];
     ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
+    ch->reps = reps;
     if ((ch->nrecvs && !ch->rc) || (ch->nsends && !ch->sc)) return efail(e, "internal: channel %d has no connection", i);
   }
   for (;;) {
     int progress = 0, busy = 0;
+    size_t consumed = nchans ? reps_consumed(chans, nchans) : 0;
     for (int i = 0; i < nchans; i++) {
       struct xchan *ch = &chans[i];
       if (chan_done(ch)) continue;
       busy = 1;
       if (ch->rc && (post_recvs(e, ch, &progress) || test_recvs(e, ch, &progress))) return -1;
       if (ch->rc) consume_recvs(e, ch, &progress);
-      if (ch->sc && (post_sends(e, ch, &progress) || test_sends(e, ch, &progress))) return -1;
+      if (ch->sc && (post_sends(e, ch, consumed, &progress) || test_sends(e, ch, &progress))) return -1;
     }
     if (!busy) return 0;
+    /* A pass is a few hundred nanoseconds: the clock (and the stall and
+     * tick checks behind it) is read every XFER_PASSES_PER_LOOK passes. */
+    moved |= progress;
+    idle_passes = progress ? 0 : idle_passes + 1;
+    if (++passes % XFER_PASSES_PER_LOOK) continue;
     double now = xfer_now();
-    if (progress) {
+    if (moved) {
       last_progress = now;
-    } else {
-      if (now - last_progress > e->stall_timeout) {
-        describe_stall(e, chans, nchans, now - last_progress);
-        return -1;
-      }
-      /* Ranks, the plugin's threads and (in simulation) the fabric's engine
-       * share few cores: give them the CPU when there is nothing to do. */
-      sched_yield();
+      moved = 0;
+    } else if (now - last_progress > e->stall_timeout) {
+      describe_stall(e, chans, nchans, now - last_progress);
+      return -1;
     }
+    /* Ranks, the plugin's threads and (in simulation) the fabric's engine
+     * share few cores: after a whole look's worth of idle passes, give them
+     * the CPU.  Not sooner: a yield is a system call, longer than a wire's
+     * latency, and would be paid on every message. */
+    if (idle_passes >= XFER_PASSES_PER_LOOK) sched_yield();
     if (e->tick && now - last_tick > 0.05) {
       last_tick = now;
       e->tick(e->tick_arg);

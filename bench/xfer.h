@@ -13,6 +13,15 @@
  * user buffers are registered instead and used in place where no reduction
  * is needed (zero copy).  isend/irecv returning a NULL request means "not
  * now" and is retried; test() is polled on the oldest request.
+ *
+ * A run repeats the lists `reps` times back to back, as nccl-tests launches
+ * its timed iterations without waiting in between.  Stream order is kept the
+ * way a GPU keeps it: the sends of repetition k wait until every channel has
+ * consumed all receives of repetition k-1 (the previous kernel finished),
+ * while receives into slots are posted ahead across repetitions, as NCCL's
+ * proxy does for the next operation, so the clear-to-send is not on the
+ * critical path.  A receive in place (-R 1) waits until its channel finished
+ * the previous repetition: it would overwrite the user buffer under it.
  */
 #ifndef LINKPASS_PERF_XFER_H
 #define LINKPASS_PERF_XFER_H
@@ -58,8 +67,10 @@ struct xchan {
   size_t nsends, sends_cap;
   struct xrecv *recvs;
   size_t nrecvs, recvs_cap;
-  /* progress (reset by xchan_reset) */
-  size_t rpost, rdone, rcons, spost, sdone;
+  /* progress over reps repetitions (reset by xfer_run); indexes count
+   * messages of all repetitions: message v is list entry v % n of
+   * repetition v / n */
+  size_t reps, rpost, rdone, rcons, spost, sdone;
   size_t sfilled; /* sends below this index have their slot staged */
   void *rreq[PERF_MAX_SLOTS], *sreq[PERF_MAX_SLOTS];
 };
@@ -97,8 +108,9 @@ void xchan_free(struct xchan *ch);
 int xchan_add_send(struct xchan *ch, size_t bytes, const char *src, int32_t dep);
 int xchan_add_recv(struct xchan *ch, size_t bytes, const char *in, char *out, int32_t fwd);
 
-/* Run every channel's lists to completion; 0, or -1 with e->err set. */
-int xfer_run(struct xengine *e, struct xchan *chans, int nchans);
+/* Run every channel's lists `reps` times back to back, to completion; 0, or
+ * -1 with e->err set. */
+int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps);
 
 double xfer_now(void);
 
