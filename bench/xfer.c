@@ -320,6 +320,8 @@ static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, d
 
 /* Passes over the channels between two looks at the clock. */
 #define XFER_PASSES_PER_LOOK 64
+/* Idle time after which the loop yields the CPU on each look. */
+#define XFER_YIELD_AFTER_S 50e-6
 
 int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
   double last_progress = xfer_now(), last_tick = last_progress;
@@ -357,10 +359,10 @@ int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
       return -1;
     }
     /* Ranks, the plugin's threads and (in simulation) the fabric's engine
-     * share few cores: after a whole look's worth of idle passes, give them
+     * share few cores: after XFER_YIELD_AFTER_S without progress, give them
      * the CPU.  Not sooner: a yield is a system call, longer than a wire's
      * latency, and would be paid on every message. */
-    if (idle_passes >= XFER_PASSES_PER_LOOK) sched_yield();
+    if (idle_passes >= XFER_PASSES_PER_LOOK && now - last_progress >= XFER_YIELD_AFTER_S) sched_yield();
     if (e->tick && now - last_tick > 0.05) {
       last_tick = now;
       e->tick(e->tick_arg);

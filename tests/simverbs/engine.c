@@ -84,12 +84,10 @@ static int flush_queues(struct sv_qp_local *lq) {
     progress = 1;
   }
   sv_lock(&q->rq_lock);
-  while (q->rq_count) {
-    struct sv_rwqe *w = (struct sv_rwqe *)((char *)sv_heap_ptr(f, q->rq_off) + (size_t)q->rq_head * q->rq_stride);
+  for (struct sv_rwqe *w; (w = sv_rq_head(f, q));) {
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV,
                         .qp_num = q->qpn, .vendor_err = 0xf9};
-    q->rq_head = (q->rq_head + 1) & (q->rq_size - 1);
-    q->rq_count--;
+    sv_rq_pop(q);
     sv_cq_push(f, q->recv_cq, &wc);
     progress = 1;
   }
@@ -276,10 +274,6 @@ static ssize_t move_bytes(int owner, pid_t pid, struct xfer *x, struct iovec *re
   return done < 0 ? -1 : done;
 }
 
-static struct sv_rwqe *rq_peek(struct sv_qp *d) {
-  if (!d->rq_count) return NULL;
-  return (struct sv_rwqe *)((char *)sv_heap_ptr(fab(), d->rq_off) + (size_t)d->rq_head * d->rq_stride);
-}
 
 /* Scatter list of a receive WQE in the receiver's memory. */
 static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec *out, char **direct, int *n,
@@ -344,7 +338,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   struct sv_rwqe *r = NULL;
   if (wants_rwqe) {
     sv_lock(&d->rq_lock);
-    r = rq_peek(d);
+    r = sv_rq_head(f, d);
     if (!r) {
       sv_unlock(&d->rq_lock);
       return EXEC_RNR;
@@ -355,8 +349,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
         /* The receiver completes its WQE in error and breaks; we see a NAK. */
         struct ibv_wc wc = {.wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn,
                             .vendor_err = 0x81};
-        d->rq_head = (d->rq_head + 1) & (d->rq_size - 1);
-        d->rq_count--;
+        sv_rq_pop(d);
         sv_unlock(&d->rq_lock);
         sv_cq_push(f, d->recv_cq, &wc);
         fail_responder(d, SV_QP_FAULT_ERR);
@@ -391,8 +384,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       wc.wc_flags = IBV_WC_WITH_IMM;
       wc.imm_data = w->imm;
     }
-    d->rq_head = (d->rq_head + 1) & (d->rq_size - 1);
-    d->rq_count--;
+    sv_rq_pop(d);
     sv_unlock(&d->rq_lock);
     sv_cq_push(f, d->recv_cq, &wc);
   }
@@ -455,7 +447,10 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
   struct sv_fabric *f = fab();
   struct sv_qp *q = &f->qps[lq->index];
   int progress = 0;
-  enum sv_qp_fault fault = atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
+  /* Look before taking: a write on every pass would pull the line that
+   * peers read for every WR away from them. */
+  enum sv_qp_fault fault = atomic_load(&q->fault) == SV_QP_FAULT_NONE ? SV_QP_FAULT_NONE
+                                                                      : atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
   if (fault != SV_QP_FAULT_NONE && atomic_load(&q->state) != IBV_QPS_RESET) {
     sv_qp_to_error(lq);
     if (fault == SV_QP_FAULT_FATAL) sv_async_post(lq->ctx, IBV_EVENT_QP_FATAL, (uintptr_t)&lq->qp);

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 3 /* 2: struct sv_fabric gained `netns`; 3: sv_port's counters on their own lines */
+#define SV_VERSION 4 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -105,6 +105,7 @@ struct sv_proc {
 
 /* Receive work request as stored in a shared receive queue ring. */
 struct sv_rwqe {
+  _Atomic uint64_t seq; /* position + 1 once posted; written last */
   uint64_t wr_id;
   uint32_t num_sge;
   uint32_t pad;
@@ -116,8 +117,11 @@ struct sv_rwqe {
  * completion was already posted) moves to ERR silently. */
 enum sv_qp_fault { SV_QP_FAULT_NONE = 0, SV_QP_FAULT_FATAL = 1, SV_QP_FAULT_ACCESS = 2, SV_QP_FAULT_ERR = 3 };
 
+/* Cache lines: peers' executors read the first part on every WR, so only
+ * state changes write it; the receive queue, which the owner's posts and
+ * the peer's executor both write, has lines of its own. */
 struct sv_qp {
-  _Atomic uint32_t in_use;
+  _Alignas(64) _Atomic uint32_t in_use;
   uint32_t gen;
   int32_t owner; /* proc index */
   uint32_t dev;
@@ -135,25 +139,43 @@ struct sv_qp {
   uint32_t rq_psn, sq_psn, path_mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer;
   uint32_t max_rd_atomic, max_dest_rd_atomic, pkey_index;
   struct ibv_ah_attr ah;
-  /* Receive queue ring in the heap: senders pop from it under rq_lock. */
-  pthread_mutex_t rq_lock;
+  /* Receive queue ring in the heap.  The owner's posters fill it (one at a
+   * time, under their process's lock), publishing each entry through its
+   * seq; consumers (the peer's executor, a flush) take from rq_head under
+   * rq_lock.  Neither side writes the other's line. */
   uint32_t rq_size, rq_max_sge, rq_stride;
-  uint32_t rq_head, rq_count;
   uint64_t rq_off;
+  _Alignas(64) uint64_t rq_tail; /* next position to fill */
+  uint64_t rq_head_seen;         /* rq_head when posters last looked: re-read only when it seems full */
+  _Alignas(64) pthread_mutex_t rq_lock;
+  _Atomic uint64_t rq_head;
+};
+
+/* A completion in a CQ's ring.  `seq` is published last: the entry at
+ * position p is there when seq == p + 1, as a CQE's owner bit tells a
+ * poller on hardware, so an empty poll reads only the line the next
+ * completion will be written to. */
+struct sv_cqe {
+  _Alignas(64) _Atomic uint64_t seq;
+  struct ibv_wc wc;
 };
 
 struct sv_cq {
-  _Atomic uint32_t in_use;
+  _Alignas(64) _Atomic uint32_t in_use;
   uint32_t gen;
   int32_t owner;
   uint32_t dev;
-  pthread_mutex_t lock;
-  uint32_t size; /* entries */
-  uint32_t head, count;
-  uint64_t ring_off; /* struct ibv_wc[size] in the heap */
+  uint32_t size;     /* entries */
+  uint64_t ring_off; /* struct sv_cqe[size] in the heap */
   _Atomic uint32_t armed;          /* 0 none, 1 any completion, 2 solicited only */
   _Atomic uint32_t notify_pending; /* completions seen while armed: owner writes the channel */
   _Atomic uint32_t overrun;        /* CQ overflowed: owner raises IBV_EVENT_CQ_ERR */
+  /* Producers (the owner's and remote executors), under the lock. */
+  _Alignas(64) pthread_mutex_t lock;
+  uint64_t tail;      /* next position to fill */
+  uint64_t head_seen; /* `head` when producers last looked: re-read only when the ring seems full */
+  /* The consumer (the owner's pollers, one at a time). */
+  _Alignas(64) _Atomic uint64_t head;
 };
 
 struct sv_mr {
@@ -222,6 +244,25 @@ size_t sv_fabric_size(void);
 void sv_mutex_init(pthread_mutex_t *m);
 void sv_lock(pthread_mutex_t *m);
 void sv_unlock(pthread_mutex_t *m);
+
+static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off);
+
+/* Receive queue entry at position `pos`. */
+static inline struct sv_rwqe *sv_rq_entry(struct sv_fabric *f, struct sv_qp *q, uint64_t pos) {
+  return (struct sv_rwqe *)((char *)sv_heap_ptr(f, q->rq_off) + (size_t)(pos & (q->rq_size - 1)) * q->rq_stride);
+}
+/* The posted receive at the head, or NULL; rq_lock held. */
+static inline struct sv_rwqe *sv_rq_head(struct sv_fabric *f, struct sv_qp *q) {
+  uint64_t h = atomic_load_explicit(&q->rq_head, memory_order_relaxed);
+  struct sv_rwqe *w = sv_rq_entry(f, q, h);
+  return atomic_load_explicit(&w->seq, memory_order_acquire) == h + 1 ? w : NULL;
+}
+/* Consume the head (its fields read); rq_lock held.  Release: the owner
+ * reuses the entry only after seeing the head pass it. */
+static inline void sv_rq_pop(struct sv_qp *q) {
+  atomic_store_explicit(&q->rq_head, atomic_load_explicit(&q->rq_head, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
 
 static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) {
   return (char *)f + f->heap_off + off;

@@ -164,7 +164,7 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
   }
   uint32_t size = 1;
   while (size < (uint32_t)cqe + 1) size <<= 1; /* hardware rounds up too */
-  uint64_t off = sv_heap_alloc(f, (uint64_t)size * sizeof(struct ibv_wc), sv_lib.proc);
+  uint64_t off = sv_heap_alloc(f, (uint64_t)size * sizeof(struct sv_cqe), sv_lib.proc); /* zeroed */
   int idx = -1;
   if (off != UINT64_MAX) {
     sv_lock(&f->lock);
@@ -176,7 +176,8 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
         q->owner = sv_lib.proc;
         q->dev = (uint32_t)sv_ctx_of(c)->dev;
         q->size = size;
-        q->head = q->count = 0;
+        q->tail = q->head_seen = 0;
+        atomic_store(&q->head, 0);
         q->ring_off = off;
         atomic_store(&q->armed, 0);
         atomic_store(&q->notify_pending, 0);
@@ -193,6 +194,8 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
     return NULL;
   }
   lc->index = idx;
+  lc->ring = sv_heap_ptr(f, off);
+  pthread_mutex_init(&lc->poll_lock, NULL);
   lc->cq.context = c;
   lc->cq.channel = channel;
   lc->cq.cq_context = cq_context;
@@ -246,14 +249,16 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
     sv_unlock(&q->lock);
     return -1;
   }
-  if (q->count == q->size) {
+  uint64_t t = q->tail;
+  if (t - q->head_seen >= q->size) q->head_seen = atomic_load_explicit(&q->head, memory_order_acquire);
+  if (t - q->head_seen >= q->size) {
     atomic_store(&q->overrun, 1);
     rc = -1;
   } else {
-    struct ibv_wc *ring = sv_heap_ptr(f, q->ring_off);
-    ring[(q->head + q->count) & (q->size - 1)] = *wc;
-    /* Atomic: empty polls read count without the lock. */
-    __atomic_store_n(&q->count, q->count + 1, __ATOMIC_RELEASE);
+    struct sv_cqe *e = (struct sv_cqe *)sv_heap_ptr(f, q->ring_off) + (t & (q->size - 1));
+    e->wc = *wc;
+    atomic_store_explicit(&e->seq, t + 1, memory_order_release);
+    q->tail = t + 1;
   }
   sv_unlock(&q->lock);
   uint32_t armed = atomic_load(&q->armed);
@@ -267,26 +272,33 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
   return rc;
 }
 
+/* Whether the entry at position `h` is there. */
+static int cqe_ready(const struct sv_cq_local *lc, uint32_t size, uint64_t h) {
+  return atomic_load_explicit(&lc->ring[h & (size - 1)].seq, memory_order_acquire) == h + 1;
+}
+
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   struct sv_fabric *f = fab();
-  struct sv_cq *q = &f->cqs[((struct sv_cq_local *)cq)->index];
+  struct sv_cq_local *lc = (struct sv_cq_local *)cq;
+  struct sv_cq *q = &f->cqs[lc->index];
   if (n < 0) return -1;
-  if (__atomic_load_n(&q->count, __ATOMIC_ACQUIRE) == 0) {
+  if (!cqe_ready(lc, q->size, atomic_load_explicit(&q->head, memory_order_relaxed))) {
     /* Busy pollers drive deferred work: on 2 cores the engine thread may not
      * get a CPU for a whole time slice while they spin. */
     uint64_t due = atomic_load_explicit(&sv_lib.deferred_due_ns, memory_order_relaxed);
     if (due != UINT64_MAX && sv_now_ns() >= due) sv_progress_deferred();
     return 0;
   }
-  sv_lock(&q->lock);
-  struct ibv_wc *ring = sv_heap_ptr(f, q->ring_off);
+  pthread_mutex_lock(&lc->poll_lock);
+  uint64_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
   int got = 0;
-  while (got < n && q->count) {
-    wc[got++] = ring[q->head];
-    q->head = (q->head + 1) & (q->size - 1);
-    __atomic_store_n(&q->count, q->count - 1, __ATOMIC_RELAXED);
+  while (got < n && cqe_ready(lc, q->size, h)) {
+    wc[got++] = lc->ring[h & (q->size - 1)].wc;
+    h++;
   }
-  sv_unlock(&q->lock);
+  /* release: producers reuse an entry only after seeing head pass it */
+  atomic_store_explicit(&q->head, h, memory_order_release);
+  pthread_mutex_unlock(&lc->poll_lock);
   return got;
 }
 

@@ -62,7 +62,8 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
       q->rq_size = rq_size;
       q->rq_max_sge = rq_sge;
       q->rq_stride = stride;
-      q->rq_head = q->rq_count = 0;
+      q->rq_tail = q->rq_head_seen = 0;
+      atomic_store(&q->rq_head, 0);
       q->rq_off = off;
       atomic_store(&q->state, IBV_QPS_RESET);
       atomic_store(&q->in_use, 1);
@@ -81,6 +82,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
   lq->sig_all = attr->sq_sig_all;
   pthread_mutex_init(&lq->post_lock, NULL);
   pthread_mutex_init(&lq->exec_lock, NULL);
+  pthread_mutex_init(&lq->recv_lock, NULL);
   lq->qp.context = pd->context;
   lq->qp.qp_context = attr->qp_context;
   lq->qp.pd = pd;
@@ -209,9 +211,12 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
     atomic_store(&lq->sq_head, atomic_load(&lq->sq_tail));
     lq->head_state = SV_HEAD_NEW;
     lq->retry_start_ns = lq->rnr_start_ns = 0;
+    pthread_mutex_lock(&lq->recv_lock);
     sv_lock(&q->rq_lock);
-    q->rq_head = q->rq_count = 0;
+    atomic_store(&q->rq_head, q->rq_tail);
+    q->rq_head_seen = q->rq_tail;
     sv_unlock(&q->rq_lock);
+    pthread_mutex_unlock(&lq->recv_lock);
   }
   atomic_store(&q->state, to);
   qp->state = to;
@@ -325,9 +330,11 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
     *bad = wr;
     return EINVAL;
   }
-  sv_lock(&q->rq_lock);
+  pthread_mutex_lock(&lq->recv_lock);
   for (; wr; wr = wr->next) {
-    if (q->rq_count == q->rq_size - 1) {
+    if (q->rq_tail - q->rq_head_seen >= q->rq_size - 1)
+      q->rq_head_seen = atomic_load_explicit(&q->rq_head, memory_order_acquire);
+    if (q->rq_tail - q->rq_head_seen >= q->rq_size - 1) {
       rc = ENOMEM;
       break;
     }
@@ -335,14 +342,14 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
       rc = EINVAL;
       break;
     }
-    struct sv_rwqe *w = (struct sv_rwqe *)((char *)sv_heap_ptr(fab(), q->rq_off) +
-                                           (size_t)((q->rq_head + q->rq_count) & (q->rq_size - 1)) * q->rq_stride);
+    struct sv_rwqe *w = sv_rq_entry(fab(), q, q->rq_tail);
     w->wr_id = wr->wr_id;
     w->num_sge = (uint32_t)wr->num_sge;
     if (wr->num_sge) memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
-    q->rq_count++;
+    atomic_store_explicit(&w->seq, q->rq_tail + 1, memory_order_release);
+    q->rq_tail++;
   }
-  sv_unlock(&q->rq_lock);
+  pthread_mutex_unlock(&lq->recv_lock);
   if (rc) *bad = wr;
   if (st == IBV_QPS_ERR) sv_engine_kick();
   return rc;

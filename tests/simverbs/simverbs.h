@@ -55,6 +55,8 @@ struct sv_channel {
 struct sv_cq_local {
   struct ibv_cq cq;
   int index;
+  struct sv_cqe *ring;
+  pthread_mutex_t poll_lock; /* pollers of this process among themselves */
   struct sv_cq_local *next;
 };
 
@@ -86,6 +88,7 @@ struct sv_qp_local {
   int sig_all;
   pthread_mutex_t post_lock; /* posters among themselves */
   pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
+  pthread_mutex_t recv_lock; /* posters of receives among themselves */
   _Atomic uint32_t sq_head, sq_tail;
   /* Engine-only state for the head WR. */
   enum sv_head_state head_state;
