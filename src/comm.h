@@ -31,6 +31,7 @@
 #define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
 #define LP_RQ_DEPTH 256 /* receive WRs per QP */
 #define LP_SIGNAL_EVERY 64 /* force a signaled WR at least this often */
+#define LP_CTS_SIGNAL_EVERY 16 /* receiver: one clear-to-send in this many is signaled */
 #define LP_POLL_BATCH 16
 
 enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
@@ -161,6 +162,13 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm);
 ncclResult_t lp_comm_check_peer(struct lp_comm *comm);
 /* Look up this comm's registration of an mhandle.  NULL when invalid. */
 struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);
+
+/* Signaled WRs of QP q not yet known complete: those posted and not
+ * returned, less the unsignaled ones since the last signaled post (a
+ * receiver's trailing clear-to-sends may stay unsignaled indefinitely). */
+static inline int lp_comm_signaled_outstanding(const struct lp_comm *c, int q) {
+  return LP_SQ_DEPTH - c->link.sq_free[q] - c->link.unsignaled[q];
+}
 
 /* A WR was just posted on QP q.  When the QP had nothing outstanding, the
  * watchdog's "work outstanding since" starts now: its last completion may

@@ -478,7 +478,10 @@ static int stalled(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
   uint64_t limit = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull;
   int outstanding = 0;
-  for (int q = 0; q < c->link.nqps; q++) outstanding |= c->link.sq_free[q] < LP_SQ_DEPTH;
+  /* A sender's unsignaled WRs are always followed by a signaled one; a
+   * receiver's trailing clear-to-sends may not be, and are no stall. */
+  for (int q = 0; q < c->link.nqps; q++)
+    outstanding |= c->kind == LP_COMM_SEND ? c->link.sq_free[q] < LP_SQ_DEPTH : lp_comm_signaled_outstanding(c, q) > 0;
   if (limit == 0 || !outstanding) {
     fo->watch_since_ns = now; /* idle: nothing to wait for */
     return 0;

@@ -149,8 +149,15 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr_id = lp_wrid(LP_WR_CTS, 0, 1, r->tail);
+  /* Signal one CTS in LP_CTS_SIGNAL_EVERY (or when credits run low): its
+   * completion returns the credits of those before it.  The watchdog waits
+   * only on signaled ones (lp_comm_signaled_outstanding). */
+  int was_idle = lp_comm_signaled_outstanding(c, 0) == 0;
+  int signal = link->unsignaled[0] + 1 >= LP_CTS_SIGNAL_EVERY || link->sq_free[0] - 1 < LP_SIGNAL_EVERY;
+  if (signal) {
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr_id = lp_wrid(LP_WR_CTS, 0, (unsigned)link->unsignaled[0] + 1, r->tail);
+  }
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * LP_MAX_RECVS * sizeof(struct lp_cts);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
   int err = ibv_post_send(link->qps[0], &wr, &bad);
@@ -160,7 +167,8 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
                         link->qps[0]->qp_num, strerror(err));
   }
   link->sq_free[0]--;
-  lp_comm_note_post(c, 0);
+  link->unsignaled[0] = signal ? 0 : link->unsignaled[0] + 1;
+  if (signal && was_idle && c->fo.enabled) c->fo.watch_since_ns = lp_now_ns();
   r->slot_req[slot] = req;
   r->tail++;
   *request = req;

@@ -76,6 +76,27 @@ Test(fifo, imm_roundtrip_and_wrap) {
   cr_expect_eq(lp_fifo_slot(0x123456789ull), (int)(lp_imm_of(0x123456789ull) % LP_FIFO_DEPTH));
 }
 
+Test(fifo, imm_compact_roundtrip_and_wrap) {
+  /* bases around the 7-bit and 31-bit wraps; every message in flight */
+  uint64_t bases[] = {1, 120, 0x7ffffff0ull, 0x80000000ull, 0xfffffff0ull, 0xffffffffffffff00ull};
+  size_t sizes[] = {0, 1, 8, 4096, LP_COMPACT_MAX_SIZE};
+  for (size_t b = 0; b < sizeof(bases) / sizeof(bases[0]); b++) {
+    for (uint64_t d = 0; d < LP_FIFO_DEPTH; d++) {
+      uint64_t seq = bases[b] + d;
+      for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+        uint32_t imm = lp_imm_compact(seq, sizes[z]);
+        cr_expect(lp_imm_is_compact(imm));
+        cr_expect_eq(lp_imm_size(imm), (uint32_t)sizes[z]);
+        cr_expect_eq(lp_seq_from_imm(imm, bases[b]), seq, "seq 0x%llx base 0x%llx size %zu",
+                     (unsigned long long)seq, (unsigned long long)bases[b], sizes[z]);
+      }
+      /* the record form never looks compact, even when seq has bit 31 set */
+      cr_expect(!lp_imm_is_compact(lp_imm_of(seq)));
+      cr_expect_eq(lp_seq_from_imm(lp_imm_of(seq), bases[b]), seq);
+    }
+  }
+}
+
 Test(fifo, chunks_cover_exactly) {
   size_t sizes[] = {0, 1, 127, 128, 129, 1000, 4096, 65537, 1 << 20, (1 << 20) + 3};
   for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
