@@ -4,8 +4,9 @@
 #
 # usage: bench/sendrecv_vs_perftest.sh BUILD_DIR
 #   env: RATES (Gb/s of every NIC, one table each; default "25 400"),
-#        ROUNDS (default 3), SIZES (default "64M 128M 256M"),
-#        LAT_ITERS (8-byte iterations per latency run, default 50000)
+#        ROUNDS (bandwidth rounds, default 3), SIZES (default "64M 128M 256M"),
+#        LAT_ROUNDS (latency pairs, default 9), LAT_ITERS (8-byte sendrecv
+#        iterations per run, default 50000)
 #
 # Two wire speeds, because the simulated fabric moves bytes with the CPU:
 # at 25 Gb/s the wire is the limit in both directions at once, as on a real
@@ -17,15 +18,20 @@
 # user buffers: the driver copies nothing, as with GPU buffers under NCCL),
 # against ib_write_bw one way and ib_write_bw -b (both ways at once, which is
 # the traffic a 2-rank sendrecv makes; its sum is halved to one direction).
+# Units: perftest's MB is 2^20 bytes, nccl-tests' GB 10^9; the plugin's
+# figure is converted to perftest's unit.
 # Latency (at the first rate; the fabric adds 1 us per work request):
-# linkpass-perf sendrecv of 8 bytes through the driver's staging slots
-# (-R 0: NCCL moves small messages through its own buffers) against
-# ib_write_lat -s 8 (typical = median, and average).
+# linkpass-perf sendrecv of 8 bytes, nccl-tests' default path (-R 0: NCCL
+# moves small messages through its own buffers), right after ib_write_lat
+# -s 8 (typical = median, and average), pair by pair: this machine's
+# cross-core latency changes over minutes, so each pair is compared on its
+# own and the ratios' median is reported.
 set -euo pipefail
 build=${1:?usage: sendrecv_vs_perftest.sh BUILD_DIR}
 read -r -a rates <<<"${RATES:-25 400}"
 rounds=${ROUNDS:-3}
 lat_iters=${LAT_ITERS:-50000}
+lat_rounds=${LAT_ROUNDS:-9}
 read -r -a sizes <<<"${SIZES:-64M 128M 256M}"
 top=$(cd "$(dirname "$0")/.." && pwd)
 sv="$build/simverbs/simverbs"
@@ -82,18 +88,21 @@ for rate in "${rates[@]}"; do
       b=$(bytes "$s")
       echo "$rate $b $(write_bw "$b")" >>"$tmp/uni"
       echo "$rate $b $(write_bw "$b" -b)" >>"$tmp/bidi"
-      echo "$rate $b $(sendrecv "$b" 10 -R 1 | awk '{ print $2 * 1000 }')" >>"$tmp/plugin"
+      echo "$rate $b $(sendrecv "$b" 10 -R 1 | awk '{ print $2 * 1e9 / 1048576 }')" >>"$tmp/plugin"
     done
-    if [ "$rate" = "${rates[0]}" ]; then
-      perftest ib_write_lat -s 8 -n 20000 | awk '$1 == 8 && NF >= 6 { print $5, $6 }' >>"$tmp/lat"
-      sendrecv 8 "$lat_iters" -R 0 | awk '{ print $1 }' >>"$tmp/plat"
-    fi
   done
+  if [ "$rate" = "${rates[0]}" ]; then
+    for r in $(seq "$lat_rounds"); do
+      lat=$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == 8 && NF >= 6 { print $5, $6 }')
+      echo "$lat $(sendrecv 8 "$lat_iters" -R 0 | awk '{ print $1 }')" >>"$tmp/lat"
+    done
+  fi
   "$sv" down >/dev/null
 done
 
 for rate in "${rates[@]}"; do
   echo "# sendrecv busbw against ib_write_bw, 2 hosts, mlx5_0 at $rate Gb/s; median of $rounds interleaved rounds"
+  echo "# MB = 2^20 bytes (perftest's unit)"
   printf '%12s %12s %14s %12s %10s %10s\n' "bytes" "ib_write_bw" "ib_write_bw -b" "sendrecv" "vs one-way" "vs -b"
   printf '%12s %12s %14s %12s %10s %10s\n' "" "MB/s" "MB/s per dir" "busbw MB/s" "" ""
   for s in "${sizes[@]}"; do
@@ -106,9 +115,9 @@ for rate in "${rates[@]}"; do
   done
   echo
 done
-echo "# 8-byte latency, us; median of $rounds interleaved rounds (fabric latency 1 us per work request)"
-typ=$(awk '{ print $1 }' "$tmp/lat" | median)
-avg=$(awk '{ print $2 }' "$tmp/lat" | median)
-mine=$(median <"$tmp/plat")
-printf '%22s %22s %16s %12s %12s\n' "ib_write_lat typical" "ib_write_lat average" "sendrecv (avg)" "vs typical" "vs average"
-printf '%22.2f %22.2f %16.2f %12.2f %12.2f\n' "$typ" "$avg" "$mine" "$(ratio "$mine" "$typ")" "$(ratio "$mine" "$avg")"
+echo "# 8-byte latency, us (fabric latency 1 us per work request); $lat_rounds pairs, each ib_write_lat then sendrecv"
+printf '%6s %22s %22s %16s %12s %12s\n' "pair" "ib_write_lat typical" "ib_write_lat average" "sendrecv (avg)" "vs typical" "vs average"
+awk '{ printf "%6d %22.2f %22.2f %16.2f %12.2f %12.2f\n", NR, $1, $2, $3, $3 / $1, $3 / $2 }' "$tmp/lat"
+printf '%6s %22.2f %22.2f %16.2f %12.2f %12.2f\n' "median" "$(awk '{ print $1 }' "$tmp/lat" | median)" \
+  "$(awk '{ print $2 }' "$tmp/lat" | median)" "$(awk '{ print $3 }' "$tmp/lat" | median)" \
+  "$(awk '{ print $3 / $1 }' "$tmp/lat" | median)" "$(awk '{ print $3 / $2 }' "$tmp/lat" | median)"

@@ -185,6 +185,9 @@ static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
     note_completion(e);
     c->msgs++;
     *progress = 1;
+    /* one at a time: what waits on it (a reduction, a forward, the next
+     * iteration's send) goes before another round of polling */
+    break;
   }
   return 0;
 }
@@ -341,7 +344,12 @@ int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
       if (chan_done(ch)) continue;
       busy = 1;
       if (ch->rc && (post_recvs(e, ch, &progress) || test_recvs(e, ch, &progress))) return -1;
-      if (ch->rc) consume_recvs(e, ch, &progress);
+      if (ch->rc) {
+        size_t before = ch->rcons;
+        consume_recvs(e, ch, &progress);
+        /* a repetition may have just finished: its successor's sends go now */
+        if (ch->rcons != before) consumed = reps_consumed(chans, nchans);
+      }
       if (ch->sc && (post_sends(e, ch, consumed, &progress) || test_sends(e, ch, &progress))) return -1;
     }
     if (!busy) return 0;
