@@ -96,7 +96,7 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   ncclResult_t wrc = lp_fo_watchdog(comm, now);
   if (wrc != ncclSuccess) return wrc;
   if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
-  return comm->error;
+  return lp_recv_probe((struct lp_recv_comm *)comm, now);
 }
 
 #define LP_PEER_CHECK_NS (100ull * 1000 * 1000)

@@ -32,6 +32,7 @@
 #define LP_RQ_DEPTH 256 /* receive WRs per QP */
 #define LP_SIGNAL_EVERY 64 /* force a signaled WR at least this often */
 #define LP_CTS_SIGNAL_EVERY 16 /* receiver: one clear-to-send in this many is signaled */
+#define LP_PROBE_AFTER_NS 1000000ull /* receiver: quiet time before its unsignaled writes get a signaled one */
 #define LP_POLL_BATCH 16
 
 enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
@@ -183,5 +184,6 @@ static inline void lp_comm_note_post(struct lp_comm *c, int q) {
 ncclResult_t lp_send_progress(struct lp_send_comm *s);
 ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc);
 ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
+ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
 
 #endif

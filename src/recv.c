@@ -175,6 +175,35 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   return ncclSuccess;
 }
 
+/* A receiver whose only outstanding writes are unsignaled clear-to-sends
+ * and that has had no completion for LP_PROBE_AFTER_NS posts a signaled
+ * zero-length write behind them.  Were the path dead without an error yet
+ * (a blackhole), the sender would have no clear-to-send and so nothing
+ * outstanding, and the receiver nothing signaled: the watchdog now has
+ * something to wait on.  Once per quiet spell; never during steady traffic. */
+ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
+  struct lp_comm *c = &r->base;
+  struct lp_link *link = &c->link;
+  if (!c->fo.enabled || lp_fo_busy(&c->fo) || link->unsignaled[0] == 0 || lp_comm_signaled_outstanding(c, 0) > 0 ||
+      link->sq_free[0] < 1 || now - c->fo.last_cqe_ns < LP_PROBE_AFTER_NS)
+    return c->error;
+  struct ibv_send_wr wr, *bad = NULL;
+  memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr_id = lp_wrid(LP_WR_CTS, 0, (unsigned)link->unsignaled[0] + 1, r->tail);
+  wr.wr.rdma.remote_addr = link->remote.ctrl_addr;
+  wr.wr.rdma.rkey = link->remote.ctrl_rkey;
+  int err = ibv_post_send(link->qps[0], &wr, &bad);
+  if (err != 0)
+    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (probe) on qp 0x%x failed: %s", link->qps[0]->qp_num,
+                        strerror(err));
+  link->sq_free[0]--;
+  link->unsignaled[0] = 0;
+  c->fo.watch_since_ns = now;
+  return ncclSuccess;
+}
+
 ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
   (void)n;
   (void)data;
