@@ -125,6 +125,8 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
   return ncclSuccess;
 }
 
+static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out);
+
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {
   if (s->base.error != ncclSuccess) return s->base.error;
   if (lp_fo_busy(&s->base.fo)) return ncclSuccess; /* nothing goes out until the new path is agreed */
@@ -140,7 +142,11 @@ ncclResult_t lp_send_progress(struct lp_send_comm *s) {
     if (!all) break; /* out of credits: continue when completions return some */
     s->post_seq++;
   }
-  return ncclSuccess;
+  /* Look for the next clear-to-send while NCCL polls: the receiver's write
+   * took its line from this CPU's cache, and the isend that needs it is on
+   * the critical path. */
+  struct lp_send_msg *next;
+  return head_msg(s, &next);
 }
 
 ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc) {

@@ -398,6 +398,25 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   return EXEC_DONE;
 }
 
+/* A WR that waits for its due time: fetch now, for writing, the first line
+ * of its destination and the receive entry it will consume, both last
+ * written by the responder's process.  A NIC's DMA stalls no CPU; here the
+ * delivery is a CPU's copy, and pulling those lines across cores while the
+ * WR waits keeps that stall out of the delivery. */
+static size_t wr_bytes(struct sv_swqe *w);
+static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
+  struct sv_fabric *f = fab();
+  if ((w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && wr_bytes(w) > 0) {
+    struct sv_mr *m = sv_mr_lookup(f, w->rkey);
+    if (m && w->remote_addr >= m->iova && w->remote_addr < m->iova + m->length) {
+      char *p = direct_ptr(f, m, (void *)(uintptr_t)(m->addr + (w->remote_addr - m->iova)));
+      if (p) __builtin_prefetch(p, 1);
+    }
+  }
+  if (w->opcode != IBV_WR_RDMA_WRITE && w->opcode != IBV_WR_RDMA_READ)
+    __builtin_prefetch(sv_rq_entry(f, d, atomic_load_explicit(&d->rq_head, memory_order_relaxed)), 0);
+}
+
 /* Reserve wire time on the sending port and return when the WR may execute.
  * The copy itself takes real time, so the wire only delays a WR that would
  * otherwise start before the previous one has left the port: over a stream
@@ -479,6 +498,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     if (lq->head_state == SV_HEAD_NEW) {
       lq->due_ns = schedule(lp, wr_bytes(w), w->post_ns);
       lq->head_state = SV_HEAD_SCHEDULED;
+      if (lq->due_ns > now) warm_up(d, w);
     }
     if (lq->due_ns > now) {
       note_deadline(next, lq->due_ns);
