@@ -99,6 +99,29 @@ ncclResult_t lp_comm_progress(struct lp_comm *comm) {
   return lp_recv_probe((struct lp_recv_comm *)comm, now);
 }
 
+ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
+                          uint64_t seq) {
+  static const char *const what[] = {[LP_WR_DATA] = "data", [LP_WR_FINAL] = "final write", [LP_WR_CTS] = "clear-to-send"};
+  struct lp_link *link = &c->link;
+  int was_idle = lp_comm_signaled_outstanding(c, q) == 0;
+  int signal = force || link->unsignaled[q] + 1 >= every || link->sq_free[q] - 1 < LP_SIGNAL_EVERY;
+  if (signal) {
+    wr->send_flags |= IBV_SEND_SIGNALED;
+    wr->wr_id = lp_wrid(kind, q, (unsigned)link->unsignaled[q] + 1, seq);
+  } else {
+    wr->wr_id = 0;
+  }
+  struct ibv_send_wr *bad = NULL;
+  int err = ibv_post_send(link->qps[q], wr, &bad);
+  if (err != 0)
+    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (%s) on qp 0x%x failed: %s", what[kind],
+                        link->qps[q]->qp_num, strerror(err));
+  link->sq_free[q]--;
+  link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
+  if (signal && was_idle && c->fo.enabled) c->fo.watch_since_ns = lp_now_ns();
+  return ncclSuccess;
+}
+
 #define LP_PEER_CHECK_NS (100ull * 1000 * 1000)
 
 ncclResult_t lp_comm_check_peer(struct lp_comm *comm) {

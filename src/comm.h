@@ -171,14 +171,15 @@ static inline int lp_comm_signaled_outstanding(const struct lp_comm *c, int q) {
   return LP_SQ_DEPTH - c->link.sq_free[q] - c->link.unsignaled[q];
 }
 
-/* A WR was just posted on QP q.  When the QP had nothing outstanding, the
- * watchdog's "work outstanding since" starts now: its last completion may
- * be long ago when NCCL left the comm alone, and that idle time is no
- * stall.  Without this, a comm unused for longer than LINKPASS_WATCHDOG_MS
- * failed over on its next message. */
-static inline void lp_comm_note_post(struct lp_comm *c, int q) {
-  if (c->fo.enabled && c->link.sq_free[q] == LP_SQ_DEPTH - 1) c->fo.watch_since_ns = lp_now_ns();
-}
+/* Post one WR on QP q, signaled when `force`d, once in `every`, or when
+ * credits run low: a signaled completion returns the credits of the
+ * unsignaled WRs before it.  The watchdog waits on signaled work only; when
+ * this WR is the only signaled one outstanding, its clock starts now: the
+ * last completion may be long ago when NCCL left the comm alone, and that
+ * idle time is no stall (without this, a comm unused for longer than
+ * LINKPASS_WATCHDOG_MS failed over on its next message). */
+ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
+                          uint64_t seq);
 
 /* ---- send.c / recv.c ---- */
 ncclResult_t lp_send_progress(struct lp_send_comm *s);

@@ -478,10 +478,10 @@ static int stalled(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
   uint64_t limit = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull;
   int outstanding = 0;
-  /* A sender's unsignaled WRs are always followed by a signaled one; a
-   * receiver's trailing clear-to-sends may not be, and are no stall. */
-  for (int q = 0; q < c->link.nqps; q++)
-    outstanding |= c->kind == LP_COMM_SEND ? c->link.sq_free[q] < LP_SQ_DEPTH : lp_comm_signaled_outstanding(c, q) > 0;
+  /* Signaled work only: a receiver's trailing unsignaled clear-to-sends are
+   * no stall (its probe puts a signaled write behind them when it is quiet),
+   * and a sender's unsignaled writes always have a signaled one behind. */
+  for (int q = 0; q < c->link.nqps; q++) outstanding |= lp_comm_signaled_outstanding(c, q) > 0;
   if (limit == 0 || !outstanding) {
     fo->watch_since_ns = now; /* idle: nothing to wait for */
     return 0;

@@ -144,31 +144,20 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   }
   struct ibv_sge sge = {.addr = (uintptr_t)cts, .length = (uint32_t)(sizeof(*cts) * (size_t)n),
                         .lkey = link->ctrl_mr->lkey};
-  struct ibv_send_wr wr, *bad = NULL;
+  struct ibv_send_wr wr;
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  /* Signal one CTS in LP_CTS_SIGNAL_EVERY (or when credits run low): its
-   * completion returns the credits of those before it.  The watchdog waits
-   * only on signaled ones (lp_comm_signaled_outstanding). */
-  int was_idle = lp_comm_signaled_outstanding(c, 0) == 0;
-  int signal = link->unsignaled[0] + 1 >= LP_CTS_SIGNAL_EVERY || link->sq_free[0] - 1 < LP_SIGNAL_EVERY;
-  if (signal) {
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr_id = lp_wrid(LP_WR_CTS, 0, (unsigned)link->unsignaled[0] + 1, r->tail);
-  }
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * LP_MAX_RECVS * sizeof(struct lp_cts);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
-  int err = ibv_post_send(link->qps[0], &wr, &bad);
-  if (err != 0) {
+  /* one in LP_CTS_SIGNAL_EVERY signaled: the receiver's probe covers the
+   * unsignaled ones a quiet spell leaves behind */
+  ncclResult_t prc = lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 0, r->tail);
+  if (prc != ncclSuccess) {
     lp_req_free(req);
-    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (clear-to-send) on qp 0x%x failed: %s",
-                        link->qps[0]->qp_num, strerror(err));
+    return prc;
   }
-  link->sq_free[0]--;
-  link->unsignaled[0] = signal ? 0 : link->unsignaled[0] + 1;
-  if (signal && was_idle && c->fo.enabled) c->fo.watch_since_ns = lp_now_ns();
   r->slot_req[slot] = req;
   r->tail++;
   *request = req;
@@ -187,21 +176,12 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   if (!c->fo.enabled || lp_fo_busy(&c->fo) || link->unsignaled[0] == 0 || lp_comm_signaled_outstanding(c, 0) > 0 ||
       link->sq_free[0] < 1 || now - c->fo.last_cqe_ns < LP_PROBE_AFTER_NS)
     return c->error;
-  struct ibv_send_wr wr, *bad = NULL;
+  struct ibv_send_wr wr;
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr_id = lp_wrid(LP_WR_CTS, 0, (unsigned)link->unsignaled[0] + 1, r->tail);
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr;
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
-  int err = ibv_post_send(link->qps[0], &wr, &bad);
-  if (err != 0)
-    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (probe) on qp 0x%x failed: %s", link->qps[0]->qp_num,
-                        strerror(err));
-  link->sq_free[0]--;
-  link->unsignaled[0] = 0;
-  c->fo.watch_since_ns = now;
-  return ncclSuccess;
+  return lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 1, r->tail);
 }
 
 ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {

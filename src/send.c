@@ -18,26 +18,9 @@
 #include "comm.h"
 #include "log.h"
 
-/* Post one WR on QP q, signaling when credits must come back. */
 static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int force,
                          uint64_t seq) {
-  struct lp_link *link = &s->base.link;
-  int signal = force || link->unsignaled[q] + 1 >= LP_SIGNAL_EVERY || link->sq_free[q] - 1 < LP_SIGNAL_EVERY;
-  if (signal) {
-    wr->send_flags |= IBV_SEND_SIGNALED;
-    wr->wr_id = lp_wrid(kind, q, (unsigned)link->unsignaled[q] + 1, seq);
-  } else {
-    wr->wr_id = 0;
-  }
-  struct ibv_send_wr *bad = NULL;
-  int err = ibv_post_send(link->qps[q], wr, &bad);
-  if (err != 0)
-    return lp_comm_fail(&s->base, ncclSystemError, "ibv_post_send on qp 0x%x failed: %s", link->qps[q]->qp_num,
-                        strerror(err));
-  link->sq_free[q]--;
-  lp_comm_note_post(&s->base, q);
-  link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
-  return ncclSuccess;
+  return lp_comm_post(&s->base, q, wr, kind, LP_SIGNAL_EVERY, force, seq);
 }
 
 /* A message of one sub-receive on a one-QP connection goes out whole in a
