@@ -329,7 +329,6 @@ static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, d
 int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
   double last_progress = xfer_now(), last_tick = last_progress;
   unsigned passes = 0, idle_passes = 0;
-  int moved = 0; /* progress since the last look at the clock */
   for (int i = 0; i < nchans; i++) {
     struct xchan *ch = &chans[i];
     ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
@@ -354,14 +353,14 @@ int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
     }
     if (!busy) return 0;
     /* A pass is a few hundred nanoseconds: the clock (and the stall and
-     * tick checks behind it) is read every XFER_PASSES_PER_LOOK passes. */
-    moved |= progress;
+     * tick checks behind it) is read every XFER_PASSES_PER_LOOK passes, so
+     * fewer idle passes than that in a row means progress since the last
+     * look. */
     idle_passes = progress ? 0 : idle_passes + 1;
     if (++passes % XFER_PASSES_PER_LOOK) continue;
     double now = xfer_now();
-    if (moved) {
+    if (idle_passes < XFER_PASSES_PER_LOOK) {
       last_progress = now;
-      moved = 0;
     } else if (now - last_progress > e->stall_timeout) {
       describe_stall(e, chans, nchans, now - last_progress);
       return -1;

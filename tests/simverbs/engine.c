@@ -274,7 +274,6 @@ static ssize_t move_bytes(int owner, pid_t pid, struct xfer *x, struct iovec *re
   return done < 0 ? -1 : done;
 }
 
-
 /* Scatter list of a receive WQE in the receiver's memory. */
 static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec *out, char **direct, int *n,
                     pid_t *pid) {
@@ -398,25 +397,6 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   return EXEC_DONE;
 }
 
-/* A WR that waits for its due time: fetch now, for writing, the first line
- * of its destination and the receive entry it will consume, both last
- * written by the responder's process.  A NIC's DMA stalls no CPU; here the
- * delivery is a CPU's copy, and pulling those lines across cores while the
- * WR waits keeps that stall out of the delivery. */
-static size_t wr_bytes(struct sv_swqe *w);
-static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
-  struct sv_fabric *f = fab();
-  if ((w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && wr_bytes(w) > 0) {
-    struct sv_mr *m = sv_mr_lookup(f, w->rkey);
-    if (m && w->remote_addr >= m->iova && w->remote_addr < m->iova + m->length) {
-      char *p = direct_ptr(f, m, (void *)(uintptr_t)(m->addr + (w->remote_addr - m->iova)));
-      if (p) __builtin_prefetch(p, 1);
-    }
-  }
-  if (w->opcode != IBV_WR_RDMA_WRITE && w->opcode != IBV_WR_RDMA_READ)
-    __builtin_prefetch(sv_rq_entry(f, d, atomic_load_explicit(&d->rq_head, memory_order_relaxed)), 0);
-}
-
 /* Reserve wire time on the sending port and return when the WR may execute.
  * The copy itself takes real time, so the wire only delays a WR that would
  * otherwise start before the previous one has left the port: over a stream
@@ -437,6 +417,24 @@ static size_t wr_bytes(struct sv_swqe *w) {
   size_t n = 0;
   for (uint32_t i = 0; i < w->num_sge; i++) n += w->sge[i].length;
   return n;
+}
+
+/* A WR that waits for its due time: fetch now, for writing, the first line
+ * of its destination and the receive entry it will consume, both last
+ * written by the responder's process.  A NIC's DMA stalls no CPU; here the
+ * delivery is a CPU's copy, and pulling those lines across cores while the
+ * WR waits keeps that stall out of the delivery. */
+static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
+  struct sv_fabric *f = fab();
+  if ((w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && wr_bytes(w) > 0) {
+    struct sv_mr *m = sv_mr_lookup(f, w->rkey);
+    if (m && w->remote_addr >= m->iova && w->remote_addr < m->iova + m->length) {
+      char *p = direct_ptr(f, m, (void *)(uintptr_t)(m->addr + (w->remote_addr - m->iova)));
+      if (p) __builtin_prefetch(p, 1);
+    }
+  }
+  if (w->opcode != IBV_WR_RDMA_WRITE && w->opcode != IBV_WR_RDMA_READ)
+    __builtin_prefetch(sv_rq_entry(f, d, atomic_load_explicit(&d->rq_head, memory_order_relaxed)), 0);
 }
 
 static void fail_qp(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st) {
