@@ -78,7 +78,7 @@ int perf_mesh_connect(struct perf_mesh *m, struct lp_net *net, const struct perf
   }
 
   /* 2. everybody's handles */
-  if (oob_allgather(oob_fd, me, n, mine, blob, all, o->conn_timeout, err, errlen)) goto out;
+  if (oob_allgather(oob_fd, me, n, mine, blob, all, o->conn_timeout, NULL, err, errlen)) goto out;
 
   /* 3. connect and accept, interleaved, polled until all are up.  connect()
    * keeps its state in the handle between calls (NCCL's IB transport does),

@@ -41,26 +41,41 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Wait until fd is ready for `events` or the deadline passes (< 0: none). */
-static int wait_fd(int fd, short events, double deadline) {
+/* How long a wait that has idle work sleeps between two calls of it. */
+#define OOB_IDLE_POLL_NS 100000
+
+/* Wait until fd is ready for `events` or the deadline passes (< 0: none),
+ * doing `idle`'s work meanwhile: -ECANCELED when that failed (err says why). */
+static int wait_fd(int fd, short events, double deadline, const struct oob_idle *idle, char *err, size_t errlen) {
   for (;;) {
-    int ms = -1;
+    int busy = 0;
+    if (idle && idle->fn) {
+      busy = idle->fn(idle->arg, err, errlen);
+      if (busy < 0) return -ECANCELED;
+    }
+    struct timespec ts, *tp = NULL;
     if (deadline >= 0) {
       double left = deadline - now_s();
       if (left <= 0) return -ETIMEDOUT;
-      ms = (int)(left * 1000) + 1;
+      ts = (struct timespec){.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+      tp = &ts;
+    }
+    if (busy && (!tp || ts.tv_sec > 0 || ts.tv_nsec > OOB_IDLE_POLL_NS)) {
+      ts = (struct timespec){.tv_sec = 0, .tv_nsec = OOB_IDLE_POLL_NS};
+      tp = &ts;
     }
     struct pollfd p = {.fd = fd, .events = events};
-    int r = poll(&p, 1, ms);
+    int r = ppoll(&p, 1, tp, NULL);
     if (r > 0) return 0;
     if (r < 0 && errno != EINTR) return -errno;
   }
 }
 
-static int io_full(int fd, void *buf, size_t len, int writing, double deadline) {
+static int io_full(int fd, void *buf, size_t len, int writing, double deadline, const struct oob_idle *idle, char *err,
+                   size_t errlen) {
   char *p = buf;
   while (len) {
-    int w = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline);
+    int w = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline, idle, err, errlen);
     if (w) return w;
     ssize_t r = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
     if (r == 0) return -ECONNRESET; /* the other end closed */
@@ -76,8 +91,8 @@ static int io_full(int fd, void *buf, size_t len, int writing, double deadline) 
 
 static int send_frame(int fd, uint32_t type, int rank, const void *data, size_t len, double deadline) {
   struct oob_hdr h = {OOB_MAGIC, type, rank, (uint32_t)len};
-  int r = io_full(fd, &h, sizeof(h), 1, deadline);
-  if (!r && len) r = io_full(fd, (void *)data, len, 1, deadline);
+  int r = io_full(fd, &h, sizeof(h), 1, deadline, NULL, NULL, 0);
+  if (!r && len) r = io_full(fd, (void *)data, len, 1, deadline, NULL, NULL, 0);
   return r;
 }
 
@@ -124,18 +139,19 @@ int oob_connect(const char *addr, int rank, int nranks, double timeout, char *er
   }
 }
 
-int oob_allgather(int fd, int rank, int nranks, const void *mine, size_t len, void *all, double timeout, char *err,
-                  size_t errlen) {
+int oob_allgather(int fd, int rank, int nranks, const void *mine, size_t len, void *all, double timeout,
+                  const struct oob_idle *idle, char *err, size_t errlen) {
   double deadline = deadline_of(timeout);
   struct oob_hdr h;
   if (len > OOB_MAX_BLOB) return fail(err, errlen, "all-gather of %zu bytes is over the %u limit", len, OOB_MAX_BLOB);
   int r = send_frame(fd, OOB_GATHER, rank, mine, len, deadline);
-  if (!r) r = io_full(fd, &h, sizeof(h), 0, deadline);
+  if (!r) r = io_full(fd, &h, sizeof(h), 0, deadline, idle, err, errlen);
+  if (r == -ECANCELED) return -1; /* idle's own message */
   if (r == -ETIMEDOUT) return fail(err, errlen, "rendezvous: all-gather timed out after %.0f s (a rank is late)", timeout);
   if (r) return fail(err, errlen, "rendezvous: lost the launcher: %s", strerror(-r));
   if (h.magic != OOB_MAGIC || h.type != OOB_ALL || h.len != len * (size_t)nranks)
     return fail(err, errlen, "rendezvous: unexpected reply (type %u, %u bytes)", h.type, h.len);
-  r = io_full(fd, all, h.len, 0, deadline);
+  r = io_full(fd, all, h.len, 0, deadline, NULL, NULL, 0);
   if (r) return fail(err, errlen, "rendezvous: all-gather reply: %s", strerror(-r));
   return 0;
 }
@@ -242,8 +258,8 @@ static int accept_one(struct oob_server *s, char *err, size_t errlen) {
   if (fd < 0) return 0; /* raced away: nothing to do */
   struct oob_hdr h;
   uint32_t n = 0;
-  int r = io_full(fd, &h, sizeof(h), 0, now_s() + 5);
-  if (!r && h.magic == OOB_MAGIC && h.type == OOB_HELLO && h.len == sizeof(n)) r = io_full(fd, &n, sizeof(n), 0, now_s() + 5);
+  int r = io_full(fd, &h, sizeof(h), 0, now_s() + 5, NULL, NULL, 0);
+  if (!r && h.magic == OOB_MAGIC && h.type == OOB_HELLO && h.len == sizeof(n)) r = io_full(fd, &n, sizeof(n), 0, now_s() + 5, NULL, NULL, 0);
   else if (!r) r = -EPROTO;
   if (r || h.rank < 0 || h.rank >= s->nranks || (int)n != s->nranks || s->peers[h.rank].state != OOB_NONE) {
     close(fd);
@@ -275,8 +291,8 @@ static int maybe_release(struct oob_server *s, char *err, size_t errlen) {
   for (int i = 0; i < s->nranks; i++) {
     struct oob_peer *p = &s->peers[i];
     if (p->fd < 0) continue;
-    int r = io_full(p->fd, &h, sizeof(h), 1, now_s() + 30);
-    for (int j = 0; !r && j < s->nranks; j++) r = io_full(p->fd, s->peers[j].gather, len, 1, now_s() + 30);
+    int r = io_full(p->fd, &h, sizeof(h), 1, now_s() + 30, NULL, NULL, 0);
+    for (int j = 0; !r && j < s->nranks; j++) r = io_full(p->fd, s->peers[j].gather, len, 1, now_s() + 30, NULL, NULL, 0);
     if (r) drop(p);
   }
   for (int i = 0; i < s->nranks; i++) {

@@ -21,9 +21,18 @@
 
 /* ---- rank side (blocking, bounded by a timeout in seconds; < 0: none) ---- */
 int oob_connect(const char *addr, int rank, int nranks, double timeout, char *err, size_t errlen);
-/* Everybody's `len` bytes, in rank order, into all (nranks * len bytes). */
-int oob_allgather(int fd, int rank, int nranks, const void *mine, size_t len, void *all, double timeout, char *err,
-                  size_t errlen);
+/* Work a rank keeps doing while it waits, as NCCL's proxy thread keeps
+ * progressing sends while the host thread waits in MPI: fn returns < 0
+ * (with err set) on failure, 0 when nothing is left to do (the wait then
+ * blocks), > 0 when it should be called again soon. */
+struct oob_idle {
+  int (*fn)(void *arg, char *err, size_t errlen);
+  void *arg;
+};
+/* Everybody's `len` bytes, in rank order, into all (nranks * len bytes);
+ * idle may be NULL. */
+int oob_allgather(int fd, int rank, int nranks, const void *mine, size_t len, void *all, double timeout,
+                  const struct oob_idle *idle, char *err, size_t errlen);
 /* Tell the launcher this rank ends on purpose, with its exit code. */
 int oob_bye(int fd, int rank, int code);
 

@@ -69,22 +69,36 @@ static void rank_err(const struct rank_ctx *x, const char *fmt, ...) {
   fflush(stderr);
 }
 
-static int barrier(struct rank_ctx *x) {
-  char one = 1, all[PERF_MAX_RANKS], err[256];
-  if (oob_allgather(x->oob, x->o->rank, x->o->nranks, &one, 1, all, -1, err, sizeof(err))) {
+/* While a rank waits out of band, its sends still outstanding are tested,
+ * as NCCL's proxy thread tests them while the host thread waits in MPI: a
+ * send that has to move to another NIC moves only while its comm is
+ * called, and its receiver may be waiting for it to finish its run. */
+static int test_outstanding(void *arg, char *err, size_t errlen) {
+  struct rank_ctx *x = arg;
+  int progress = 0;
+  if (!x->mesh.send) return 0;
+  int busy = xfer_test_sends(&x->eng, x->mesh.send, (size_t)x->o->channels * (size_t)x->o->nranks, &progress);
+  if (busy < 0) snprintf(err, errlen, "%s", x->eng.err);
+  return busy;
+}
+
+static int allgather(struct rank_ctx *x, const void *mine, size_t len, void *all) {
+  char err[1024];
+  struct oob_idle idle = {test_outstanding, x};
+  if (oob_allgather(x->oob, x->o->rank, x->o->nranks, mine, len, all, -1, &idle, err, sizeof(err))) {
     rank_err(x, "%s", err);
     return -1;
   }
   return 0;
 }
 
+static int barrier(struct rank_ctx *x) {
+  char one = 1, all[PERF_MAX_RANKS];
+  return allgather(x, &one, 1, all);
+}
+
 static int gather_results(struct rank_ctx *x, const struct result *mine, struct result *all) {
-  char err[256];
-  if (oob_allgather(x->oob, x->o->rank, x->o->nranks, mine, sizeof(*mine), all, -1, err, sizeof(err))) {
-    rank_err(x, "%s", err);
-    return -1;
-  }
-  return 0;
+  return allgather(x, mine, sizeof(*mine), all);
 }
 
 /* `reps` collectives back to back, as nccl-tests launches them (xfer.h). */
@@ -303,7 +317,6 @@ static int print_header(struct rank_ctx *x) {
   const struct perf_opts *o = x->o;
   struct rank_info mine, *all = calloc((size_t)o->nranks, sizeof(*all));
   struct lp_props props;
-  char err[256];
   int rc = -1;
   if (!all) return -1;
   memset(&mine, 0, sizeof(mine));
@@ -316,10 +329,7 @@ static int print_header(struct rank_ctx *x) {
     mine.port = props.port;
     mine.speed = props.speed;
   }
-  if (oob_allgather(x->oob, o->rank, o->nranks, &mine, sizeof(mine), all, -1, err, sizeof(err))) {
-    rank_err(x, "%s", err);
-    goto out;
-  }
+  if (allgather(x, &mine, sizeof(mine), all)) goto out;
   if (o->rank == 0) {
     char what[96];
     if (o->duration > 0) snprintf(what, sizeof(what), "--duration %g s at -e %zu", o->duration, o->maxbytes);
@@ -418,11 +428,18 @@ fail:
 
 static void teardown(struct rank_ctx *x) {
   const struct perf_opts *o = x->o;
+  size_t nconns = (size_t)o->channels * (size_t)o->nranks;
+  /* Called after the final barrier: every receive everywhere completed, so
+   * a send that does not complete now (its peer may close meanwhile) lost
+   * nothing; xconn_teardown keeps its memory. */
+  watchdog_phase("finishing the last sends");
+  if (x->mesh.send && xfer_drain(&x->eng, x->mesh.send, nconns))
+    rank_err(x, "warning: closing with sends outstanding, whose data every receiver already has: %s", x->eng.err);
   watchdog_phase("closing connections");
   for (int i = 0; x->chans && i < x->nchans; i++) xchan_free(&x->chans[i]);
   free(x->chans);
   x->chans = NULL;
-  for (size_t i = 0; x->mesh.send && i < (size_t)o->channels * (size_t)o->nranks; i++) {
+  for (size_t i = 0; x->mesh.send && i < nconns; i++) {
     if (x->mesh.send[i].comm) xconn_teardown(&x->eng, &x->mesh.send[i]);
     if (x->mesh.recv[i].comm) xconn_teardown(&x->eng, &x->mesh.recv[i]);
   }

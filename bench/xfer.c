@@ -49,6 +49,9 @@ fail:
 }
 
 void xconn_teardown(struct xengine *e, struct xconn *c) {
+  /* Memory under a send still outstanding stays registered and allocated:
+   * the NIC may still read it.  The process is about to exit. */
+  if (c->sdone < c->sent) return;
   for (int i = 0; i < XFER_MAX_REGIONS; i++) {
     if (c->region_mh[i]) e->net->ops->dereg_mr(e->net, c->comm, c->region_mh[i]);
     c->region_mh[i] = NULL;
@@ -61,7 +64,7 @@ void xconn_teardown(struct xengine *e, struct xconn *c) {
 
 void xchan_clear(struct xchan *ch) {
   ch->nsends = ch->nrecvs = 0;
-  ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
+  ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sbase = ch->sfilled = 0;
 }
 
 void xchan_free(struct xchan *ch) {
@@ -115,6 +118,15 @@ static struct xsend *send_at(const struct xchan *ch, size_t v) { return &ch->sen
 static size_t recv_total(const struct xchan *ch) { return ch->nrecvs * ch->reps; }
 static size_t send_total(const struct xchan *ch) { return ch->nsends * ch->reps; }
 
+/* Sends of this run that completed (earlier runs' sends complete first). */
+static size_t sends_done(const struct xchan *ch) {
+  return ch->sc && ch->sc->sdone > ch->sbase ? ch->sc->sdone - ch->sbase : 0;
+}
+/* Whether send v of this run may use its slot: the slot's previous send completed. */
+static int send_slot_free(struct xengine *e, const struct xchan *ch, size_t v) {
+  return ch->sbase + v < ch->sc->sdone + (size_t)e->slots;
+}
+
 /* A receive lands in place when nothing has to be combined with it. */
 static int recv_in_place(struct xengine *e, const struct xrecv *r) { return e->direct && !r->in && r->out; }
 /* A forwarded result is sent from the user buffer when it was stored there. */
@@ -141,7 +153,7 @@ static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
     int tag = c->peer; /* NCCL tags a receive with the sender's rank */
     if (recv_in_place(e, r)) {
       /* the user buffer is free once this channel finished the repetition before */
-      if (ch->rcons < rep * ch->nrecvs || ch->sdone < rep * ch->nsends) break;
+      if (ch->rcons < rep * ch->nrecvs || sends_done(ch) < rep * ch->nsends) break;
       data = r->out;
       mh = region_mh(e, c, r->out);
       size = r->bytes;
@@ -202,8 +214,8 @@ static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
     if (r->fwd >= 0 && !fwd_in_place(e, r)) {
       size_t fwd = ch->rcons / ch->nrecvs * ch->nsends + (size_t)r->fwd;
       /* the forwarding send's slot must have finished its previous use */
-      if (fwd >= ch->sdone + (size_t)e->slots) return;
-      stage = slot(e, ch->sc, fwd);
+      if (!send_slot_free(e, ch, fwd)) return;
+      stage = slot(e, ch->sc, ch->sbase + fwd);
     }
     const char *got = recv_in_place(e, r) ? r->out : slot(e, ch->rc, ch->rcons);
     if (r->in) {
@@ -222,7 +234,7 @@ static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
 /* `reps_consumed`: repetitions whose receives every channel has consumed. */
 static int post_sends(struct xengine *e, struct xchan *ch, size_t reps_consumed, int *progress) {
   struct xconn *c = ch->sc;
-  while (ch->spost < send_total(ch) && ch->spost < ch->sdone + (size_t)e->slots) {
+  while (ch->spost < send_total(ch) && send_slot_free(e, ch, ch->spost)) {
     struct xsend *s = send_at(ch, ch->spost);
     size_t rep = ch->spost / ch->nsends;
     void *data, *mh;
@@ -235,14 +247,14 @@ static int post_sends(struct xengine *e, struct xchan *ch, size_t reps_consumed,
         data = r->out;
         mh = region_mh(e, c, r->out);
       } else {
-        data = slot(e, c, ch->spost); /* filled by consume_recvs */
+        data = slot(e, c, ch->sbase + ch->spost); /* filled by consume_recvs */
         mh = c->slots_mh;
       }
     } else if (e->direct) {
       data = (void *)s->src;
       mh = region_mh(e, c, s->src);
     } else {
-      data = slot(e, c, ch->spost);
+      data = slot(e, c, ch->sbase + ch->spost);
       mh = c->slots_mh;
       /* stage once: a NULL request (no clear-to-send yet) leaves it staged */
       if (ch->sfilled <= ch->spost) {
@@ -260,24 +272,26 @@ static int post_sends(struct xengine *e, struct xchan *ch, size_t reps_consumed,
       c->nulls++;
       break;
     }
-    ch->sreq[ch->spost % (size_t)e->slots] = req;
+    c->sreq[c->sent % (size_t)e->slots] = req;
+    c->sent++;
     ch->spost++;
     *progress = 1;
   }
   return 0;
 }
 
-static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
-  struct xconn *c = ch->sc;
-  while (ch->sdone < ch->spost) {
+/* The oldest outstanding sends of a connection, this run's or earlier ones'. */
+static int test_sends(struct xengine *e, struct xconn *c, int *progress) {
+  while (c->sdone < c->sent) {
     int done = 0, size = -1;
-    ncclResult_t res = e->net->ops->test(e->net, ch->sreq[ch->sdone % (size_t)e->slots], &done, &size);
+    ncclResult_t res = e->net->ops->test(e->net, c->sreq[c->sdone % (size_t)e->slots], &done, &size);
     if (res != ncclSuccess)
-      return efail(e, "test of a send to rank %d (channel %d, dev %d, message %zu of %zu) failed: %s", c->peer,
-                   c->channel, c->dev, ch->sdone, send_total(ch), lp_result_str(res));
+      return efail(e, "test of a send to rank %d (channel %d, dev %d, send %zu of the connection, %zu posted) "
+                   "failed: %s",
+                   c->peer, c->channel, c->dev, c->sdone, c->sent, lp_result_str(res));
     if (!done) break;
-    ch->sreq[ch->sdone % (size_t)e->slots] = NULL;
-    ch->sdone++;
+    c->sreq[c->sdone % (size_t)e->slots] = NULL;
+    c->sdone++;
     note_completion(e);
     c->msgs++;
     *progress = 1;
@@ -285,7 +299,10 @@ static int test_sends(struct xengine *e, struct xchan *ch, int *progress) {
   return 0;
 }
 
-static int chan_done(const struct xchan *ch) { return ch->rcons == recv_total(ch) && ch->sdone == send_total(ch); }
+/* Receives consumed and sends posted; with -R 1, sends completed too (xfer.h). */
+static int chan_done(const struct xengine *e, const struct xchan *ch) {
+  return ch->rcons == recv_total(ch) && ch->spost == send_total(ch) && (!e->direct || sends_done(ch) == send_total(ch));
+}
 
 /* Repetitions whose receives every channel has consumed. */
 static size_t reps_consumed(const struct xchan *chans, int nchans) {
@@ -300,23 +317,25 @@ static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, d
   size_t used = (size_t)snprintf(e->err, sizeof(e->err), "no progress for %.1f s (--stall-timeout):", idle);
   for (int i = 0; i < nchans && used < sizeof(e->err); i++) {
     struct xchan *ch = &chans[i];
-    if (chan_done(ch)) continue;
+    if (chan_done(e, ch)) continue;
     if (ch->rcons < recv_total(ch))
       used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
                                " [recv from rank %d ch %d dev %d: %zu/%zu done, %zu posted%s]", ch->rc->peer,
                                ch->rc->channel, ch->rc->dev, ch->rdone, recv_total(ch), ch->rpost,
                                ch->rpost == ch->rdone ? ", irecv refused" : "");
-    if (used < sizeof(e->err) && ch->sdone < send_total(ch)) {
+    if (used < sizeof(e->err) && ch->nsends && sends_done(ch) < send_total(ch)) {
       size_t rep = ch->spost / ch->nsends;
-      const char *why = ch->spost > ch->sdone                       ? "waiting for completion"
-                        : rep > reps_consumed(chans, nchans)         ? "waiting for the previous repetition"
+      const char *why = ch->spost == send_total(ch) || !send_slot_free(e, ch, ch->spost)
+                            ? "waiting for completion"
+                        : rep > reps_consumed(chans, nchans) ? "waiting for the previous repetition"
                         : send_at(ch, ch->spost)->dep >= 0 &&
                                 rep * ch->nrecvs + (size_t)send_at(ch, ch->spost)->dep >= ch->rcons
                             ? "waiting for data from upstream"
                             : "no clear-to-send (isend returned NULL)";
       used += (size_t)snprintf(e->err + used, sizeof(e->err) - used,
-                               " [send to rank %d ch %d dev %d: %zu/%zu done, %zu posted, %s]", ch->sc->peer,
-                               ch->sc->channel, ch->sc->dev, ch->sdone, send_total(ch), ch->spost, why);
+                               " [send to rank %d ch %d dev %d: %zu/%zu done, %zu posted, %zu outstanding, %s]",
+                               ch->sc->peer, ch->sc->channel, ch->sc->dev, sends_done(ch), send_total(ch), ch->spost,
+                               ch->sc->sent - ch->sc->sdone, why);
     }
   }
 }
@@ -326,12 +345,46 @@ static void describe_stall(struct xengine *e, struct xchan *chans, int nchans, d
 /* Idle time after which the loop yields the CPU on each look. */
 #define XFER_YIELD_AFTER_S 50e-6
 
+/* The pace of a polling loop: when to read the clock, yield, tick, give up. */
+struct xpace {
+  double last_progress, last_tick;
+  unsigned passes, idle_passes;
+};
+
+static struct xpace pace_start(void) {
+  double now = xfer_now();
+  return (struct xpace){.last_progress = now, .last_tick = now};
+}
+
+/* After a pass over the work; the seconds without progress when that is
+ * over e->stall_timeout, else 0. */
+static double pace(struct xengine *e, struct xpace *p, int progress) {
+  /* A pass is a few hundred nanoseconds: the clock (and the stall and tick
+   * checks behind it) is read every XFER_PASSES_PER_LOOK passes, so fewer
+   * idle passes than that in a row means progress since the last look. */
+  p->idle_passes = progress ? 0 : p->idle_passes + 1;
+  if (++p->passes % XFER_PASSES_PER_LOOK) return 0;
+  double now = xfer_now();
+  if (p->idle_passes < XFER_PASSES_PER_LOOK) p->last_progress = now;
+  else if (now - p->last_progress > e->stall_timeout) return now - p->last_progress;
+  /* Ranks, the plugin's threads and (in simulation) the fabric's engine
+   * share few cores: after XFER_YIELD_AFTER_S without progress, give them
+   * the CPU.  Not sooner: a yield is a system call, longer than a wire's
+   * latency, and would be paid on every message. */
+  if (p->idle_passes >= XFER_PASSES_PER_LOOK && now - p->last_progress >= XFER_YIELD_AFTER_S) sched_yield();
+  if (e->tick && now - p->last_tick > 0.05) {
+    p->last_tick = now;
+    e->tick(e->tick_arg);
+  }
+  return 0;
+}
+
 int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
-  double last_progress = xfer_now(), last_tick = last_progress;
-  unsigned passes = 0, idle_passes = 0;
+  struct xpace p = pace_start();
   for (int i = 0; i < nchans; i++) {
     struct xchan *ch = &chans[i];
-    ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sdone = ch->sfilled = 0;
+    ch->rpost = ch->rdone = ch->rcons = ch->spost = ch->sfilled = 0;
+    ch->sbase = ch->sc ? ch->sc->sent : 0;
     ch->reps = reps;
     if ((ch->nrecvs && !ch->rc) || (ch->nsends && !ch->sc)) return efail(e, "internal: channel %d has no connection", i);
   }
@@ -340,7 +393,7 @@ int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
     size_t consumed = nchans ? reps_consumed(chans, nchans) : 0;
     for (int i = 0; i < nchans; i++) {
       struct xchan *ch = &chans[i];
-      if (chan_done(ch)) continue;
+      if (chan_done(e, ch)) continue;
       busy = 1;
       if (ch->rc && (post_recvs(e, ch, &progress) || test_recvs(e, ch, &progress))) return -1;
       if (ch->rc) {
@@ -349,30 +402,41 @@ int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps) {
         /* a repetition may have just finished: its successor's sends go now */
         if (ch->rcons != before) consumed = reps_consumed(chans, nchans);
       }
-      if (ch->sc && (post_sends(e, ch, consumed, &progress) || test_sends(e, ch, &progress))) return -1;
+      if (ch->sc && (post_sends(e, ch, consumed, &progress) || test_sends(e, ch->sc, &progress))) return -1;
     }
     if (!busy) return 0;
-    /* A pass is a few hundred nanoseconds: the clock (and the stall and
-     * tick checks behind it) is read every XFER_PASSES_PER_LOOK passes, so
-     * fewer idle passes than that in a row means progress since the last
-     * look. */
-    idle_passes = progress ? 0 : idle_passes + 1;
-    if (++passes % XFER_PASSES_PER_LOOK) continue;
-    double now = xfer_now();
-    if (idle_passes < XFER_PASSES_PER_LOOK) {
-      last_progress = now;
-    } else if (now - last_progress > e->stall_timeout) {
-      describe_stall(e, chans, nchans, now - last_progress);
+    double idle = pace(e, &p, progress);
+    if (idle > 0) {
+      describe_stall(e, chans, nchans, idle);
       return -1;
     }
-    /* Ranks, the plugin's threads and (in simulation) the fabric's engine
-     * share few cores: after XFER_YIELD_AFTER_S without progress, give them
-     * the CPU.  Not sooner: a yield is a system call, longer than a wire's
-     * latency, and would be paid on every message. */
-    if (idle_passes >= XFER_PASSES_PER_LOOK && now - last_progress >= XFER_YIELD_AFTER_S) sched_yield();
-    if (e->tick && now - last_tick > 0.05) {
-      last_tick = now;
-      e->tick(e->tick_arg);
+  }
+}
+
+int xfer_test_sends(struct xengine *e, struct xconn *conns, size_t n, int *progress) {
+  int busy = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct xconn *c = &conns[i];
+    if (!c->comm || c->sdone == c->sent) continue;
+    if (test_sends(e, c, progress)) return -1;
+    busy += c->sdone < c->sent;
+  }
+  return busy;
+}
+
+int xfer_drain(struct xengine *e, struct xconn *conns, size_t n) {
+  struct xpace p = pace_start();
+  for (;;) {
+    int progress = 0, busy = xfer_test_sends(e, conns, n, &progress);
+    if (busy <= 0) return busy;
+    double idle = pace(e, &p, progress);
+    if (idle > 0) {
+      size_t used = (size_t)snprintf(e->err, sizeof(e->err), "no send completed for %.1f s (--stall-timeout):", idle);
+      for (size_t i = 0; i < n && used < sizeof(e->err); i++)
+        if (conns[i].comm && conns[i].sdone < conns[i].sent)
+          used += (size_t)snprintf(e->err + used, sizeof(e->err) - used, " [to rank %d ch %d dev %d: %zu outstanding]",
+                                   conns[i].peer, conns[i].channel, conns[i].dev, conns[i].sent - conns[i].sdone);
+      return -1;
     }
   }
 }

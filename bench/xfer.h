@@ -1,7 +1,8 @@
 /*
  * linkpass-perf: the pipelined transfer engine, NCCL's proxy in miniature.
  *
- * A channel is one send connection and one receive connection.  A collective
+ * A channel is one send connection and one receive connection, used by no
+ * other channel of a run (sends are counted per connection).  A collective
  * is compiled (coll.c) into an ordered list of messages per direction; a
  * received message may be reduced with local data and stored, and may be
  * forwarded by a later send of the same channel (the ring's recvReduceSend).
@@ -22,6 +23,18 @@
  * proxy does for the next operation, so the clear-to-send is not on the
  * critical path.  A receive in place (-R 1) waits until its channel finished
  * the previous repetition: it would overwrite the user buffer under it.
+ *
+ * A run ends when every receive was consumed and every send posted, not
+ * completed, as a NCCL kernel ends once its last send is in the proxy's
+ * hands: the send's data sits in its slot, which is reused only after the
+ * send completed.  Sends still outstanding are carried into the next run,
+ * whose test() calls finish them, and xfer_drain() finishes the last ones.
+ * Waiting for them instead can deadlock under failover: a send whose
+ * acknowledgement was lost completes only after its receiver answered the
+ * move, and a receiver that got everything may sit in the out-of-band
+ * all-gather, calling nothing, until the sender's run ends.  With -R 1 the
+ * data is the user's buffer, which may be rewritten once the run returns:
+ * those sends complete within their run.
  */
 #ifndef LINKPASS_PERF_XFER_H
 #define LINKPASS_PERF_XFER_H
@@ -44,6 +57,10 @@ struct xconn {
   char *slots;       /* slots * step bytes */
   void *slots_mh;
   void *region_mh[XFER_MAX_REGIONS];
+  /* a send connection's sends over all runs: number `sent` is the next to
+   * post, [sdone, sent) are outstanding; send k uses slot k % slots */
+  size_t sent, sdone;
+  void *sreq[PERF_MAX_SLOTS];
   uint64_t nulls;    /* isend/irecv that said "not now" */
   uint64_t msgs;
 };
@@ -69,10 +86,10 @@ struct xchan {
   size_t nrecvs, recvs_cap;
   /* progress over reps repetitions (reset by xfer_run); indexes count
    * messages of all repetitions: message v is list entry v % n of
-   * repetition v / n */
-  size_t reps, rpost, rdone, rcons, spost, sdone;
+   * repetition v / n, and send v is the connection's send sbase + v */
+  size_t reps, rpost, rdone, rcons, spost, sbase;
   size_t sfilled; /* sends below this index have their slot staged */
-  void *rreq[PERF_MAX_SLOTS], *sreq[PERF_MAX_SLOTS];
+  void *rreq[PERF_MAX_SLOTS];
 };
 
 struct xengine {
@@ -111,6 +128,15 @@ int xchan_add_recv(struct xchan *ch, size_t bytes, const char *in, char *out, in
 /* Run every channel's lists `reps` times back to back, to completion; 0, or
  * -1 with e->err set. */
 int xfer_run(struct xengine *e, struct xchan *chans, int nchans, size_t reps);
+
+/* Test the sends outstanding on `n` connections once (the send
+ * connections of the mesh; others are skipped): -1 with e->err set, else
+ * how many connections still have some. */
+int xfer_test_sends(struct xengine *e, struct xconn *conns, size_t n, int *progress);
+/* Test the sends still outstanding on `n` connections until they complete,
+ * for at most e->stall_timeout without progress; 0, or -1 with e->err set
+ * (sends are left outstanding, and xconn_teardown leaves their memory). */
+int xfer_drain(struct xengine *e, struct xconn *conns, size_t n);
 
 double xfer_now(void);
 

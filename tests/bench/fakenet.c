@@ -432,7 +432,7 @@ static ncclResult_t v8_irecv(void *rc, int n, void **d, int *s, int *t, void **m
 }
 static ncclResult_t v12_props(int d, ncclNetProperties_v12_t *p) { return do_props(d, p); }
 static ncclResult_t v11_props(int d, ncclNetProperties_v11_t *p) {
-  ncclNetProperties_v12_t q;
+  ncclNetProperties_v12_t q = {0}; /* do_props may fail before filling it */
   ncclResult_t r = do_props(d, &q);
   /* not a memcpy: v11's vProps holds 4 devices, v12's 8, so the tail moves */
   memset(p, 0, sizeof(*p));
@@ -442,7 +442,7 @@ static ncclResult_t v11_props(int d, ncclNetProperties_v11_t *p) {
   return r;
 }
 static ncclResult_t v10_props(int d, ncclNetProperties_v10_t *p) {
-  ncclNetProperties_v12_t q;
+  ncclNetProperties_v12_t q = {0}; /* do_props may fail before filling it */
   ncclResult_t r = do_props(d, &q);
   memset(p, 0, sizeof(*p));
   p->name = q.name, p->pciPath = q.pciPath, p->guid = q.guid, p->ptrSupport = q.ptrSupport;
@@ -451,7 +451,7 @@ static ncclResult_t v10_props(int d, ncclNetProperties_v10_t *p) {
   return r;
 }
 static ncclResult_t v9_props(int d, ncclNetProperties_v9_t *p) {
-  ncclNetProperties_v12_t q;
+  ncclNetProperties_v12_t q = {0}; /* do_props may fail before filling it */
   ncclResult_t r = do_props(d, &q);
   memset(p, 0, sizeof(*p));
   p->name = q.name, p->pciPath = q.pciPath, p->guid = q.guid, p->ptrSupport = q.ptrSupport;
@@ -460,7 +460,7 @@ static ncclResult_t v9_props(int d, ncclNetProperties_v9_t *p) {
   return r;
 }
 static ncclResult_t v8_props(int d, ncclNetProperties_v8_t *p) {
-  ncclNetProperties_v12_t q;
+  ncclNetProperties_v12_t q = {0}; /* do_props may fail before filling it */
   ncclResult_t r = do_props(d, &q);
   memset(p, 0, sizeof(*p));
   p->name = q.name, p->pciPath = q.pciPath, p->guid = q.guid, p->ptrSupport = q.ptrSupport;
