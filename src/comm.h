@@ -13,6 +13,8 @@
 #define LP_COMM_H
 
 #include <infiniband/verbs.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,7 +82,21 @@ struct lp_comm {
   char peer_id[160];  /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
   struct lp_fo fo;    /* link failover state */
+  /* Held by whoever is inside the comm: NCCL's call, or the idle-receiver
+   * watch answering a move for a receive comm NCCL is not calling. */
+  _Atomic int in_call;
+  /* The idle watch's own (idle_watch.h), under its lock. */
+  uint64_t watch_skip_until_ns;
+  int watch_off; /* the peer closed or the comm failed: nothing to answer */
+  int watch_tx;  /* an answer is still queued for the socket */
 };
+
+/* Enter / leave a comm: NCCL's calls into a receive comm (irecv, test),
+ * which the idle watch may be in for a moment (idle_watch.h). */
+static inline void lp_comm_enter(struct lp_comm *c) {
+  while (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) sched_yield();
+}
+static inline void lp_comm_leave(struct lp_comm *c) { atomic_store_explicit(&c->in_call, 0, memory_order_release); }
 
 /* Sender side of one FIFO slot: a message being matched or in flight. */
 struct lp_send_msg {

@@ -515,6 +515,7 @@ ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v1
     l->stage = NULL;
     if (rc == ncclSuccess) {
       *recvComm = st->comm;
+      if (st->comm->base.fo.enabled) lp_idle_watch_add(&p->health.idle, &st->comm->base);
     } else {
       lp_comm_destroy(&st->comm->base);
     }
@@ -556,6 +557,7 @@ ncclResult_t lp_close_recv(void *recvComm) {
     LP_WARN("closeRecv: invalid recv comm %p", recvComm);
     return ncclInvalidArgument;
   }
+  lp_idle_watch_remove(&lp_plugin()->health.idle, c); /* before it is freed: the watch may be in it */
   lp_comm_destroy(c);
   return ncclSuccess;
 }

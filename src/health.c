@@ -314,6 +314,7 @@ int lp_health_start(void) {
     h->async_nic[h->nasync++] = n;
   }
   lp_netwatch_start(&h->nw, h->stop_fd); /* RoCE only; it warns itself when it cannot */
+  lp_idle_watch_start(&h->idle);          /* it warns itself when it cannot */
   return 0;
 fail_fd:
   h->running = 0;
@@ -335,6 +336,7 @@ void lp_health_stop(void) {
   if (write(h->stop_fd, &one, sizeof(one)) < 0) LP_WARN("cannot wake the async-event threads: %s", strerror(errno));
   for (int i = 0; i < h->nasync; i++) pthread_join(h->async[i], NULL);
   lp_netwatch_stop(&h->nw);
+  lp_idle_watch_stop(&h->idle);
   struct lp_event stop = {.type = LP_EV_STOP};
   while (!lp_ring_push(&h->ring, &stop)) {
     /* Full ring: the control thread is draining it; the stop gets in next. */

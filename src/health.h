@@ -24,6 +24,7 @@
 
 #include "event_ring.h"
 #include "holddown.h"
+#include "idle_watch.h"
 #include "netwatch.h"
 #include "nic.h"
 
@@ -47,6 +48,7 @@ struct lp_health {
   int metrics_dirty; /* something changed since the last write */
   int metrics_err;   /* errno of the last failed write, 0 after a good one */
   struct lp_netwatch nw; /* RoCE interfaces (netwatch.h) */
+  struct lp_idle_watch idle; /* answers moves for receivers NCCL is not calling */
   struct lp_event_ring ring;
   int stop_fd; /* eventfd: wakes the async threads to exit */
   int running;

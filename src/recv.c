@@ -66,15 +66,8 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
   return finish(r, req, slot);
 }
 
-ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
-                      void **request) {
-  (void)phandles;
-  *request = NULL;
-  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
-  if (c == NULL) {
-    LP_WARN("irecv: invalid recv comm %p", recvComm);
-    return ncclInvalidArgument;
-  }
+static ncclResult_t irecv_entered(struct lp_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                                  void **request) {
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
   if (c->error != ncclSuccess) return c->error;
   if (n < 1 || n > LP_MAX_RECVS) {
@@ -162,6 +155,21 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   r->tail++;
   *request = req;
   return ncclSuccess;
+}
+
+ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
+                      void **request) {
+  (void)phandles;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("irecv: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  lp_comm_enter(c);
+  ncclResult_t rc = irecv_entered(c, n, data, sizes, tags, mhandles, request);
+  lp_comm_leave(c);
+  return rc;
 }
 
 /* A receiver whose only outstanding writes are unsignaled clear-to-sends

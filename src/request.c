@@ -14,11 +14,15 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
     return ncclInvalidArgument;
   }
   struct lp_comm *c = req->comm;
+  lp_comm_enter(c);
   if (!req->done) {
     ncclResult_t rc = lp_comm_progress(c);
     if (rc == ncclSuccess && !req->done) rc = lp_comm_check_peer(c);
     /* A request that completed before the comm failed is still done. */
-    if (!req->done) return rc;
+    if (!req->done) {
+      lp_comm_leave(c);
+      return rc;
+    }
   }
   *done = 1;
   if (sizes != NULL) {
@@ -29,5 +33,6 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
     }
   }
   lp_req_free(req);
+  lp_comm_leave(c);
   return ncclSuccess;
 }

@@ -78,8 +78,11 @@ sv_spawn() {
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 30000))
-    ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return; }
+    # Below Linux's ephemeral range (32768-60999 by default), which the
+    # connections and port-0 listeners of tests running alongside draw
+    # from; and no socket at all on it, not only no listener.
+    p=$((10000 + RANDOM % 20000))
+    ss -Htan "sport = :$p" | grep -q . || { echo "$p"; return; }
   done
 }
 
