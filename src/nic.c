@@ -144,10 +144,19 @@ int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const 
     LP_WARN("ibv_query_port(%s, %d) failed: %s", nic->name, dev->port, strerror(errno));
     return -1;
   }
-  dev->link_layer = pa.link_layer;
+  /* The link layer and the speed are set once, at discovery: they are read
+   * without the plugin's lock (pool choice, getProperties), and NCCL has
+   * taken the speed into its topology anyway. */
+  if (dev->link_layer == 0) {
+    dev->link_layer = pa.link_layer;
+    dev->speed_mbps = lp_port_speed_mbps(pa.active_width, pa.active_speed);
+  } else if (dev->link_layer != pa.link_layer) {
+    LP_WARN("%s:%d changed its link layer (%d, was %d): it cannot carry this process's connections any more",
+            nic->name, dev->port, pa.link_layer, dev->link_layer);
+    return -1;
+  }
   dev->lid = pa.lid;
   dev->active_mtu = pa.active_mtu;
-  dev->speed_mbps = lp_port_speed_mbps(pa.active_width, pa.active_speed);
   if (choose_gid(ibv, cfg, nic, dev, pa.gid_tbl_len) != 0) {
     LP_WARN("%s:%d has no usable GID for RoCE", nic->name, dev->port);
     return -1;

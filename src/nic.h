@@ -55,8 +55,10 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
 /* Close everything discover opened. */
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
 
-/* Re-read the port (state, LID, MTU) and choose the GID, right before a
- * connection uses it: addresses can change after init.  0 or -1. */
+/* Re-read the port (LID, MTU) and choose the GID, right before a
+ * connection uses it: addresses can change after init.  The first call (at
+ * discovery) also sets the link layer and speed, which stay as found.
+ * Under the plugin's lock.  0 or -1. */
 int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const struct lp_nic *nic,
                    struct lp_dev *dev);
 

@@ -116,8 +116,12 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 
 SV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   struct sv_mr_handle *h = (struct sv_mr_handle *)mr;
-  atomic_store(&fab()->mrs[h->index].in_use, 0);
-  sv_window_release(&fab()->mrs[h->index]);
+  struct sv_mr *m = &fab()->mrs[h->index];
+  /* Release the window while the slot is still this registration's: once
+   * in_use drops, a registration in any thread or process may take the
+   * slot and overwrite its window fields. */
+  sv_window_release(m);
+  atomic_store_explicit(&m->in_use, 0, memory_order_release);
   free(h);
   return 0;
 }
