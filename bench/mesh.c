@@ -145,7 +145,7 @@ out:
 }
 
 void perf_mesh_close(struct perf_mesh *m, struct lp_net *net) {
-  size_t nconn = (size_t)m->channels * (size_t)m->nranks;
+  size_t nconn = perf_mesh_nconns(m);
   for (size_t i = 0; m->send && i < nconn; i++)
     if (m->send[i].comm) net->ops->close_send(net, m->send[i].comm);
   for (size_t i = 0; m->recv && i < nconn; i++)

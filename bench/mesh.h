@@ -18,6 +18,9 @@ struct perf_mesh {
   struct xconn *send, *recv;
 };
 
+/* Entries in send[] and recv[]. */
+static inline size_t perf_mesh_nconns(const struct perf_mesh *m) { return (size_t)m->channels * (size_t)m->nranks; }
+
 /* Which connections a run needs: ring neighbours, or everybody for alltoall. */
 int perf_mesh_needs_send(enum perf_op op, int nranks, int rank, int peer);
 int perf_mesh_needs_recv(enum perf_op op, int nranks, int rank, int peer);

@@ -77,7 +77,7 @@ static int test_outstanding(void *arg, char *err, size_t errlen) {
   struct rank_ctx *x = arg;
   int progress = 0;
   if (!x->mesh.send) return 0;
-  int busy = xfer_test_sends(&x->eng, x->mesh.send, (size_t)x->o->channels * (size_t)x->o->nranks, &progress);
+  int busy = xfer_test_sends(&x->eng, x->mesh.send, perf_mesh_nconns(&x->mesh), &progress);
   if (busy < 0) snprintf(err, errlen, "%s", x->eng.err);
   return busy;
 }
@@ -390,7 +390,7 @@ static int setup_engine(struct rank_ctx *x) {
   x->eng.regions[0].len = x->bufbytes;
   x->eng.regions[1].base = x->recvbuf;
   x->eng.regions[1].len = x->bufbytes;
-  for (size_t i = 0; i < (size_t)o->channels * (size_t)n; i++) {
+  for (size_t i = 0; i < perf_mesh_nconns(&x->mesh); i++) {
     watchdog_phase("registering memory");
     if (x->mesh.send[i].comm && xconn_setup(&x->eng, &x->mesh.send[i])) goto fail;
     if (x->mesh.recv[i].comm && xconn_setup(&x->eng, &x->mesh.recv[i])) goto fail;
@@ -427,8 +427,7 @@ fail:
 }
 
 static void teardown(struct rank_ctx *x) {
-  const struct perf_opts *o = x->o;
-  size_t nconns = (size_t)o->channels * (size_t)o->nranks;
+  size_t nconns = perf_mesh_nconns(&x->mesh);
   /* Called after the final barrier: every receive everywhere completed, so
    * a send that does not complete now (its peer may close meanwhile) lost
    * nothing; xconn_teardown keeps its memory. */

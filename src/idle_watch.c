@@ -150,8 +150,9 @@ void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c) {
     if (w->comms[i] != c) continue;
     w->comms[i] = w->comms[--w->n];
     w->gen++;
-    break;
+    pthread_mutex_unlock(&w->mu);
+    wake(w); /* its fd is about to close: stop polling it */
+    return;
   }
   pthread_mutex_unlock(&w->mu);
-  wake(w);
 }
