@@ -32,27 +32,20 @@ fail() {
   exit 1
 }
 
-# Poll (bounded) until FILE has a line matching PATTERN.
-wait_for() {
-  local pattern=$1 file=$2 secs=${3:-30} deadline
+# Poll (bounded) until FILE has at least N lines matching PATTERN.
+wait_for_count() {
+  local pattern=$1 file=$2 n=$3 secs=${4:-30} deadline
+  have() { (($(grep -cE -- "$pattern" "$file" 2>/dev/null || true) >= n)); }
   deadline=$((SECONDS + secs))
-  until grep -qE -- "$pattern" "$file" 2>/dev/null; do
-    ((SECONDS < deadline)) || fail "no line matching '$pattern' in $(basename "$file") within ${secs}s"
-    kill -0 "$perf" 2>/dev/null || grep -qE -- "$pattern" "$file" || fail "the driver ended before '$pattern'"
+  until have; do
+    ((SECONDS < deadline)) || fail "fewer than $n line(s) matching '$pattern' in $(basename "$file") within ${secs}s"
+    kill -0 "$perf" 2>/dev/null || have || fail "the driver ended before $n line(s) matching '$pattern'"
     sleep 0.05
   done
 }
 
-# Poll (bounded) until FILE has at least N lines matching PATTERN.
-wait_for_count() {
-  local pattern=$1 file=$2 n=$3 secs=${4:-30} deadline
-  deadline=$((SECONDS + secs))
-  until (($(grep -cE -- "$pattern" "$file" 2>/dev/null || true) >= n)); do
-    ((SECONDS < deadline)) || fail "fewer than $n lines matching '$pattern' in $(basename "$file") within ${secs}s"
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before $n lines matching '$pattern'"
-    sleep 0.05
-  done
-}
+# Poll (bounded) until FILE has a line matching PATTERN.
+wait_for() { wait_for_count "$1" "$2" 1 "${3:-30}"; }
 
 # A real syslog receiver on a private socket (LINKPASS_SYSLOG_SOCKET).
 "$SINK" "$tmp/log.sock" "$tmp/syslog" &
