@@ -4,9 +4,13 @@
  * blackhole, destination QP ready, address right), reserves wire time on the
  * sending port (rate and latency), moves the bytes straight into the peer's
  * registered memory with process_vm_writev (no action by the peer's CPU), and
- * posts completions, data first.  A path that stays broken is retried for
- * 4.096 us x 2^timeout x (retry_cnt + 1), then the WR completes with
- * RETRY_EXC_ERR and the QP flushes the rest, as RC hardware does. */
+ * posts completions, data first.  Retransmission follows RC hardware's
+ * timers: a transmission that draws no ACK (a path that is down or black-
+ * holed, a responder not yet RTR, a lost ACK) goes out again one local ACK
+ * timeout (4.096 us x 2^timeout) later, retry_cnt times, and then the WR
+ * completes with RETRY_EXC_ERR and the QP flushes the rest; an RNR NAK is
+ * answered one RNR timer later, rnr_retry times (7: forever).  Nothing is
+ * retried early, so a protocol slip costs here what it costs on a NIC. */
 #include "simverbs.h"
 
 #include <errno.h>
@@ -68,10 +72,16 @@ static void complete_send(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc
   sv_cq_push(fab(), q->send_cq, &wc);
 }
 
+void sv_head_reset(struct sv_qp_local *lq) {
+  lq->head_state = SV_HEAD_NEW;
+  lq->resend = SV_RESEND_NONE;
+  lq->due_ns = lq->resend_ns = 0;
+  lq->retries = lq->rnr_retries = 0;
+}
+
 static void sq_pop(struct sv_qp_local *lq) {
   atomic_store_explicit(&lq->sq_head, atomic_load(&lq->sq_head) + 1, memory_order_release);
-  lq->head_state = SV_HEAD_NEW;
-  lq->due_ns = lq->retry_start_ns = lq->rnr_start_ns = 0;
+  sv_head_reset(lq);
 }
 
 static int flush_queues(struct sv_qp_local *lq) {
@@ -102,10 +112,8 @@ void sv_qp_to_error(struct sv_qp_local *lq) {
 
 /* ---- addressing and path checks ---- */
 
-static uint64_t retry_budget_ns(struct sv_qp *q) {
-  if (q->timeout == 0) return UINT64_MAX; /* timeout 0 means wait forever */
-  return (4096ull << q->timeout) * (q->retry_cnt + 1);
-}
+/* The local ACK timeout; timeout 0 disables the timer (never retransmit). */
+static uint64_t ack_timeout_ns(struct sv_qp *q) { return q->timeout ? 4096ull << q->timeout : UINT64_MAX; }
 
 /* rdma-core's min_rnr_timer encoding, in microseconds. */
 static uint64_t rnr_timer_ns(uint32_t code) {
@@ -448,16 +456,51 @@ static void note_deadline(uint64_t *next, uint64_t t) {
   if (t < *next) *next = t;
 }
 
-/* Run out the retry budget for the head WR; fails the QP when it is spent. */
-static int retry_or_fail(struct sv_qp_local *lq, struct sv_qp *q, struct sv_swqe *w, uint64_t now, uint64_t *next) {
-  if (!lq->retry_start_ns) lq->retry_start_ns = now;
-  uint64_t budget = retry_budget_ns(q);
-  if (budget != UINT64_MAX && now - lq->retry_start_ns >= budget) {
-    fail_qp(lq, w, IBV_WC_RETRY_EXC_ERR);
+/* The head WR's transmission at `now` drew no ACK.  The requester learns
+ * it only when its local ACK timer runs out, and then sends again. */
+static void unanswered(struct sv_qp_local *lq, struct sv_qp *q, uint64_t now, uint64_t *next) {
+  uint64_t t = ack_timeout_ns(q);
+  /* A retransmission left when its timer ran out, not when a busy poller
+   * got to it: timing from then keeps late passes from adding up. */
+  uint64_t sent = lq->resend_ns ? lq->resend_ns : now;
+  lq->resend = SV_RESEND_TIMEOUT;
+  lq->resend_ns = t == UINT64_MAX ? UINT64_MAX : sent + t;
+  if (lq->resend_ns != UINT64_MAX) note_deadline(next, lq->resend_ns);
+}
+
+/* The responder had no receive posted: it answers RNR NAK at once, and the
+ * requester sends again one RNR timer later.  1 when the QP failed. */
+static int rnr_nak(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w, uint64_t now,
+                   uint64_t *next) {
+  if (q->rnr_retry != 7 && lq->rnr_retries >= q->rnr_retry) {
+    fail_qp(lq, w, IBV_WC_RNR_RETRY_EXC_ERR);
     return 1;
   }
-  if (budget != UINT64_MAX) note_deadline(next, lq->retry_start_ns + budget);
+  lq->resend = SV_RESEND_RNR;
+  lq->resend_ns = now + rnr_timer_ns(d->min_rnr_timer);
+  note_deadline(next, lq->resend_ns);
   return 0;
+}
+
+/* Whether the head WR may go on the wire now: 0 while a timer runs, -1
+ * when its timer ran out with no retry left (the QP failed), 1 to go. */
+static int resend_due(struct sv_qp_local *lq, struct sv_qp *q, struct sv_swqe *w, uint64_t now, uint64_t *next) {
+  if (lq->resend == SV_RESEND_NONE) return 1;
+  if (now < lq->resend_ns) {
+    if (lq->resend_ns != UINT64_MAX) note_deadline(next, lq->resend_ns);
+    return 0;
+  }
+  if (lq->resend == SV_RESEND_TIMEOUT) {
+    if (lq->retries >= q->retry_cnt) {
+      fail_qp(lq, w, IBV_WC_RETRY_EXC_ERR);
+      return -1;
+    }
+    lq->retries++;
+  } else {
+    lq->rnr_retries++;
+  }
+  lq->resend = SV_RESEND_NONE; /* resend_ns stays: when this transmission left */
+  return 1;
 }
 
 static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
@@ -482,17 +525,19 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     if (head == atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) break;
     struct sv_swqe *w = &lq->sq[head & (lq->sq_size - 1)];
     struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
+    int go = resend_due(lq, q, w, now, next);
+    if (go < 0) progress = 1;
+    if (go <= 0) break;
     if (lq->head_state == SV_HEAD_UNACKED) { /* delivered; the ACK is never coming */
-      progress |= retry_or_fail(lq, q, w, now, next);
+      unanswered(lq, q, now, next);
       break;
     }
     struct sv_qp *d = resolve_dest(q);
     int path_up = d && port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]);
-    if (!path_up) {
-      progress |= retry_or_fail(lq, q, w, now, next);
+    if (!path_up) { /* dropped on the way, or by a responder that is not ready */
+      unanswered(lq, q, now, next);
       break;
     }
-    lq->retry_start_ns = 0; /* a link restored inside the budget is absorbed */
     if (lq->head_state == SV_HEAD_NEW) {
       lq->due_ns = schedule(lp, wr_bytes(w), w->post_ns);
       lq->head_state = SV_HEAD_SCHEDULED;
@@ -510,20 +555,12 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     struct exec_out out = {0};
     enum exec_result r = execute(lq, q, d, w, partial, now, &out);
     if (r == EXEC_RNR) {
-      if (!lq->rnr_start_ns) lq->rnr_start_ns = now;
-      uint64_t t = rnr_timer_ns(d->min_rnr_timer);
-      if (q->rnr_retry != 7 && now - lq->rnr_start_ns >= t * q->rnr_retry) {
-        fail_qp(lq, w, IBV_WC_RNR_RETRY_EXC_ERR);
-        progress = 1;
-        break;
-      }
-      note_deadline(next, now + (t < 100000 ? t : 100000)); /* re-check often; posts do not wake us */
+      progress |= rnr_nak(lq, q, d, w, now, next);
       break;
     }
-    lq->rnr_start_ns = 0;
     if (r == EXEC_PATH_DOWN) {
       if (partial) lq->head_state = SV_HEAD_UNACKED;
-      progress |= retry_or_fail(lq, q, w, now, next);
+      unanswered(lq, q, now, next);
       break;
     }
     progress = 1;
@@ -534,8 +571,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     uint32_t lost = atomic_load(&lp->ack_loss);
     if (lost && atomic_compare_exchange_strong(&lp->ack_loss, &lost, lost - 1)) {
       lq->head_state = SV_HEAD_UNACKED;
-      lq->retry_start_ns = now;
-      retry_or_fail(lq, q, w, now, next);
+      unanswered(lq, q, now, next);
       break;
     }
     complete_send(lq, w, IBV_WC_SUCCESS, out.len);

@@ -209,8 +209,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
   if (to == IBV_QPS_RESET) {
     /* Reset discards both queues without completions. */
     atomic_store(&lq->sq_head, atomic_load(&lq->sq_tail));
-    lq->head_state = SV_HEAD_NEW;
-    lq->retry_start_ns = lq->rnr_start_ns = 0;
+    sv_head_reset(lq);
     pthread_mutex_lock(&lq->recv_lock);
     sv_lock(&q->rq_lock);
     atomic_store(&q->rq_head, q->rq_tail);

@@ -79,6 +79,13 @@ enum sv_head_state {
   SV_HEAD_UNACKED,      /* data went out but no ACK will come: runs out the retries */
 };
 
+/* Why the head WR waits for resend_ns before it goes out again. */
+enum sv_resend {
+  SV_RESEND_NONE = 0,
+  SV_RESEND_TIMEOUT, /* a transmission drew no ACK: the local ACK timer runs */
+  SV_RESEND_RNR,     /* the responder answered RNR NAK: the RNR timer runs */
+};
+
 struct sv_qp_local {
   struct ibv_qp qp;
   int index; /* fabric QP index */
@@ -92,7 +99,9 @@ struct sv_qp_local {
   _Atomic uint32_t sq_head, sq_tail;
   /* Engine-only state for the head WR. */
   enum sv_head_state head_state;
-  uint64_t due_ns, retry_start_ns, rnr_start_ns;
+  enum sv_resend resend;
+  uint64_t due_ns, resend_ns;     /* resend_ns: when it goes (went) out again; UINT64_MAX: never (timeout 0) */
+  uint32_t retries, rnr_retries; /* retransmissions so far, after timeouts / after RNR NAKs */
   struct sv_qp_local *next;
 };
 
@@ -166,6 +175,8 @@ void sv_engine_stop(void);
 void sv_engine_kick(void);
 void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element);
 void sv_qp_to_error(struct sv_qp_local *lq);
+/* Forget everything the engine knew of the head WR (it left, or the queue was reset). */
+void sv_head_reset(struct sv_qp_local *lq);
 /* Execute what a QP's send queue can execute now, in the caller's thread. */
 void sv_qp_run(struct sv_qp_local *lq, uint64_t now);
 /* Run one progress pass over deferred work if nobody else is. */

@@ -73,14 +73,16 @@ static int to_init(struct end *e) {
   return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-static int to_rtr(struct end *e, struct end *peer) {
+static int to_rtr_rnr(struct end *e, struct end *peer, uint8_t min_rnr_timer) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = peer->qp->qp_num,
-                          .max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+                          .max_dest_rd_atomic = 1, .min_rnr_timer = min_rnr_timer,
                           .ah_attr = {.dlid = peer->lid, .port_num = 1}};
   return ibv_modify_qp(e->qp, &a,
                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 }
+
+static int to_rtr(struct end *e, struct end *peer) { return to_rtr_rnr(e, peer, 1); }
 
 /* timeout 8: 1.05 ms per attempt; 3 retries: the budget is about 4.2 ms. */
 static int to_rts(struct end *e, uint8_t timeout, uint8_t rnr_retry) {
@@ -316,13 +318,72 @@ Test(flap, flap_shorter_than_retry_budget_is_absorbed) {
   connect_pair(18); /* about 1.07 s per attempt, 4.3 s in all */
   cr_assert_eq(sv_port_set_state(fab, 0, 1, 0), 0);
   fill(A.buf, 4096, 5);
+  uint64_t t0 = sv_now_ns();
   cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 4096, B.mr->rkey), 0);
   cr_assert(cq_is_empty(A.cq));
   cr_assert_eq(sv_port_set_state(fab, 0, 1, 1), 0);
+  cr_assert_neq(memcmp(A.buf, B.buf, 4096), 0, "a restored link carries nothing before the retransmission");
   struct ibv_wc wc = expect_wc(A.cq);
   cr_assert_eq(wc.status, IBV_WC_SUCCESS);
   cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0);
+  uint64_t took = sv_now_ns() - t0;
+  cr_assert(took >= (4096ull << 18) && took < (4096ull << 19), "the first retransmission carries it (took %llu us)",
+            (unsigned long long)took / 1000);
   cr_assert_eq(qp_state(&A), IBV_QPS_RTS);
+}
+
+/* 4.096 us x 2^16: 268 ms per attempt, long enough that "not yet" can be
+ * asserted right after the responder becomes ready. */
+#define T16_NS (4096ull << 16)
+
+Test(flap, write_to_an_init_qp_is_dropped_and_lands_one_ack_timeout_after_rtr) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rts(&A, 16, 7), 0);
+  fill(A.buf, 4096, 3);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 4096, B.mr->rkey), 0);
+  struct ibv_wc wc;
+  cr_assert_eq(poll_one(A.cq, &wc, 20), 0, "a write to an INIT QP is dropped, not completed");
+  cr_assert_eq(to_rtr(&B, &A), 0);
+  cr_assert_neq(memcmp(A.buf, B.buf, 4096), 0, "the responder became ready: nothing lands before the retry");
+  wc = expect_wc(A.cq);
+  uint64_t took = sv_now_ns() - t0;
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS, "got %s", ibv_wc_status_str(wc.status));
+  cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0);
+  cr_assert_geq(took, T16_NS, "retransmitted after %llu us, before the local ACK timeout", (unsigned long long)took / 1000);
+  cr_assert_lt(took, 2 * T16_NS, "the first retransmission must carry it (took %llu us)", (unsigned long long)took / 1000);
+}
+
+Test(flap, rnr_nak_waits_the_responders_rnr_timer) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rtr_rnr(&B, &A, 24), 0); /* 40.96 ms */
+  cr_assert_eq(to_rts(&A, 14, 7), 0);
+  cr_assert_eq(to_rts(&B, 14, 7), 0);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 64, B.mr->rkey), 0);
+  struct ibv_wc wc;
+  cr_assert_eq(poll_one(B.cq, &wc, 5), 0, "no receive posted: RNR NAK, nothing consumed");
+  post_recv(&B, 70, 0, 0);
+  cr_assert_eq(expect_wc(B.cq).wr_id, 70);
+  uint64_t took = sv_now_ns() - t0;
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_geq(took, 40960000ull, "resent after %llu us, before the RNR timer", (unsigned long long)took / 1000);
+  cr_assert_lt(took, 3 * 40960000ull, "took %llu us", (unsigned long long)took / 1000);
+}
+
+Test(flap, retry_exceeded_comes_after_every_timeout_and_not_much_later) {
+  connect_pair(14); /* 67 ms per attempt, retry_cnt 3: 268 ms in all */
+  atomic_store(&fab->devs[1].ports[0].blackhole, 1);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  uint64_t took = sv_now_ns() - t0, budget = 4 * (4096ull << 14);
+  cr_assert_geq(took, budget, "took %llu us", (unsigned long long)took / 1000);
+  cr_assert_lt(took, 2 * budget, "took %llu us", (unsigned long long)took / 1000);
 }
 
 Test(faults, ack_loss_delivers_data_and_receive_but_sender_gets_retry_exceeded) {
