@@ -57,6 +57,15 @@ static ncclResult_t send_notice(struct lp_comm *c, int reason, int failed_dev) {
   return send_msg(c, &n, sizeof(n));
 }
 
+static ncclResult_t send_ready(struct lp_comm *c) {
+  struct lp_fo_ready m;
+  memset(&m, 0, sizeof(m));
+  hdr(&m.hdr, LP_MSG_FO_READY, sizeof(m));
+  m.conn_id = c->conn_id;
+  m.epoch = c->fo.epoch;
+  return send_msg(c, &m, sizeof(m));
+}
+
 static ncclResult_t send_nack(struct lp_comm *c, int reason) {
   struct lp_fo_nack n;
   memset(&n, 0, sizeof(n));
@@ -288,7 +297,9 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   s->next.remote = a->link;
   if (lp_link_connect(&s->next, c->traffic_class) != ncclSuccess)
     return sender_start(s, LP_FO_COMPLETION_ERR, -1);
-  ncclResult_t rc = drain(c);
+  ncclResult_t rc = send_ready(c);
+  if (rc != ncclSuccess) return rc;
+  rc = drain(c);
   if (rc != ncclSuccess) return rc;
   int to = s->next.dev, replayed = 0;
   uint64_t bytes = 0;
@@ -390,7 +401,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   swap_link(c, &next);
   hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
-  fo->state = LP_FO_IDLE;
+  fo->state = LP_FO_AWAIT_READY; /* the sender's new QPs may still be in INIT */
   fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
   free(a);
@@ -436,6 +447,10 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
     }
   } else if (type == LP_MSG_FO_REQ) {
     return receiver_on_req((struct lp_recv_comm *)c, buf);
+  } else if (type == LP_MSG_FO_READY) {
+    const struct lp_fo_ready *m = buf;
+    if (fo->state == LP_FO_AWAIT_READY && m->epoch == fo->epoch) fo->state = LP_FO_IDLE;
+    return ncclSuccess; /* else: for a move a newer REQ superseded */
   }
   return lp_comm_fail(c, ncclRemoteError, "unexpected control message type %d from the peer", type);
 }

@@ -39,6 +39,7 @@ enum lp_fo_state {
   LP_FO_IDLE = 0,
   LP_FO_NOTICED,   /* receiver: told the sender, waiting for its REQ */
   LP_FO_REQUESTED, /* sender: REQ sent, waiting for the ACK */
+  LP_FO_AWAIT_READY, /* receiver: ACK sent, waiting for READY before writing to the new QPs */
 };
 
 /* Counters for the metrics file (health.c writes it).  Moves are counted

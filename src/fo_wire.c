@@ -30,6 +30,7 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   case LP_MSG_FO_NOTICE: want = sizeof(struct lp_fo_notice); break;
   case LP_MSG_FO_REQ: want = sizeof(struct lp_fo_req); break;
   case LP_MSG_FO_NACK: want = sizeof(struct lp_fo_nack); break;
+  case LP_MSG_FO_READY: want = sizeof(struct lp_fo_ready); break;
   case LP_MSG_FO_ACK: {
     if (len < offsetof(struct lp_fo_ack, pending)) return bad(why, whylen, "%s of %llu bytes", "truncated ack", len);
     const struct lp_fo_ack *a = buf;

@@ -13,6 +13,12 @@
  *           has not completed (resume_seq), and the CTS entries of every
  *           message it is still waiting for, with keys valid on its new NIC.
  *   NACK    receiver -> sender: no healthy NIC on this side: the path is lost.
+ *   READY   sender -> receiver: "my new QPs are ready to receive" (RTR, sent
+ *           once the ACK connected them).  Until it comes the receiver writes
+ *           nothing into them: an RC write that reaches a QP still in INIT
+ *           is dropped and resent only one local ACK timeout later (4.3 s at
+ *           NCCL's default), which would stall the connection and set off a
+ *           second move.
  *
  * The sender drives every move, so two sides that detect a failure at once
  * never start two moves: a NOTICE only asks the sender to start one.  Every
@@ -31,6 +37,7 @@ enum lp_fo_msg_type {
   LP_MSG_FO_REQ = 17,
   LP_MSG_FO_ACK = 18,
   LP_MSG_FO_NACK = 19,
+  LP_MSG_FO_READY = 20,
 };
 
 /* Why a connection moves (also the syslog reason= value). */
@@ -89,6 +96,13 @@ struct lp_fo_nack {
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t reason;
+};
+
+struct lp_fo_ready {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t epoch; /* the move whose new QPs are ready */
+  uint32_t reserved;
 };
 
 /* Largest control message: the receive buffer size. */
