@@ -16,6 +16,7 @@
  */
 #include "fabric.h"
 #include "netns.h"
+#include "sysview.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -58,9 +59,12 @@ static const struct cmd_help helps[] = {
      "Running processes are not killed; they keep their mapping until they exit.\n"},
     {"run", "simverbs run --host HOST [--fabric NAME] -- CMD [ARGS...]",
      "Run CMD as a process of HOST: sets SIMVERBS_FABRIC and SIMVERBS_HOST and\n"
-     "puts the simulated " LIB_NAME " first on LD_LIBRARY_PATH.  On a netns\n"
-     "fabric CMD also runs in HOST's network namespace, with a /sys of its own,\n"
-     "as with `ip netns exec`.\n"},
+     "puts the simulated " LIB_NAME " first on LD_LIBRARY_PATH.  CMD sees HOST's\n"
+     "simulated /sys/class/infiniband, /sys/class/infiniband_verbs and the NICs'\n"
+     "PCI directories at their kernel paths, the rest of /sys as it is (this\n"
+     "needs root; otherwise a warning says why, and only ibv_get_sysfs_path()\n"
+     "leads to them).  On a netns fabric CMD also runs in HOST's network\n"
+     "namespace, with a /sys of its own, as with `ip netns exec`.\n"},
     {"link", "simverbs link HOST:NIC[:PORT] down|up",
      "Pull or restore a link (port 1 by default): the port changes state, its\n"
      "sysfs files follow, and every context of the NIC gets IBV_EVENT_PORT_ERR\n"
@@ -638,10 +642,10 @@ static int set_env(const char *libdir, const char *fabric, const char *host) {
 }
 
 static int cmd_run(struct args *a) {
-  char libdir[PATH_MAX];
+  char libdir[PATH_MAX], sysroot[PATH_MAX], why[PATH_MAX + 256];
   const char *name;
   struct sv_fabric *f;
-  int h;
+  int h, view = 0;
   if (!a->host)
     return bad_usage(a->cmd, "missing --host HOST");
   if (!a->exec || !a->exec[0])
@@ -658,7 +662,22 @@ static int cmd_run(struct args *a) {
   }
   if (h >= 0 && f->netns && sv_netns_enter(f, (uint32_t)h, "simverbs run") != 0)
     h = -1;
+  /* After the netns /sys is mounted: the view is built on top of it. */
+  if (h >= 0) {
+    sv_sysfs_root(f, (uint32_t)h, sysroot, sizeof(sysroot));
+    view = sv_sysview_enter(sysroot, f->netns, why, sizeof(why));
+  }
   sv_fabric_detach(f);
+  if (view == -2) {
+    fprintf(stderr, "simverbs run: cannot show host %s's sysfs at /sys: could not %s. What was mounted could not "
+            "all be removed either, so '%s' is not run\n", a->host, why, a->exec[0]);
+    return 1;
+  }
+  /* The simulated library never needs the view, so the program can still
+   * run; only what reads /sys by absolute path misses it. */
+  if (view == -1)
+    fprintf(stderr, "simverbs run: warning: cannot show host %s's sysfs at /sys: could not %s. Programs find it "
+            "only through ibv_get_sysfs_path() and the devices' ibdev_path (%s)\n", a->host, why, sysroot);
   if (h < 0 || library_dir(libdir, sizeof(libdir)) != 0)
     return 1;
   if (set_env(libdir, name, a->host) != 0) {

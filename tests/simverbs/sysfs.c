@@ -349,6 +349,10 @@ static int write_host(struct sv_fabric *f, uint32_t h) {
     return -1;
   }
   sv_sysfs_root(f, h, root, sizeof(root));
+  /* class/infiniband even for a host without NICs, as with ib_core loaded:
+   * `simverbs run` then shows it empty rather than the machine's own. */
+  if (join(vdir, sizeof(vdir), "%s/class/infiniband", root) || mkdir_p(vdir))
+    return -1;
   if (join(vdir, sizeof(vdir), "%s/class/infiniband_verbs", root) || mkdir_p(vdir) ||
       put_file(vdir, "abi_version", SYSFS_UVERBS_ABI))
     return -1;
