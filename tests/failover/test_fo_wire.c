@@ -94,3 +94,17 @@ Test(fo_wire, reasons_have_names) {
   cr_assert_str_eq(lp_fo_reason_str(0), "unknown");
   cr_assert_str_eq(lp_fo_reason_str(1000), "unknown");
 }
+
+Test(fo_wire, ready_is_checked_like_the_others) {
+  struct lp_fo_ready r;
+  char why[160];
+  memset(&r, 0, sizeof(r));
+  lp_msg_hdr_init(&r.hdr, (enum lp_msg_type)LP_MSG_FO_READY, sizeof(r));
+  r.conn_id = 77;
+  r.epoch = 3;
+  cr_assert_eq(lp_fo_msg_check(&r, sizeof(r), 77, 1, why, sizeof(why)), LP_MSG_FO_READY, "%s", why);
+  cr_assert_eq(lp_fo_msg_check(&r, sizeof(r), 78, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "another connection"), "%s", why);
+  lp_msg_hdr_init(&r.hdr, (enum lp_msg_type)LP_MSG_FO_READY, sizeof(r) - 4);
+  cr_assert_eq(lp_fo_msg_check(&r, sizeof(r) - 4, 77, 1, why, sizeof(why)), -1, "a short READY");
+}

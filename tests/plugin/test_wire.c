@@ -31,7 +31,7 @@ Test(handle, rejects_garbage) {
   h.magic ^= 1;
   cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1);
   h = good_handle();
-  h.version = 2;
+  h.version = LP_PROTO_VERSION + 1;
   cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1);
   h = good_handle();
   h.family = AF_UNIX;
