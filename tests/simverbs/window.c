@@ -8,11 +8,15 @@
  * addresses; only the backing changes, much as registration pins pages on
  * real hardware.
  *
- * Only whole pages that are private anonymous memory are moved, so no other
- * data shares the pages (nobody else can be writing them while they are
- * copied) and file mappings keep their meaning.  Everything else stays
- * reachable through process_vm_writev.  Like rdma-core after ibv_fork_init,
- * moved pages are not inherited by a forked child (MADV_DONTFORK). */
+ * A NIC pins the whole pages under a registration whatever its length, so
+ * the window covers those pages too: a registration of 64 MiB + 64 bytes is
+ * as fast as one of 64 MiB (access is still checked against the registered
+ * range).  Only private anonymous memory is moved, so file mappings keep
+ * their meaning, and not pages that another registration of this process
+ * already has (a peer may be writing them: its write could fall between
+ * the copy and the remap).  Everything else stays reachable through
+ * process_vm_writev.  Like rdma-core after ibv_fork_init, moved pages are
+ * not inherited by a forked child (MADV_DONTFORK). */
 #include "simverbs.h"
 
 #include <errno.h>
@@ -31,7 +35,10 @@ struct sv_window {
   struct sv_window *next;
 };
 
-static int page_aligned(uintptr_t v) { return (v & 4095) == 0; }
+#define SV_PAGE 4096ul
+
+static uintptr_t page_down(uintptr_t v) { return v & ~(SV_PAGE - 1); }
+static uintptr_t page_up(uintptr_t v) { return (v + SV_PAGE - 1) & ~(SV_PAGE - 1); }
 
 /* True when [start, end) is entirely private anonymous read-write memory. */
 static int private_anonymous(uintptr_t start, uintptr_t end) {
@@ -56,6 +63,21 @@ static struct sv_window *find_window(uintptr_t start, uintptr_t end) {
   for (struct sv_window *w = sv_lib.windows; w; w = w->next)
     if (w->start <= start && end <= w->end) return w;
   return NULL;
+}
+
+/* True when [start, end) overlaps a window, or the pages of another live
+ * registration of this process. */
+static int pages_taken(uintptr_t start, uintptr_t end) {
+  for (struct sv_window *w = sv_lib.windows; w; w = w->next)
+    if (w->start < end && start < w->end) return 1;
+  struct sv_fabric *f = sv_lib.fab;
+  for (int i = 1; i < SV_MAX_MRS; i++) {
+    struct sv_mr *m = &f->mrs[i];
+    if (!atomic_load_explicit(&m->in_use, memory_order_acquire) || m->owner != sv_lib.proc || !m->length) continue;
+    uintptr_t lo = page_down((uintptr_t)m->addr), hi = page_up((uintptr_t)(m->addr + m->length));
+    if (lo < end && start < hi) return 1;
+  }
+  return 0;
 }
 
 /* Move [start, end) onto a new memfd; returns the window or NULL. */
@@ -84,13 +106,13 @@ fail:
 }
 
 void sv_window_share(struct sv_mr *m) {
-  uintptr_t start = (uintptr_t)m->addr, end = start + m->length;
+  uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
   m->win_fd = -1;
   m->win_id = 0;
-  if (!m->length || !page_aligned(start) || !page_aligned(end)) return;
+  if (!m->length || end <= start) return;
   pthread_mutex_lock(&sv_lib.window_lock);
   struct sv_window *w = find_window(start, end);
-  if (!w && private_anonymous(start, end) && (w = make_window(start, end))) {
+  if (!w && !pages_taken(start, end) && private_anonymous(start, end) && (w = make_window(start, end))) {
     w->next = sv_lib.windows;
     sv_lib.windows = w;
   }
@@ -98,7 +120,7 @@ void sv_window_share(struct sv_mr *m) {
     w->refs++;
     m->win_fd = w->fd;
     m->win_id = w->id;
-    m->win_off = start - w->start;
+    m->win_off = addr - w->start;
     m->win_len = w->end - w->start;
   }
   pthread_mutex_unlock(&sv_lib.window_lock);
