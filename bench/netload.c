@@ -306,7 +306,10 @@ int lp_net_candidates(const char *name, char out[2][512]) {
 }
 
 /* The members every shim calls; a plugin with one of them NULL would crash
- * NCCL too, so it is refused up front with its name. */
+ * NCCL too, so it is refused with its name.  Only after init: a plugin may
+ * export a table holding just its name and init, and fill in the rest when
+ * init runs (the reference IB plugin does, to pick its transport), and NCCL
+ * looks at the other members only once init has returned. */
 static const char *missing_member(int abi, const void *p) {
 #define NEED(V, m) \
   if (!((const ncclNet_##V##_t *)p)->m) return #m
@@ -327,6 +330,19 @@ static const char *missing_member(int abi, const void *p) {
   return NULL;
 #undef NEED_ALL
 #undef NEED
+}
+
+/* The init member of any version: second in every layout, but typed per
+ * version, so read through each version's own struct. */
+static const void *init_member(int abi, const void *p) {
+  switch (abi) {
+  case 8: return (const void *)((const ncclNet_v8_t *)p)->init;
+  case 9: return (const void *)((const ncclNet_v9_t *)p)->init;
+  case 10: return (const void *)((const ncclNet_v10_t *)p)->init;
+  case 11: return (const void *)((const ncclNet_v11_t *)p)->init;
+  case 12: return (const void *)((const ncclNet_v12_t *)p)->init;
+  default: return NULL;
+  }
 }
 
 static void append(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -371,13 +387,16 @@ int lp_net_load(const char *plugin, int abi, struct lp_net *n, char *err, size_t
       else append(err, errlen, "\n  dlopen(%s): %s", cand[i], dlerror());
     }
     if (!dl) continue;
+    int null_init = 0;
     for (size_t v = 0; v < sizeof(versions) / sizeof(versions[0]); v++) {
       if (abi && versions[v].abi != abi) continue;
       const void *p = dlsym(dl, versions[v].sym);
       if (!p) continue;
-      const char *miss = missing_member(versions[v].abi, p);
-      if (miss) {
-        append(err, errlen, "\n  %s: %s has a NULL %s", cand[which], versions[v].sym, miss);
+      /* NCCL takes the first symbol it finds and calls its init: without
+       * one there is nothing to call.  The rest is checked after init. */
+      if (!init_member(versions[v].abi, p)) {
+        append(err, errlen, "\n  %s: %s has a NULL init", cand[which], versions[v].sym);
+        null_init = 1;
         break;
       }
       n->abi = versions[v].abi;
@@ -389,11 +408,33 @@ int lp_net_load(const char *plugin, int abi, struct lp_net *n, char *err, size_t
       err[0] = '\0';
       return 0;
     }
-    if (abi) append(err, errlen, "\n  %s: no usable ncclNetPlugin_v%d", cand[which], abi);
-    else append(err, errlen, "\n  %s: exports none of ncclNetPlugin_v12..v8", cand[which]);
+    if (!null_init && abi) append(err, errlen, "\n  %s: no usable ncclNetPlugin_v%d", cand[which], abi);
+    else if (!null_init) append(err, errlen, "\n  %s: exports none of ncclNetPlugin_v12..v8", cand[which]);
     dlclose(dl);
   }
   return -1;
+}
+
+int lp_net_init(struct lp_net *n, uint64_t comm_id, ncclDebugLogger_t log, char *err, size_t errlen) {
+  const char *sym = NULL;
+  for (size_t v = 0; v < sizeof(versions) / sizeof(versions[0]); v++)
+    if (versions[v].abi == n->abi) sym = versions[v].sym;
+  ncclResult_t r = n->ops->init(n, comm_id, log);
+  if (r != ncclSuccess) {
+    snprintf(err, errlen, "%s: %s.init failed: %s", n->path, sym, lp_result_str(r));
+    return -1;
+  }
+  const char *miss = missing_member(n->abi, n->plugin);
+  if (miss) {
+    /* init succeeded, so the plugin holds resources; finalize if it can */
+    snprintf(err, errlen, "%s: %s has a NULL %s after init", n->path, sym, miss);
+    if (n->abi >= 11 && strcmp(miss, "finalize") != 0) n->ops->finalize(n);
+    return -1;
+  }
+  /* init may also have rewritten the name (the reference IB plugin's table
+   * says "NCCL RDMA Plugin v11" until init installs "IBext_v11") */
+  n->name = *(const char *const *)n->plugin;
+  return 0;
 }
 
 void lp_net_unload(struct lp_net *n) {

@@ -67,9 +67,15 @@ struct lp_net {
 /* Load a plugin.  `plugin` (the --plugin flag) wins over NCCL_NET_PLUGIN; each
  * comma-separated name is tried with dlopen(name), then, when it has no '/'
  * and is not lib*.so, as libnccl-net-<name>.so; unset means libnccl-net.so.
- * abi 0 takes the newest of ncclNetPlugin_v12..v8, else exactly vN.
- * 0 on success, -1 with every attempt explained in err. */
+ * abi 0 takes the newest of ncclNetPlugin_v12..v8, else exactly vN; the first
+ * symbol found wins, as in NCCL.  Only its init is checked here (see
+ * lp_net_init).  0 on success, -1 with every attempt explained in err. */
 int lp_net_load(const char *plugin, int abi, struct lp_net *n, char *err, size_t errlen);
+/* Call the plugin's init (per communicator from v11 on), then check the
+ * members every shim calls: NCCL calls init before anything else, and a
+ * plugin may fill its table in there.  0 on success, -1 with the reason
+ * (init's result, or the member left NULL) in err. */
+int lp_net_init(struct lp_net *n, uint64_t comm_id, ncclDebugLogger_t log, char *err, size_t errlen);
 void lp_net_unload(struct lp_net *n);
 
 /* The candidate file names for one entry of the list, in the order tried

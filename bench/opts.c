@@ -226,6 +226,7 @@ enum {
   OPT_CHANNELS,
   OPT_SLOTS,
   OPT_STEP_BYTES,
+  OPT_REG_PAD,
   OPT_DEV,
   OPT_RANK,
   OPT_LOCAL_RANK,
@@ -261,6 +262,7 @@ static const struct option long_opts[] = {
     {"channels", required_argument, 0, OPT_CHANNELS},
     {"slots", required_argument, 0, OPT_SLOTS},
     {"step-bytes", required_argument, 0, OPT_STEP_BYTES},
+    {"reg-pad", required_argument, 0, OPT_REG_PAD},
     {"dev", required_argument, 0, OPT_DEV},
     {"rank", required_argument, 0, OPT_RANK},
     {"local-rank", required_argument, 0, OPT_LOCAL_RANK},
@@ -375,6 +377,10 @@ int perf_opts_parse(struct perf_opts *o, int argc, char **argv, int *help, char 
     case OPT_STEP_BYTES:
       if (perf_parse_size(optarg, what, &o->step_bytes, err, errlen)) return -1;
       break;
+    case OPT_REG_PAD:
+      if (perf_parse_int(optarg, what, 0, 1 << 20, &v, err, errlen)) return -1;
+      o->reg_pad = (size_t)v;
+      break;
     case OPT_DEV:
       if (perf_parse_int(optarg, what, 0, 1023, &v, err, errlen)) return -1;
       o->dev = (int)v;
@@ -479,6 +485,8 @@ void perf_opts_usage(const char *prog) {
       "  --channels N        connections per peer, data split over them [1]\n"
       "  --slots N           messages in flight per connection, like NCCL_STEPS [8]\n"
       "  --step-bytes SIZE   largest message, one slot [512K]\n"
+      "  --reg-pad BYTES     register (and allocate) every buffer BYTES longer than its page\n"
+      "                      multiple, e.g. 64: registrations that end inside a page [0]\n"
       "  --dev N             first device index (default: the rank's index on its host)\n"
       "  --timeout SEC       whole run [600]\n"
       "  --connect-timeout SEC  listen/connect/accept [60]\n"

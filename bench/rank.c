@@ -334,9 +334,11 @@ static int print_header(struct rank_ctx *x) {
     char what[96];
     if (o->duration > 0) snprintf(what, sizeof(what), "--duration %g s at -e %zu", o->duration, o->maxbytes);
     else snprintf(what, sizeof(what), "-b %zu -e %zu, %d iters, %d warmup", o->minbytes, o->maxbytes, o->iters, o->warmup);
-    printf("# linkpass-perf: %s, %d ranks, %s %s, %s, check %d, %d channel(s), %d slots of %zu B%s\n",
+    char pad[64] = "";
+    if (o->reg_pad) snprintf(pad, sizeof(pad), ", registrations padded by %zu B", o->reg_pad);
+    printf("# linkpass-perf: %s, %d ranks, %s %s, %s, check %d, %d channel(s), %d slots of %zu B%s%s\n",
            perf_op_name(o->op), o->nranks, perf_dtype_name(o->dtype), redop_column(o), what, o->check, o->channels,
-           o->slots, o->step_bytes, o->reg ? ", registered buffers" : "");
+           o->slots, o->step_bytes, o->reg ? ", registered buffers" : "", pad);
     printf("# plugin: %s (name \"%s\", ncclNetPlugin_v%d)\n", x->net.path, x->net.name ? x->net.name : "?",
            x->net.abi);
     for (int r = 0; r < o->nranks; r++) {
@@ -360,6 +362,9 @@ static int setup_engine(struct rank_ctx *x) {
   size_t es = perf_dtype_size(o->dtype);
   x->bufbytes = (o->maxbytes + 4095) / 4096 * 4096;
   if (x->bufbytes == 0) x->bufbytes = 4096;
+  /* --reg-pad: the user buffers are registered (-R 1) this much longer than
+   * the page multiple; data placement does not change */
+  x->bufbytes += o->reg_pad;
   if (posix_memalign((void **)&x->sendbuf, 4096, x->bufbytes) ||
       posix_memalign((void **)&x->recvbuf, 4096, x->bufbytes)) {
     rank_err(x, "out of memory for two %zu-byte buffers", x->bufbytes);
@@ -373,6 +378,7 @@ static int setup_engine(struct rank_ctx *x) {
       .slots = o->slots,
       .step = o->step_bytes,
       .direct = o->reg,
+      .reg_pad = o->reg_pad,
       .nregions = 2,
       .dtype = o->dtype,
       .redop = o->redop,
@@ -486,12 +492,12 @@ int perf_rank_main(const struct perf_opts *o) {
     goto out;
   }
   watchdog_phase("plugin init");
-  ncclResult_t r = x.net.ops->init(&x.net, o->comm_id, lp_logger);
-  if (r != ncclSuccess) {
-    rank_err(&x, "%s: ncclNetPlugin_v%d.init failed: %s", x.net.path, x.net.abi, lp_result_str(r));
+  if (lp_net_init(&x.net, o->comm_id, lp_logger, err, sizeof(err))) {
+    rank_err(&x, "%s", err);
     goto out;
   }
   x.net_up = 1;
+  ncclResult_t r;
 
   watchdog_phase("connecting");
   if (perf_mesh_connect(&x.mesh, &x.net, o, x.oob, err, sizeof(err))) {

@@ -28,7 +28,9 @@ static int efail(struct xengine *e, const char *fmt, ...) {
 }
 
 int xconn_setup(struct xengine *e, struct xconn *c) {
-  size_t bytes = (size_t)e->slots * e->step;
+  /* the slots use slots*step bytes; --reg-pad makes the registration longer,
+   * so that it can end inside a page as NCCL's user registrations do */
+  size_t bytes = (size_t)e->slots * e->step + e->reg_pad;
   ncclResult_t r;
   if (posix_memalign((void **)&c->slots, 4096, bytes)) {
     c->slots = NULL;

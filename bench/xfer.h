@@ -98,6 +98,7 @@ struct xengine {
   int slots;
   size_t step;
   int direct; /* -R 1 */
+  size_t reg_pad; /* --reg-pad: extra bytes allocated and registered with the slots */
   struct {
     char *base;
     size_t len;

@@ -16,6 +16,12 @@
  *   FAKENET_EXIT=K     _exit(3) at the K-th isend
  *   FAKENET_STALL=K    from the K-th isend on, never accept a send again
  *   FAKENET_ERROR=K    the K-th test() returns ncclRemoteError
+ *
+ * Built a second time with FAKENET_LATE_FILL (libnccl-net-fakelate.so), it
+ * exports only ncclNetPlugin_v11 holding a name and init, and init fills in
+ * the rest, as the reference IB plugin does; FAKENET_LATE_NULL=MEMBER
+ * (devices, test or finalize) leaves that member NULL, for the driver's
+ * check after init.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +39,12 @@
 #include "linkpass/nccl_net.h"
 
 #define EXPORT __attribute__((visibility("default")))
+/* The full tables; in the late-fill build they are private sources for init. */
+#ifdef FAKENET_LATE_FILL
+#define TABLE(V) static const __attribute__((unused)) ncclNet_##V##_t full_##V
+#else
+#define TABLE(V) EXPORT const ncclNet_##V##_t ncclNetPlugin_##V
+#endif
 #define MAGIC 0x46414b45u
 #define MAXREQ NCCL_NET_MAX_REQUESTS
 
@@ -468,38 +480,61 @@ static ncclResult_t v8_props(int d, ncclNetProperties_v8_t *p) {
   return r;
 }
 
-EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
+TABLE(v12) = {
     .name = "fakenet", .init = v12_init, .devices = do_devices, .getProperties = v12_props,
     .listen = ctx_listen, .connect = v12_connect, .accept = accept_, .regMr = do_reg,
     .regMrDmaBuf = reg_dmabuf, .deregMr = do_dereg, .isend = isend_ph, .irecv = irecv_ph,
     .iflush = do_iflush, .test = do_test, .closeSend = do_close, .closeRecv = do_close,
     .closeListen = do_close_listen, .finalize = finalize,
 };
-EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
+TABLE(v11) = {
     .name = "fakenet", .init = v11_init, .devices = do_devices, .getProperties = v11_props,
     .listen = ctx_listen, .connect = v12_connect, .accept = accept_, .regMr = do_reg,
     .regMrDmaBuf = reg_dmabuf, .deregMr = do_dereg, .isend = isend_ph, .irecv = irecv_ph,
     .iflush = do_iflush, .test = do_test, .closeSend = do_close, .closeRecv = do_close,
     .closeListen = do_close_listen, .finalize = finalize,
 };
-EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
+TABLE(v10) = {
     .name = "fakenet", .init = v10_init, .devices = do_devices, .getProperties = v10_props,
     .listen = do_listen, .connect = v10_connect, .accept = accept_, .regMr = do_reg,
     .regMrDmaBuf = reg_dmabuf, .deregMr = do_dereg, .isend = isend_ph, .irecv = irecv_ph,
     .iflush = do_iflush, .test = do_test, .closeSend = do_close, .closeRecv = do_close,
     .closeListen = do_close_listen,
 };
-EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
+TABLE(v9) = {
     .name = "fakenet", .init = do_init, .devices = do_devices, .getProperties = v9_props,
     .listen = do_listen, .connect = v8_connect, .accept = accept_, .regMr = do_reg,
     .regMrDmaBuf = reg_dmabuf, .deregMr = do_dereg, .isend = do_isend, .irecv = do_irecv,
     .iflush = do_iflush, .test = do_test, .closeSend = do_close, .closeRecv = do_close,
     .closeListen = do_close_listen,
 };
-EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
+TABLE(v8) = {
     .name = "fakenet", .init = do_init, .devices = do_devices, .getProperties = v8_props,
     .listen = do_listen, .connect = v8_connect, .accept = accept_, .regMr = do_reg,
     .regMrDmaBuf = reg_dmabuf, .deregMr = do_dereg, .isend = v8_isend, .irecv = v8_irecv,
     .iflush = do_iflush, .test = do_test, .closeSend = do_close, .closeRecv = do_close,
     .closeListen = do_close_listen,
 };
+
+#ifdef FAKENET_LATE_FILL
+static ncclResult_t late_init(void **ctx, uint64_t id, ncclNetCommConfig_v11_t *cfg, ncclDebugLogger_t l,
+                              ncclProfilerCallback_t p);
+
+/* Not const: init writes it.  Until then only the name and init are set,
+ * and the name differs from the one init installs, so the driver's header
+ * shows which one it read. */
+EXPORT ncclNet_v11_t ncclNetPlugin_v11 = {.name = "fakelate-before-init", .init = late_init};
+
+static ncclResult_t late_init(void **ctx, uint64_t id, ncclNetCommConfig_v11_t *cfg, ncclDebugLogger_t l,
+                              ncclProfilerCallback_t p) {
+  const char *leave = getenv("FAKENET_LATE_NULL");
+  ncclNet_v11_t t = full_v11;
+  t.name = "fakelate";
+  t.init = late_init;
+  if (leave && strcmp(leave, "devices") == 0) t.devices = NULL;
+  if (leave && strcmp(leave, "test") == 0) t.test = NULL;
+  if (leave && strcmp(leave, "finalize") == 0) t.finalize = NULL;
+  ncclNetPlugin_v11 = t;
+  return v11_init(ctx, id, cfg, l, p);
+}
+#endif

@@ -33,6 +33,11 @@ ops)
     done
   done
   run 0 "${P[@]}" --op all_reduce -N 4 -b 8 -e 64K -f 4 -d int8 -o max
+  # registrations that end inside a page: fakenet checks every handle covers its buffer
+  for reg in 0 1; do
+    run 0 "${P[@]}" --op all_reduce -N 3 -b 8 -e 1M -f 32 -R "$reg" --reg-pad 64 -c 2
+    expect "registrations padded by 64 B"
+  done
   run 0 "${P[@]}" --op reduce_scatter -N 4 -b 1K -e 64K -f 8 -d double -o min
   ;;
 abi)
@@ -54,6 +59,16 @@ loader)
   expect "dlopen\(libnccl-net-nothere.so\)"
   run 2 --plugin "$fakenet" --abi 7 -b 8 -e 8
   expect "must be 8, 9, 10, 11 or 12"
+  ;;
+late_fill)
+  # $fakenet is libnccl-net-fakelate.so here: a v11 table that init fills in
+  run 0 --plugin "$fakenet" -n 2 -w 1 -N 2 -b 0 -e 64K -f 8 --op all_reduce
+  expect 'name "fakelate", ncclNetPlugin_v11\)'
+  expect "Out of bounds values : 0 OK"
+  for m in devices test finalize; do
+    FAKENET_LATE_NULL=$m run 2 --plugin "$fakenet" -n 1 -w 0 -N 2 -b 8 -e 8
+    expect "ncclNetPlugin_v11 has a NULL $m after init"
+  done
   ;;
 corrupt)
   FAKENET_FAULT_RANK=1 FAKENET_CORRUPT=9 run 1 "${P[@]}" -N 3 -b 1K -e 4K -f 4 -c 2 --rank-env FAKENET_RANK=%r

@@ -103,6 +103,9 @@ Test(opts, nccl_tests_flags) {
   cr_assert_eq(o.abi, 9);
   cr_assert_eq(parse(&o, err, sizeof(err), "--op", "all_gather_perf", NULL), 0, "%s", err);
   cr_assert_eq(o.op, PERF_ALL_GATHER);
+  cr_assert_eq(o.reg_pad, 0);
+  cr_assert_eq(parse(&o, err, sizeof(err), "--reg-pad", "64", NULL), 0, "%s", err);
+  cr_assert_eq(o.reg_pad, 64);
 }
 
 static void opts_bad(const char *needle, ...) {
@@ -142,6 +145,7 @@ Test(opts, validation) {
   opts_bad("unexpected argument", "extra", NULL);
   opts_bad("expected an integer", "-n", "ten", NULL);
   opts_bad("between 0 and 2", "-c", "3", NULL);
+  opts_bad("between 0 and 1048576", "--reg-pad", "2000000", NULL);
 }
 
 Test(opts, size_sweep) {
