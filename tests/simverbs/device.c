@@ -222,7 +222,7 @@ SV_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
   a->max_qp_rd_atom = 16;
   a->max_qp_init_rd_atom = 16;
   a->max_res_rd_atom = 16 * SV_MAX_QPS;
-  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->atomic_cap = IBV_ATOMIC_HCA; /* as ConnectX: atomic among the HCA's own atomics */
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 16;
   a->phys_port_cnt = (uint8_t)d->nports;

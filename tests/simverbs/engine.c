@@ -53,11 +53,17 @@ void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element) {
 
 /* ---- completions ---- */
 
+static int is_atomic(uint32_t wr_opcode) {
+  return wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr_opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+}
+
 static enum ibv_wc_opcode wc_opcode(uint32_t wr_opcode) {
   switch (wr_opcode) {
   case IBV_WR_RDMA_WRITE:
   case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
   case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+  case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+  case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
   default: return IBV_WC_SEND;
   }
 }
@@ -67,7 +73,7 @@ static void complete_send(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc
   /* Successful unsignaled WRs complete silently; errors always surface. */
   if (st == IBV_WC_SUCCESS && !lq->sig_all && !(w->send_flags & IBV_SEND_SIGNALED)) return;
   struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_opcode(w->opcode), .qp_num = q->qpn};
-  if (st == IBV_WC_SUCCESS && w->opcode == IBV_WR_RDMA_READ) wc.byte_len = len;
+  if (st == IBV_WC_SUCCESS && (w->opcode == IBV_WR_RDMA_READ || is_atomic(w->opcode))) wc.byte_len = len;
   if (st != IBV_WC_SUCCESS) wc.vendor_err = st == IBV_WC_WR_FLUSH_ERR ? 0xf9 : 0x81;
   sv_cq_push(fab(), q->send_cq, &wc);
 }
@@ -318,14 +324,67 @@ struct exec_out {
   uint32_t len;
 };
 
+static void count_traffic(struct sv_qp *q, struct sv_qp *d, size_t bytes) {
+  struct sv_fabric *f = fab();
+  struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
+  struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
+  atomic_fetch_add(&lp->tx_bytes, bytes);
+  atomic_fetch_add(&lp->tx_wrs, 1);
+  atomic_fetch_add(&rp->rx_bytes, bytes);
+  atomic_fetch_add(&rp->rx_wrs, 1);
+}
+
+/* FETCH_AND_ADD / CMP_AND_SWP on 8 aligned bytes of the responder's
+ * memory; the value found there lands in the local buffer.  Atomic with
+ * respect to every other atomic that targets the same NIC. */
+static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w, struct xfer *x,
+                                       uint64_t now, struct exec_out *out) {
+  struct sv_fabric *f = fab();
+  struct iovec remote;
+  char *direct;
+  pid_t pid;
+  if (x->len != sizeof(uint64_t)) {
+    out->status = IBV_WC_LOC_LEN_ERR; /* the result buffer is one 8-byte word */
+    return EXEC_FAIL;
+  }
+  if (!remote_range(d, w->rkey, w->remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &remote, &direct, &pid)) {
+    fail_responder(d, SV_QP_FAULT_ACCESS);
+    out->status = IBV_WC_REM_ACCESS_ERR;
+    return EXEC_FAIL;
+  }
+  if (w->remote_addr % sizeof(uint64_t)) { /* an invalid request: NAKed, and the responder breaks */
+    fail_responder(d, SV_QP_FAULT_ERR);
+    out->status = IBV_WC_REM_INV_REQ_ERR;
+    return EXEC_FAIL;
+  }
+  uint64_t old = 0, val;
+  struct xfer word = {.local = {{.iov_base = &old, .iov_len = sizeof(old)}}, .nlocal = 1, .len = sizeof(old)};
+  sv_lock(&f->devs[d->dev].atomic_lock);
+  ssize_t got = move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(old), 1, now);
+  val = w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? old + w->compare_add : old == w->compare_add ? w->swap : old;
+  uint64_t found = old;
+  word.local[0].iov_base = &val;
+  ssize_t put = got == sizeof(old) && val != old ? move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(val), 0, now)
+                                                 : got;
+  sv_unlock(&f->devs[d->dev].atomic_lock);
+  if (got != sizeof(old) || put != sizeof(val)) return EXEC_PATH_DOWN; /* the responder's process is gone */
+  char *src = (char *)&found;
+  for (int i = 0, off = 0; i < x->nlocal; off += (int)x->local[i].iov_len, i++)
+    memcpy(x->local[i].iov_base, src + off, x->local[i].iov_len);
+  out->len = sizeof(found);
+  count_traffic(q, d, sizeof(found));
+  return EXEC_DONE;
+}
+
 /* Execute the head WR now; the path was found up. */
 static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w,
                                 int partial, uint64_t now, struct exec_out *out) {
   struct sv_fabric *f = fab();
   struct xfer x;
   int is_read = w->opcode == IBV_WR_RDMA_READ;
-  out->status = local_iov(q, w, is_read, &x);
+  out->status = local_iov(q, w, is_read || is_atomic(w->opcode), &x);
   if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL;
+  if (is_atomic(w->opcode)) return execute_atomic(q, d, w, &x, now, out);
   out->len = (uint32_t)x.len;
   size_t limit = partial ? x.len / 2 : x.len;
   struct iovec remote[SV_MAX_SGE];
@@ -395,12 +454,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
     sv_unlock(&d->rq_lock);
     sv_cq_push(f, d->recv_cq, &wc);
   }
-  struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
-  struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
-  atomic_fetch_add(&lp->tx_bytes, x.len);
-  atomic_fetch_add(&lp->tx_wrs, 1);
-  atomic_fetch_add(&rp->rx_bytes, x.len);
-  atomic_fetch_add(&rp->rx_wrs, 1);
+  count_traffic(q, d, x.len);
   (void)lq;
   return EXEC_DONE;
 }
@@ -548,7 +602,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       break;
     }
     int partial = 0;
-    if (w->opcode != IBV_WR_RDMA_READ && wr_bytes(w) > 1 && atomic_load(&lp->partial_write)) {
+    if (w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 && atomic_load(&lp->partial_write)) {
       uint32_t left = atomic_load(&lp->partial_write);
       partial = left && atomic_compare_exchange_strong(&lp->partial_write, &left, left - 1);
     }

@@ -73,6 +73,7 @@ struct sv_fabric *sv_fabric_create(const char *name) {
   snprintf(f->run_dir, sizeof(f->run_dir), "%s.d", path);
   sv_mutex_init(&f->lock);
   for (int i = 0; i < SV_MAX_QPS; i++) sv_mutex_init(&f->qps[i].rq_lock);
+  for (int i = 0; i < SV_MAX_DEVS; i++) sv_mutex_init(&f->devs[i].atomic_lock);
   for (int i = 0; i < SV_MAX_CQS; i++) sv_mutex_init(&f->cqs[i].lock);
   f->heap_off = SV_TABLES_BYTES;
   f->heap_blocks[0].off = 0;

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 4 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines */
+#define SV_VERSION 5 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -79,6 +79,10 @@ struct sv_device {
   uint32_t nports;
   uint32_t vendor_id, vendor_part_id;
   _Atomic uint32_t fatal; /* device fatal injected: every QP errors, opens fail */
+  /* Serialises the atomic operations that target this NIC's memory: as
+   * IBV_ATOMIC_HCA promises, they are atomic among themselves, not with
+   * the CPU's accesses. */
+  pthread_mutex_t atomic_lock;
   struct sv_port ports[SV_MAX_PORTS];
   /* Async events for every context that has the device open (port events,
    * device fatal).  Readers remember the last seq they delivered. */

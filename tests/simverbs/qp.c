@@ -265,7 +265,8 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, s
 
 static int valid_send_opcode(enum ibv_wr_opcode op) {
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+         op == IBV_WR_ATOMIC_CMP_AND_SWP;
 }
 
 /* Copy one WR into the send queue; inline payload is captured now. */
@@ -282,6 +283,13 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, ui
   w->imm = wr->imm_data;
   w->remote_addr = wr->wr.rdma.remote_addr;
   w->rkey = wr->wr.rdma.rkey;
+  if (wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+    if (wr->send_flags & IBV_SEND_INLINE) return EINVAL; /* the result lands in the local buffer */
+    w->remote_addr = wr->wr.atomic.remote_addr;
+    w->rkey = wr->wr.atomic.rkey; /* not where wr.rdma keeps it */
+    w->compare_add = wr->wr.atomic.compare_add;
+    w->swap = wr->wr.atomic.swap;
+  }
   w->num_sge = (uint32_t)wr->num_sge;
   w->inline_len = 0;
   w->post_ns = now;

@@ -67,6 +67,7 @@ struct sv_swqe {
   uint64_t remote_addr;
   uint32_t opcode, send_flags, imm, num_sge;
   uint32_t rkey, inline_len;
+  uint64_t compare_add, swap; /* atomics */
   uint64_t post_ns; /* when it was posted: the wire may start it from then on */
   struct ibv_sge sge[SV_MAX_SGE];
   uint8_t inl[SV_MAX_INLINE];

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A perftest program (ib_write_bw, ib_write_lat, ib_send_bw, ib_read_bw)
+# A perftest program (ib_write_bw, ib_write_lat, ib_send_bw, ib_read_bw, ib_atomic_*)
 # between two processes on the simulated fabric; checks its figures are sane.
 # usage: perftest.sh CONFIG PROGRAM [perftest options...]
 source "$(dirname "$0")/lib.sh"

@@ -57,7 +57,8 @@ static void open_end(struct end *e, const char *name, int cqe) {
   e->cq = ibv_create_cq(e->ctx, cqe, NULL, NULL, 0);
   e->buf = calloc(1, BUF_SIZE);
   e->mr = ibv_reg_mr(e->pd, e->buf, BUF_SIZE,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC);
   struct ibv_qp_init_attr ia = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4,
                                         .max_recv_sge = 4, .max_inline_data = 64}};
@@ -70,7 +71,8 @@ static void open_end(struct end *e, const char *name, int cqe) {
 
 static int to_init(struct end *e) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                             IBV_ACCESS_REMOTE_ATOMIC};
   return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
@@ -257,6 +259,54 @@ Test(data, registrations_of_any_length_get_their_pages_shared) {
   for (int i = 0; i < 8; i++) cr_assert_eq(big[len + i], 0, "nothing of a refused write lands");
   ibv_dereg_mr(m2);
   ibv_dereg_mr(m1);
+}
+
+static int post_atomic(enum ibv_wr_opcode op, uint64_t id, uint64_t remote_off, uint64_t compare_add,
+                       uint64_t swap, uint32_t rkey) {
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = op, .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.atomic.remote_addr = (uintptr_t)B.buf + remote_off;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  wr.wr.atomic.rkey = rkey;
+  return ibv_post_send(A.qp, &wr, &bad);
+}
+
+/* ConnectX has atomics (IBV_ATOMIC_HCA): ib_atomic_bw and friends run. */
+Test(data, fetch_add_and_compare_swap_return_the_old_value) {
+  struct ibv_device_attr da;
+  cr_assert_eq(ibv_query_device(A.ctx, &da), 0);
+  cr_assert_eq(da.atomic_cap, IBV_ATOMIC_HCA);
+  uint64_t *word = (uint64_t *)(B.buf + 64), got;
+  *word = 5;
+  cr_assert_eq(post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 64, 3, 0, B.mr->rkey), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS, "got %s", ibv_wc_status_str(wc.status));
+  cr_assert_eq(wc.opcode, IBV_WC_FETCH_ADD);
+  cr_assert_eq(wc.byte_len, 8);
+  memcpy(&got, A.buf, 8);
+  cr_assert_eq(got, 5);
+  cr_assert_eq(*word, 8);
+  cr_assert_eq(post_atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 2, 64, 8, 100, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).opcode, IBV_WC_COMP_SWAP);
+  memcpy(&got, A.buf, 8);
+  cr_assert(got == 8 && *word == 100, "a matching compare swaps");
+  cr_assert_eq(post_atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 3, 64, 7, 1, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  memcpy(&got, A.buf, 8);
+  cr_assert(got == 100 && *word == 100, "a failed compare leaves the word and returns it");
+  cr_assert_eq(post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 4, 68, 1, 0, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_INV_REQ_ERR, "an unaligned target is an invalid request");
+}
+
+Test(bad_input, atomics_need_remote_atomic_access) {
+  connect_pair(8);
+  struct ibv_mr *plain = ibv_reg_mr(B.pd, B.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  cr_assert_not_null(plain);
+  cr_assert_eq(post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 64, 1, 0, plain->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
+  cr_assert_eq(*(uint64_t *)(B.buf + 64), 0, "nothing of a refused atomic lands");
 }
 
 Test(data, rdma_read_and_unsignaled_writes) {
