@@ -138,6 +138,8 @@ struct int_var {
 };
 
 static const struct int_var int_vars[] = {
+    {"NCCL_IB_DISABLE", offsetof(struct lp_config, ib_disable), 0, -2147483647, 2147483647,
+     "(non-zero: linkpass offers no devices)"},
     {"NCCL_IB_GID_INDEX", offsetof(struct lp_config, gid_index), -1, -1, 255, "(-1 selects automatically)"},
     {"NCCL_IB_ROCE_VERSION_NUM", offsetof(struct lp_config, roce_version), 2, 1, 2, ""},
     {"NCCL_IB_TC", offsetof(struct lp_config, tc), 0, 0, 255, ""},

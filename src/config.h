@@ -50,6 +50,7 @@ enum lp_family { LP_FAMILY_ANY = 0, LP_FAMILY_INET = 4, LP_FAMILY_INET6 = 6 };
 
 struct lp_config {
   /* ibverbs */
+  int ib_disable;   /* NCCL_IB_DISABLE: non-zero offers no devices, as NCCL's transport does */
   int gid_index;    /* NCCL_IB_GID_INDEX, -1: automatic */
   int roce_version; /* NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version in automatic GID selection */
   int tc;           /* NCCL_IB_TC */

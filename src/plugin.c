@@ -13,6 +13,7 @@
 
 #include "linkpass.h"
 #include "log.h"
+#include "nccl_env.h"
 #include "pool.h"
 
 /* The only mutable global of the library. */
@@ -126,8 +127,16 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   char why[640];
   /* A failed init is retried by the next one; warn and describe once. */
   lp_config_load(&p->cfg, env_get, NULL, p->config_logged ? NULL : warn_line, NULL);
-  if (!p->config_logged) lp_config_describe(&p->cfg, info_line, NULL);
+  if (!p->config_logged) {
+    lp_config_describe(&p->cfg, info_line, NULL);
+    lp_nccl_env_report(env_get, NULL, info_line, warn_line, NULL);
+  }
   p->config_logged = 1;
+  if (p->cfg.ib_disable) {
+    LP_INFO(NCCL_INIT | NCCL_NET, "NCCL_IB_DISABLE=%d: linkpass offers no devices; NCCL uses another net",
+            p->cfg.ib_disable);
+    return ncclInternalError;
+  }
 
   if (lp_ibv_load(&p->ibv, p->cfg.ibverbs_lib, why, sizeof(why)) != 0) {
     LP_WARN("init failed: %s", why);

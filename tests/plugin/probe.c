@@ -2,6 +2,8 @@
  * Loads the plugin like NCCL and calls init through every ABI version where
  * no device can be used: the load must succeed, init must fail with a WARN
  * that says why (NCCL silently falls back to its own transports otherwise).
+ * With a second argument, each init must instead log a line (any level)
+ * containing it: a deliberate refusal such as NCCL_IB_DISABLE=1 is INFO.
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -11,6 +13,7 @@
 #include "linkpass/nccl_net.h"
 
 static int warned;
+static const char *want; /* argv[2]: the line each failed init must log */
 
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
   (void)file;
@@ -20,13 +23,15 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (level == NCCL_LOG_WARN && (flags & NCCL_NET) && strstr(msg, "NET/linkpass") && strstr(msg, "init failed"))
+  if (want ? strstr(msg, want) != NULL
+           : level == NCCL_LOG_WARN && (flags & NCCL_NET) && strstr(msg, "NET/linkpass") && strstr(msg, "init failed"))
     warned++;
   fprintf(stderr, "[%d] %s\n", (int)level, msg);
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) return 2;
+  if (argc != 2 && argc != 3) return 2;
+  want = argc == 3 ? argv[2] : NULL;
   void *dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL) {
     fprintf(stderr, "FAIL: dlopen: %s\n", dlerror());
