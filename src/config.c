@@ -143,6 +143,7 @@ static const struct int_var int_vars[] = {
     {"NCCL_IB_GID_INDEX", offsetof(struct lp_config, gid_index), -1, -1, 255, "(-1 selects automatically)"},
     {"NCCL_IB_ROCE_VERSION_NUM", offsetof(struct lp_config, roce_version), 2, 1, 2, ""},
     {"NCCL_IB_TC", offsetof(struct lp_config, tc), 0, 0, 255, ""},
+    {"NCCL_IB_FIFO_TC", offsetof(struct lp_config, fifo_tc), -1, -1, 255, "(-1: the connection's class)"},
     {"NCCL_IB_SL", offsetof(struct lp_config, sl), 0, 0, 15, ""},
     {"NCCL_IB_PKEY", offsetof(struct lp_config, pkey), 0, 0, 65535, "(a P_Key table index)"},
     {"NCCL_IB_TIMEOUT", offsetof(struct lp_config, timeout), 20, 1, 31, ""},

@@ -54,6 +54,7 @@ struct lp_config {
   int gid_index;    /* NCCL_IB_GID_INDEX, -1: automatic */
   int roce_version; /* NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version in automatic GID selection */
   int tc;           /* NCCL_IB_TC */
+  int fifo_tc;      /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
   int sl;           /* NCCL_IB_SL */
   int pkey;         /* NCCL_IB_PKEY (P_Key table index) */
   int timeout;      /* NCCL_IB_TIMEOUT */

@@ -417,7 +417,10 @@ static ncclResult_t accept_start(struct lp_plugin *p, struct lp_listen_comm *l, 
   ncclResult_t rc = ncclSystemError;
   struct lp_accept_stage *st = calloc(1, sizeof(*st));
   if (st == NULL) goto fail;
-  struct lp_recv_comm *r = comm_alloc(sizeof(*r), LP_COMM_RECV, LP_RECV_CTRL_LEN, l->traffic_class);
+  /* NCCL_IB_FIFO_TC: the receiver's QPs carry the clear-to-sends, and may
+   * ride their own traffic class (RoCE), as in NCCL's transport */
+  int tc = p->cfg.fifo_tc >= 0 ? p->cfg.fifo_tc : l->traffic_class;
+  struct lp_recv_comm *r = comm_alloc(sizeof(*r), LP_COMM_RECV, LP_RECV_CTRL_LEN, tc);
   if (r == NULL) goto fail;
   st->comm = r;
   r->cts_stage = r->base.ctrl;

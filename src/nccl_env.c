@@ -18,6 +18,7 @@ const struct lp_nccl_var lp_nccl_vars[] = {
     {"NCCL_IB_GID_INDEX", H, "-1", "GID index on RoCE; -1 chooses automatically"},
     {"NCCL_IB_ROCE_VERSION_NUM", H, "2", "RoCE version preferred by the automatic GID choice"},
     {"NCCL_IB_TC", H, "-1 (0)", "traffic class of every QP (NCCL's per-communicator class overrides it)"},
+    {"NCCL_IB_FIFO_TC", H, "-1", "traffic class of the receiver's QPs, which carry the clear-to-sends (RoCE)"},
     {"NCCL_IB_SL", H, "-1 (0)", "service level of every QP"},
     {"NCCL_IB_PKEY", H, "0", "P_Key table index of every QP"},
     {"NCCL_IB_TIMEOUT", H, "20", "local ACK timeout of every QP (the watchdog and moves do not wait for it)"},
@@ -76,7 +77,6 @@ const struct lp_nccl_var lp_nccl_vars[] = {
     {"NCCL_IB_ADDR_FAMILY", NO, "AF_INET", "the automatic GID choice prefers IPv4-mapped GIDs"},
     {"NCCL_IB_ADDR_RANGE", NO, "(unset)", "the automatic GID choice considers every GID of the port"},
     {"NCCL_IB_USE_INLINE", NO, "0", "linkpass posts clear-to-sends without inline data"},
-    {"NCCL_IB_FIFO_TC", NO, "-1", "the receiver's QPs use the connection's traffic class (NCCL_IB_TC)"},
     {"NCCL_IB_SUBNET_AWARE_ROUTING", NO, "0", "linkpass chooses NICs by closeness, not RoCE subnets"},
     {"NCCL_IB_SUBNET_PREFIX_LEN", NO, "24", "linkpass chooses NICs by closeness, not RoCE subnets"},
 };

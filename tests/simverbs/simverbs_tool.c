@@ -970,8 +970,10 @@ static void print_qps(struct sv_fabric *f, int proc) {
     if (!atomic_load(&qp->in_use) || qp->owner != proc || qp->dev >= SV_MAX_DEVS)
       continue;
     d = &f->devs[qp->dev];
-    printf("    qp 0x%06x (%u)  %s:%s:%u  %s\n", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
-           d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)));
+    printf("    qp 0x%06x (%u)  %s:%s:%u  %s  sl %u", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
+           d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)), qp->ah.sl);
+    if (qp->ah.is_global) printf("  tc %u", qp->ah.grh.traffic_class); /* RoCE, or a routed IB path */
+    printf("\n");
   }
 }
 

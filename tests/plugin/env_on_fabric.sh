@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# NCCL_IB_* variables that change what the QPs look like, checked on a
+# simulated RoCE fabric from `simverbs status` while a sendrecv runs.
+#   usage: env_on_fabric.sh CASE      (env: SIMVERBS PERF PLUGIN CONFS)
+#   fifo_tc  NCCL_IB_TC=32 NCCL_IB_FIFO_TC=106: senders' QPs tc 32, receivers' tc 106
+#   tc_only  NCCL_IB_TC=32 alone: every QP tc 32
+#   bad      NCCL_IB_FIFO_TC=300: a WARN naming it, and every QP tc 32
+set -euo pipefail
+case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad}
+: "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
+tmp=$(mktemp -d /tmp/lpenv.XXXXXX)
+export SIMVERBS_FABRIC="env$$"
+perf=""
+cleanup() {
+  [ -n "$perf" ] && kill "$perf" 2>/dev/null && wait "$perf" 2>/dev/null
+  "$SIMVERBS" down >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL ($case_): $*" >&2
+  cat "$tmp/out" >&2 2>/dev/null || true
+  exit 1
+}
+export NCCL_IB_TC=32 NCCL_DEBUG=WARN
+case $case_ in
+fifo_tc) export NCCL_IB_FIFO_TC=106 ;;
+tc_only) unset NCCL_IB_FIFO_TC ;;
+bad) export NCCL_IB_FIFO_TC=300 ;;
+*) echo "unknown case $case_" >&2; exit 2 ;;
+esac
+"$SIMVERBS" up "$CONFS/two-hosts-roce.conf" >/dev/null
+"$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$PLUGIN" --op sendrecv -b 8K -e 8K \
+  --duration 10 --timeout 60 >"$tmp/out" 2>&1 &
+perf=$!
+# The connections are up once the first per-second line is out (bounded).
+for _ in $(seq 600); do
+  grep -qE '^ +1\.0 ' "$tmp/out" && break
+  kill -0 "$perf" 2>/dev/null || fail "the driver ended early"
+  sleep 0.05
+done
+grep -qE '^ +1\.0 ' "$tmp/out" || fail "no traffic within 30 s"
+"$SIMVERBS" status >"$tmp/status"
+kill "$perf" 2>/dev/null
+wait "$perf" 2>/dev/null || true
+perf=""
+tcs=$(awk '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == "tc") print $(i + 1) }' "$tmp/status" | sort | uniq -c)
+echo "$tcs"
+n32=$(awk '$2 == 32 { print $1 }' <<<"$tcs")
+n106=$(awk '$2 == 106 { print $1 }' <<<"$tcs")
+others=$(awk '$2 != 32 && $2 != 106' <<<"$tcs")
+[ -z "$others" ] || fail "QPs with an unexpected traffic class: $others"
+# sendrecv on 2 ranks: each rank has one send and one receive connection, one QP each
+case $case_ in
+fifo_tc) [ "${n32:-0}" = 2 ] && [ "${n106:-0}" = 2 ] || fail "expected 2 QPs at tc 32 and 2 at tc 106" ;;
+tc_only | bad) [ "${n32:-0}" = 4 ] && [ -z "$n106" ] || fail "expected 4 QPs at tc 32" ;;
+esac
+if [ "$case_" = bad ]; then
+  grep -q 'NCCL_IB_FIFO_TC="300" is not valid: expected an integer in \[-1, 255\]' "$tmp/out" ||
+    fail "no warning naming NCCL_IB_FIFO_TC, its value and the accepted range"
+fi
+echo "PASS $case_"
