@@ -307,6 +307,7 @@ Test(bad_input, atomics_need_remote_atomic_access) {
   cr_assert_eq(post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 64, 1, 0, plain->rkey), 0);
   cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
   cr_assert_eq(*(uint64_t *)(B.buf + 64), 0, "nothing of a refused atomic lands");
+  ibv_dereg_mr(plain);
 }
 
 Test(data, rdma_read_and_unsignaled_writes) {
