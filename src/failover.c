@@ -194,6 +194,7 @@ static void begin(struct lp_comm *c, int reason) {
     fo->from_dev = c->link.dev;
     fo->inflight = outstanding_requests(c);
     fo->reason = reason;
+    fo->attempts = 0;
   }
 }
 
@@ -227,6 +228,8 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       m.avoid_rail = avoid_rail;
       m.link = s->next.local;
       fo->state = LP_FO_REQUESTED;
+      fo->attempts++;
+      fo->deadline_ns = lp_now_ns() + (uint64_t)lp_plugin()->cfg.move_timeout_ms * 1000000ull;
       return send_msg(c, &m, sizeof(m));
     }
     prefer = -1;
@@ -531,6 +534,29 @@ static ncclResult_t check_health(struct lp_comm *c) {
   return ncclSuccess;
 }
 
+/* A REQ the receiver has not answered in time.  A receiver answers within
+ * milliseconds even while NCCL is not calling it (its idle watch), so
+ * silence means the REQ or its ACK was lost, or the peer is frozen or gone.
+ * The move is offered again on another NIC, LP_FO_MAX_ATTEMPTS times in
+ * all; then the connection fails with ncclRemoteError naming the peer,
+ * instead of waiting for ever.  A receiver has no deadline: its sender may
+ * rightly be idle (NCCL calls nothing while it computes) and answers its
+ * NOTICE or its ACK when NCCL calls it again. */
+static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = &c->fo;
+  if (fo->state != LP_FO_REQUESTED || now < fo->deadline_ns) return ncclSuccess;
+  int ms = lp_plugin()->cfg.move_timeout_ms;
+  int retry = fo->attempts < LP_FO_MAX_ATTEMPTS;
+  LP_WARN("connection to %s: no answer to the move within %d ms (LINKPASS_MOVE_TIMEOUT_MS; attempt %d of %d)%s",
+          c->peer, ms, fo->attempts, LP_FO_MAX_ATTEMPTS, retry ? ": offering it again" : "");
+  if (retry) return sender_start(s, fo->reason, -1);
+  report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
+  fo->state = LP_FO_IDLE;
+  return lp_comm_fail(c, ncclRemoteError, "the peer %s answered none of %d moves within %d ms each: it is frozen or gone",
+                      c->peer, LP_FO_MAX_ATTEMPTS, ms);
+}
+
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
   if (!fo->enabled) return ncclSuccess;
@@ -542,6 +568,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
     fo->next_read_ns = now + LP_FO_READ_EVERY_NS;
     rc = read_messages(c);
   }
+  if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
   return rc;
 }

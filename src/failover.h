@@ -35,6 +35,10 @@
 struct lp_comm;
 struct ibv_wc;
 
+/* A move whose REQ goes unanswered is offered again on another NIC, this
+ * many times in all; then the peer is taken for gone. */
+#define LP_FO_MAX_ATTEMPTS 3
+
 enum lp_fo_state {
   LP_FO_IDLE = 0,
   LP_FO_NOTICED,   /* receiver: told the sender, waiting for its REQ */
@@ -65,6 +69,8 @@ struct lp_fo {
   uint32_t epoch;
   int reason;
   uint64_t start_ns;
+  uint64_t deadline_ns; /* sender: the receiver must answer the REQ by then (LINKPASS_MOVE_TIMEOUT_MS) */
+  int attempts;         /* REQs sent for this fault; LP_FO_MAX_ATTEMPTS unanswered ones lose the path */
   int from_dev;     /* where the connection was when this move began */
   int inflight;     /* requests outstanding when it began */
   uint32_t seen_gen;

@@ -16,7 +16,7 @@ export SIMVERBS_FABRIC="fo$$"
 pids=()
 cleanup() {
   local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   "$SIMVERBS" down >/dev/null 2>&1 || true
   rm -rf "$tmp"
@@ -137,6 +137,34 @@ move_is_ready_before_use)
   ! grep -q "reason=stall" "$tmp/syslog" || fail "a moved connection stalled and moved again"
   worst=$(awk '{ g = $3 - $2; if (g > w) w = g } END { printf "%.3f", w }' "$tmp/gaps")
   awk -v w="$worst" 'BEGIN { exit !(w < 1.0) }' || fail "the longest pause between completions was ${worst} s"
+  ;;
+peer_frozen)
+  # The receiving process freezes (SIGSTOP) as the sender's NIC fails: the
+  # moves the sender offers go unanswered.  It must give ncclRemoteError
+  # naming the peer after LP_FO_MAX_ATTEMPTS (3) x LINKPASS_MOVE_TIMEOUT_MS,
+  # never hang.
+  export LINKPASS_MOVE_TIMEOUT_MS=1000
+  run_perf 1M 60 2 sendrecv
+  wait_for '^ +1\.0 ' "$tmp/out"
+  frozen=$(awk '$2 == "rank" && $3 == 1 && $4 == "pid" { print $5; exit }' "$tmp/out")
+  [ -n "$frozen" ] || fail "no pid for rank 1 in the driver's header"
+  pids+=("$frozen") # cleanup continues and kills it
+  # Hold node0:mlx5_0's writes in flight for 3 s, so that rank 0 has sends
+  # outstanding, which NCCL (and the driver) keep testing, when it freezes.
+  sv fault node0:mlx5_0 delay 3000000
+  sleep 0.3 # lets rank 0 post sends behind the delay; not synchronisation
+  kill -STOP "$frozen"
+  t0=$SECONDS
+  sv link node0:mlx5_0 down
+  rc=0
+  wait "$perf" || rc=$?
+  took=$((SECONDS - t0))
+  kill -CONT "$frozen" 2>/dev/null || true
+  ((rc != 0)) || fail "the run succeeded with its peer frozen"
+  ((took <= 15)) || fail "the frozen peer was noticed only after ${took} s"
+  grep -q "answered none of 3 moves within 1000 ms each: it is frozen or gone" "$tmp/out" ||
+    fail "no error naming the unanswered moves"
+  grep -q "event=path_lost" "$tmp/syslog" || fail "no path_lost event line"
   ;;
 qp_fatal)
   run_perf 1M 4
