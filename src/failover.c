@@ -23,13 +23,18 @@ static int dev_port(int dev) { return lp_plugin()->devs[dev].port; }
 
 /* ---- control channel ---- */
 
+/* A control socket ends closed (EPIPE) whether the peer closed it or TCP
+ * gave up on a silent host (keepalive, TCP_USER_TIMEOUT: sock.c). */
+static const char *channel_err(int rc) {
+  return rc == -EPIPE ? "it was closed or timed out: the peer process or host is gone" : strerror(-rc);
+}
+
 static ncclResult_t flush_tx(struct lp_comm *c) {
   struct lp_fo *fo = &c->fo;
   if (fo->tx_off == fo->tx_len) return ncclSuccess;
   int rc = lp_sock_send_progress(c->fd, fo->tx, fo->tx_len, &fo->tx_off);
   if (rc < 0)
-    return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s",
-                        rc == -EPIPE ? "closed by the peer" : strerror(-rc));
+    return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
   if (rc == 1) fo->tx_len = fo->tx_off = 0;
   return ncclSuccess;
 }
@@ -476,8 +481,8 @@ static ncclResult_t read_messages(struct lp_comm *c) {
        * decides: completions that arrived before it left still count
        * (lp_comm_check_peer fails the connection after draining them). */
       if (fo->state != LP_FO_IDLE)
-        return lp_comm_fail(c, ncclRemoteError, "control channel to the peer %s during a move",
-                            rc == -EPIPE ? "was closed: the peer process is gone" : strerror(-rc));
+        return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed during a move: %s",
+                            channel_err(rc));
       fo->peer_closed = 1;
       return ncclSuccess;
     }

@@ -112,10 +112,26 @@ int lp_oob_pick(const struct lp_config *cfg, union lp_sockaddr *addr, char *ifna
   return rc;
 }
 
+/* A peer host that freezes or loses power closes nothing: without these,
+ * its socket stays "established" while TCP retransmits for ~15 minutes
+ * (tcp_retries2), and a move waiting on it waits as long.  Data left
+ * unacknowledged for LP_SOCK_DEAD_MS fails the socket (TCP_USER_TIMEOUT),
+ * and an idle connection is probed after LP_SOCK_KEEPIDLE_S seconds, every
+ * second, LP_SOCK_KEEPCNT times, so it fails within about as long. */
+#define LP_SOCK_DEAD_MS 10000
+#define LP_SOCK_KEEPIDLE_S 5
+#define LP_SOCK_KEEPCNT 5
+
 static int set_common(int fd) {
-  int one = 1;
+  int one = 1, dead = LP_SOCK_DEAD_MS, idle = LP_SOCK_KEEPIDLE_S, cnt = LP_SOCK_KEEPCNT;
   /* Setup messages are small and latency-bound. */
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return -errno;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &dead, sizeof(dead)) != 0)
+    return -errno;
   return 0;
 }
 

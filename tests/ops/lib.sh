@@ -31,6 +31,20 @@ skip() {
   exit 77
 }
 
+# Network namespaces with veths and bridges, or skip: they need root.
+require_netns() {
+  local probe="lpops-probe-$$" err
+  [ "$(id -u)" = 0 ] || skip "network namespaces need root (this runs as uid $(id -u))"
+  command -v ip >/dev/null || skip "iproute2's ip is not installed"
+  err=$(ip netns add "$probe" 2>&1) || skip "cannot create a network namespace: $err"
+  err=$(ip -n "$probe" link add lpops-a type veth peer name lpops-b 2>&1 &&
+    ip -n "$probe" link add lpops-br type bridge 2>&1) || {
+    ip netns delete "$probe"
+    skip "cannot create veth or bridge interfaces: $err"
+  }
+  ip netns delete "$probe"
+}
+
 fail() {
   echo "FAIL: $*" >&2
   echo "--- driver output (last 60 lines)" >&2

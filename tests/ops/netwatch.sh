@@ -15,16 +15,7 @@
 source "$(dirname "$0")/lib.sh"
 : "${SINK:?}"
 
-[ "$(id -u)" = 0 ] || skip "network namespaces need root (this runs as uid $(id -u))"
-command -v ip >/dev/null || skip "iproute2's ip is not installed"
-probe="lpops-probe-$$"
-err=$(ip netns add "$probe" 2>&1) || skip "cannot create a network namespace: $err"
-err=$(ip -n "$probe" link add lpops-a type veth peer name lpops-b 2>&1 &&
-  ip -n "$probe" link add lpops-br type bridge 2>&1) || {
-  ip netns delete "$probe"
-  skip "cannot create veth or bridge interfaces: $err"
-}
-ip netns delete "$probe"
+require_netns
 
 start_sink
 "$SIMVERBS" up "$CONFS/two-hosts-4nic-roce-netns.conf" >"$tmp/up.txt" 2>&1 || fail "simverbs up: $(cat "$tmp/up.txt")"
