@@ -267,6 +267,16 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
   string_var("LINKPASS_SYSLOG_SOCKET", env(env_arg, "LINKPASS_SYSLOG_SOCKET"), cfg->syslog_socket,
              sizeof(cfg->syslog_socket), warn, warn_arg, &nwarn, "using /dev/log");
 
+  /* Checked against each other: the watchdog exists to find a black hole
+   * before the RC retries give up; at or above their budget it never does. */
+  double budget_ms = 4.096e-3 * (double)(1ull << cfg->timeout) * (cfg->retry_cnt + 1);
+  if (cfg->failover && cfg->watchdog_ms > 0 && cfg->watchdog_ms >= budget_ms)
+    diag(warn, warn_arg, &nwarn,
+         "LINKPASS_WATCHDOG_MS=%d is at or above the RC retry budget of %.0f ms (NCCL_IB_TIMEOUT=%d, "
+         "NCCL_IB_RETRY_CNT=%d: 4.096 us x 2^%d x %d): a silent path is found by the retry error first; "
+         "set the watchdog below the budget",
+         cfg->watchdog_ms, budget_ms, cfg->timeout, cfg->retry_cnt, cfg->timeout, cfg->retry_cnt + 1);
+
   s = env(env_arg, "LINKPASS_SYSLOG_FACILITY");
   if (s != NULL && *s != '\0') {
     int facility = lp_syslog_facility(s);

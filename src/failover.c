@@ -598,6 +598,12 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
                         (int)lp_wrid_kind(wc->wr_id));
   lp_health_note(LP_EV_WC_ERROR, c->link.dev, (int)wc->status, c->conn_id, wc->wr_id);
   if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
+  /* Once per move: the error that started it, as the NIC reported it (the
+   * flushes that follow it say nothing more). */
+  LP_WARN("%s connection to %s: completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d): moving",
+          c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name, wc->qp_num,
+          lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status, wc->vendor_err,
+          (int)lp_wrid_kind(wc->wr_id));
   if (c->kind == LP_COMM_SEND) return sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1);
   return receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR);
 }

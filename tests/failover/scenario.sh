@@ -191,6 +191,9 @@ ack_loss | partial_write)
   sv fault node0:mlx5_0 "${name/_/-}" 1
   expect_clean_run
   expect_event event=failover dev=mlx5_0 reason=completion_error
+  # the error that started the move, once, with the NIC's own status
+  grep -qE "completion error on mlx5_0 qp 0x[0-9a-f]+: .*\(status 12, vendor error 0x[0-9a-f]+, wr kind [0-9]+\): moving" \
+    "$tmp/out" || fail "the completion error that started the move was not logged with its status and vendor error"
   ;;
 ack_loss_repeated | ack_loss_idle_receiver)
   # A lost acknowledgement on a sendrecv's only message of an iteration:

@@ -219,3 +219,23 @@ Test(parse_int, forms) {
   cr_expect_eq(lp_parse_int("4k", &v), -1);
   cr_expect_eq(lp_parse_int(NULL, &v), -1);
 }
+
+Test(config, watchdog_at_or_above_the_retry_budget_warns_naming_both) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  set(&e, "NCCL_IB_TIMEOUT", "12"); /* 16.8 ms x 8 = 134 ms */
+  set(&e, "LINKPASS_WATCHDOG_MS", "200");
+  cr_assert_eq(load(&e, &cfg), 1);
+  cr_expect(strstr(e.warnings[0], "LINKPASS_WATCHDOG_MS=200") && strstr(e.warnings[0], "134 ms") &&
+                strstr(e.warnings[0], "NCCL_IB_TIMEOUT=12") && strstr(e.warnings[0], "NCCL_IB_RETRY_CNT=7"),
+            "%s", e.warnings[0]);
+  struct fake_env ok = {0};
+  set(&ok, "NCCL_IB_TIMEOUT", "12");
+  set(&ok, "LINKPASS_WATCHDOG_MS", "100");
+  cr_expect_eq(load(&ok, &cfg), 0, "below the budget: no warning");
+  struct fake_env off = {0};
+  set(&off, "NCCL_IB_TIMEOUT", "12");
+  set(&off, "LINKPASS_WATCHDOG_MS", "200");
+  set(&off, "LINKPASS_FAILOVER", "0");
+  cr_expect_eq(load(&off, &cfg), 0, "no failover, no watchdog: nothing to say");
+}
