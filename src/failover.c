@@ -589,6 +589,27 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
 
+/* Errors a path causes, which another NIC may not have.  Protection and
+ * access errors (a bad key, a buffer outside its registration, an
+ * operation the peer refuses) come from the request itself: they repeat on
+ * every NIC, and moving on them would loop for ever. */
+static int path_failure(enum ibv_wc_status st) {
+  switch (st) {
+  case IBV_WC_LOC_LEN_ERR:
+  case IBV_WC_LOC_PROT_ERR:
+  case IBV_WC_MW_BIND_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_OP_ERR:
+  case IBV_WC_LOC_ACCESS_ERR:
+  case IBV_WC_INV_EECN_ERR:
+  case IBV_WC_INV_EEC_STATE_ERR:
+    return 0;
+  default: /* retries exhausted, flushes, fatal and general errors, a bad response */
+    return 1;
+  }
+}
+
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
   struct lp_fo *fo = &c->fo;
   if (!fo->enabled)
@@ -598,6 +619,13 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
                         (int)lp_wrid_kind(wc->wr_id));
   lp_health_note(LP_EV_WC_ERROR, c->link.dev, (int)wc->status, c->conn_id, wc->wr_id);
   if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
+  if (!path_failure(wc->status))
+    return lp_comm_fail(c, ncclSystemError,
+                        "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d): not a path "
+                        "failure (every NIC would refuse the request the same way), so the connection does not move "
+                        "and fails: check the buffers and their registrations",
+                        c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status),
+                        (int)wc->status, wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
   /* Once per move: the error that started it, as the NIC reported it (the
    * flushes that follow it say nothing more). */
   LP_WARN("%s connection to %s: completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d): moving",

@@ -166,6 +166,22 @@ peer_frozen)
     fail "no error naming the unanswered moves"
   grep -q "event=path_lost" "$tmp/syslog" || fail "no path_lost event line"
   ;;
+access_error)
+  # The responder refuses a request (a bad key, as the peer sees it): an
+  # access error repeats on every NIC, so the connection must not move (a
+  # move would loop) but fail at once with an error that says so.
+  run_perf 1M 30
+  wait_for '^ +1\.0 ' "$tmp/out"
+  t0=$SECONDS
+  sv fault node0:mlx5_0 access-error 1
+  rc=0
+  wait "$perf" || rc=$?
+  ((rc != 0)) || fail "the run succeeded through an access error"
+  (((SECONDS - t0) <= 15)) || fail "the access error ended the run only after $((SECONDS - t0)) s"
+  grep -q "remote access error (status 10, vendor error 0x[0-9a-f]*, wr kind [0-9]*): not a path failure" "$tmp/out" ||
+    fail "no error saying the access error is not a path failure"
+  ! grep -q "event=failover" "$tmp/syslog" || fail "a connection moved on an access error"
+  ;;
 qp_fatal)
   run_perf 1M 4
   wait_for '^ +1\.0 ' "$tmp/out"

@@ -607,7 +607,16 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       partial = left && atomic_compare_exchange_strong(&lp->partial_write, &left, left - 1);
     }
     struct exec_out out = {0};
-    enum exec_result r = execute(lq, q, d, w, partial, now, &out);
+    uint32_t refuse = atomic_load(&lp->access_error);
+    enum exec_result r;
+    if (refuse && atomic_compare_exchange_strong(&lp->access_error, &refuse, refuse - 1)) {
+      /* as a bad rkey: the responder NAKs and breaks, nothing lands */
+      fail_responder(d, SV_QP_FAULT_ACCESS);
+      out.status = IBV_WC_REM_ACCESS_ERR;
+      r = EXEC_FAIL;
+    } else {
+      r = execute(lq, q, d, w, partial, now, &out);
+    }
     if (r == EXEC_RNR) {
       progress |= rnr_nak(lq, q, d, w, now, next);
       break;

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 5 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics */
+#define SV_VERSION 6 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -60,6 +60,7 @@ struct sv_port {
   _Atomic uint32_t ack_loss;      /* next N requests: data lands, the ACK never comes back */
   _Atomic uint32_t partial_write; /* next N writes: half the payload lands, then the link dies */
   _Atomic uint32_t delay_us;      /* extra delay on every work request */
+  _Atomic uint32_t access_error;  /* next N requests: the responder refuses them (REM_ACCESS_ERR), as for a bad rkey */
   /* Written on every work request, each line by one side only: the port's
    * own senders (wire and tx) and its peers' senders (rx).  On the lines
    * above, which every sender reads, they would bounce between processes. */

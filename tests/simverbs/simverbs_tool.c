@@ -72,13 +72,15 @@ static const struct cmd_help helps[] = {
      "interface down or up in its host's namespace and waits for the port to\n"
      "follow.\n"},
     {"fault",
-     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|delay US|clear\n"
+     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|access-error [N]|delay US|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
      "simverbs fault qp QPN fatal",
      "Port faults (on the sending port): blackhole drops everything while the\n"
      "port stays ACTIVE (only retries running out reveal it); ack-loss makes the\n"
      "next N requests land without their ACK; partial-write makes the next N\n"
-     "writes land half their payload before the link dies; delay adds US\n"
+     "writes land half their payload before the link dies; access-error makes\n"
+     "the responder refuse the next N requests (REM_ACCESS_ERR, as for a bad\n"
+     "rkey; the responder's QP breaks with IBV_EVENT_QP_ACCESS_ERR); delay adds US\n"
      "microseconds to every request; clear removes them all.  device-fatal\n"
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
      "device-recover lets it be opened again.  qp QPN fatal moves one QP\n"
@@ -814,7 +816,7 @@ static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t ma
 }
 
 static bool is_port_fault(const char *what) {
-  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "delay", "clear"};
+  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "access-error", "delay", "clear"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(what, names[i]) == 0)
       return true;
@@ -829,10 +831,10 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     if (a->npos != 3 || (strcmp(a->pos[2], "on") != 0 && strcmp(a->pos[2], "off") != 0))
       return bad_usage(a->cmd, "blackhole takes on or off");
     atomic_store(&p->blackhole, strcmp(a->pos[2], "on") == 0);
-  } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0) {
+  } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0 || strcmp(what, "access-error") == 0) {
     if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0)
       return rc;
-    atomic_store(what[0] == 'a' ? &p->ack_loss : &p->partial_write, v);
+    atomic_store(strcmp(what, "ack-loss") == 0 ? &p->ack_loss : what[0] == 'p' ? &p->partial_write : &p->access_error, v);
   } else if (strcmp(what, "delay") == 0) {
     if ((rc = fault_value(a, true, 0, MAX_DELAY_US, &v)) != 0)
       return rc;
@@ -843,6 +845,7 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     atomic_store(&p->blackhole, 0);
     atomic_store(&p->ack_loss, 0);
     atomic_store(&p->partial_write, 0);
+    atomic_store(&p->access_error, 0);
     atomic_store(&p->delay_us, 0);
   }
   return 0;
@@ -853,7 +856,7 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   struct sv_port *p;
   if (!is_port_fault(a->pos[1]))
     return bad_usage(a->cmd,
-                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], delay US, clear, "
+                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, clear, "
                      "device-fatal or device-recover",
                      a->pos[1]);
   if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0)
@@ -862,9 +865,10 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   if ((rc = fault_port_apply(a, p)) != 0)
     return rc;
   sv_wake_all(f); /* engines re-check the port at once */
-  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, delay %u us\n", f->hosts[f->devs[dev].host].name,
-         f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off", atomic_load(&p->ack_loss),
-         atomic_load(&p->partial_write), atomic_load(&p->delay_us));
+  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us\n",
+         f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
+         atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
+         atomic_load(&p->delay_us));
   return 0;
 }
 
@@ -897,7 +901,7 @@ static const char *ibv_qp_state_name(uint32_t s) {
 
 static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint32_t port) {
   uint32_t bh = atomic_load(&p->blackhole), al = atomic_load(&p->ack_loss);
-  uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us);
+  uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us), ae = atomic_load(&p->access_error);
   printf("      port %u  %-6s", port, atomic_load(&p->state) == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN");
   if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && f->netns)
     printf("  lid %u  if %s", p->lid, p->netdev);
@@ -908,7 +912,7 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
   printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
          (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
          (unsigned long long)atomic_load(&p->rx_wrs));
-  if (!bh && !al && !pw && !dl)
+  if (!bh && !al && !pw && !dl && !ae)
     printf(" none");
   if (bh)
     printf(" blackhole");
@@ -916,6 +920,8 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
     printf(" ack-loss %u", al);
   if (pw)
     printf(" partial-write %u", pw);
+  if (ae)
+    printf(" access-error %u", ae);
   if (dl)
     printf(" delay %u us", dl);
   putchar('\n');
