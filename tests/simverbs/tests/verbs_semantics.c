@@ -485,6 +485,17 @@ Test(faults, ack_loss_delivers_data_and_receive_but_sender_gets_retry_exceeded) 
   cr_assert_eq(atomic_load(&fab->devs[0].ports[0].ack_loss), 0, "a one-shot fault is consumed");
 }
 
+Test(faults, access_error_is_refused_by_the_responder_like_a_bad_rkey) {
+  atomic_store(&fab->devs[0].ports[0].access_error, 1);
+  fill(A.buf, 64, 9);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
+  cr_assert_eq(expect_async(&B), IBV_EVENT_QP_ACCESS_ERR);
+  cr_assert_eq(qp_state(&B), IBV_QPS_ERR);
+  for (int i = 0; i < 64; i++) cr_assert_eq(B.buf[i], 0, "byte %d of a refused write landed", i);
+  cr_assert_eq(atomic_load(&fab->devs[0].ports[0].access_error), 0, "a one-shot fault is consumed");
+}
+
 Test(faults, partial_write_lands_half_then_fails_without_receive_completion) {
   atomic_store(&fab->devs[0].ports[0].partial_write, 1);
   fill(A.buf, 8192, 4);
