@@ -1,6 +1,7 @@
 /* Environment parsing and validation (pure: no globals, no I/O). */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -128,6 +129,43 @@ int lp_filter_match(const struct lp_filter *f, const char *name, int port) {
   return lp_filter_hits(f, name, port) ^ f->exclude;
 }
 
+/* ---- address ranges --------------------------------------------------- */
+
+/* "ADDRESS/PREFIX" in `family`; 0, or -1 with a reason. */
+static int range_parse(const char *s, int family, struct lp_addr_range *r, char *why, size_t whylen) {
+  memset(r, 0, sizeof(*r));
+  const char *slash = strchr(s, '/');
+  char addr[INET6_ADDRSTRLEN];
+  long long prefix;
+  int max = family == LP_FAMILY_INET6 ? 128 : 32;
+  if (slash == NULL || (size_t)(slash - s) >= sizeof(addr)) {
+    snprintf(why, whylen, "no /PREFIX");
+    return -1;
+  }
+  memcpy(addr, s, (size_t)(slash - s));
+  addr[slash - s] = '\0';
+  if (inet_pton(family == LP_FAMILY_INET6 ? AF_INET6 : AF_INET, addr, r->addr) != 1) {
+    snprintf(why, whylen, "'%.46s' is not an %s address", addr, family == LP_FAMILY_INET6 ? "IPv6" : "IPv4");
+    return -1;
+  }
+  if (lp_parse_int(slash + 1, &prefix) != 0 || prefix < 0 || prefix > max) {
+    snprintf(why, whylen, "the prefix is not in 0..%d", max);
+    return -1;
+  }
+  r->family = family;
+  r->prefix = (int)prefix;
+  r->set = 1;
+  return 0;
+}
+
+int lp_addr_in_range(const struct lp_addr_range *r, const uint8_t *addr) {
+  int full = r->prefix / 8, rest = r->prefix % 8;
+  if (memcmp(addr, r->addr, (size_t)full) != 0) return 0;
+  if (rest == 0) return 1;
+  uint8_t mask = (uint8_t)(0xff << (8 - rest));
+  return (addr[full] & mask) == (r->addr[full] & mask);
+}
+
 /* ---- integer variables ------------------------------------------------ */
 
 struct int_var {
@@ -179,6 +217,7 @@ void lp_config_defaults(struct lp_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   for (size_t i = 0; i < NVARS; i++) *(int *)((char *)cfg + int_vars[i].off) = int_vars[i].def;
   cfg->family = LP_FAMILY_ANY;
+  cfg->gid_family = LP_FAMILY_INET;
   cfg->syslog_facility = LOG_USER;
   snprintf(cfg->syslog_socket, sizeof(cfg->syslog_socket), "/dev/log");
 }
@@ -245,6 +284,30 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
     }
   }
 
+  /* The family first: NCCL_IB_ADDR_RANGE is read in it. */
+  s = env(env_arg, "NCCL_IB_ADDR_FAMILY");
+  if (s != NULL && *s != '\0') {
+    if (strcmp(s, "AF_INET6") == 0) {
+      cfg->gid_family = LP_FAMILY_INET6;
+    } else if (strcmp(s, "AF_INET") != 0) {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn, "NCCL_IB_ADDR_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using AF_INET",
+           val);
+    }
+  }
+  s = env(env_arg, "NCCL_IB_ADDR_RANGE");
+  if (s != NULL && *s != '\0') {
+    if (range_parse(s, cfg->gid_family, &cfg->gid_range, why, sizeof(why)) != 0) {
+      shown(val, sizeof(val), s);
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_IB_ADDR_RANGE=\"%s\" is not valid (%s): expected ADDRESS/PREFIX in NCCL_IB_ADDR_FAMILY (%s); "
+           "considering every GID",
+           val, why, cfg->gid_family == LP_FAMILY_INET6 ? "AF_INET6, prefix 0..128" : "AF_INET, prefix 0..32");
+    } else {
+      snprintf(cfg->gid_range_str, sizeof(cfg->gid_range_str), "%s", s);
+    }
+  }
+
   s = env(env_arg, "NCCL_SOCKET_FAMILY");
   if (s != NULL && *s != '\0') {
     if (strcmp(s, "AF_INET") == 0) {
@@ -300,6 +363,10 @@ void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg)
   snprintf(buf, sizeof(buf), "NCCL_IB_HCA=%s", cfg->hca.set ? cfg->hca_str : "(all devices)");
   line(arg, buf);
   snprintf(buf, sizeof(buf), "NCCL_SOCKET_IFNAME=%s", cfg->ifname.set ? cfg->ifname_str : "(automatic)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "NCCL_IB_ADDR_FAMILY=%s", cfg->gid_family == LP_FAMILY_INET6 ? "AF_INET6" : "AF_INET");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "NCCL_IB_ADDR_RANGE=%s", cfg->gid_range.set ? cfg->gid_range_str : "(every GID)");
   line(arg, buf);
   snprintf(buf, sizeof(buf), "NCCL_SOCKET_FAMILY=%s",
            cfg->family == LP_FAMILY_INET ? "AF_INET" : cfg->family == LP_FAMILY_INET6 ? "AF_INET6" : "(any)");

@@ -13,6 +13,7 @@
 #define LP_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define LP_MAX_QPS 16          /* NCCL_IB_QPS_PER_CONNECTION upper bound */
 #define LP_FILTER_MAX 32       /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
@@ -48,11 +49,25 @@ int lp_filter_hits(const struct lp_filter *f, const char *name, int port);
 
 enum lp_family { LP_FAMILY_ANY = 0, LP_FAMILY_INET = 4, LP_FAMILY_INET6 = 6 };
 
+/* NCCL_IB_ADDR_RANGE: a subnet, ADDRESS/PREFIX, in NCCL_IB_ADDR_FAMILY. */
+struct lp_addr_range {
+  int set;
+  int family;       /* LP_FAMILY_INET or LP_FAMILY_INET6 */
+  uint8_t addr[16]; /* network byte order; 4 bytes used for IPv4 */
+  int prefix;       /* bits */
+};
+
+/* 1 when the 4 (IPv4) or 16 (IPv6) bytes at `addr` lie in `r`. */
+int lp_addr_in_range(const struct lp_addr_range *r, const uint8_t *addr);
+
 struct lp_config {
   /* ibverbs */
   int ib_disable;   /* NCCL_IB_DISABLE: non-zero offers no devices, as NCCL's transport does */
   int gid_index;    /* NCCL_IB_GID_INDEX, -1: automatic */
   int roce_version; /* NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version in automatic GID selection */
+  int gid_family;   /* NCCL_IB_ADDR_FAMILY: GIDs the automatic choice looks for, LP_FAMILY_INET or _INET6 */
+  struct lp_addr_range gid_range; /* NCCL_IB_ADDR_RANGE: only GIDs in this subnet, when set */
+  char gid_range_str[64];
   int tc;           /* NCCL_IB_TC */
   int fifo_tc;      /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
   int sl;           /* NCCL_IB_SL */

@@ -42,13 +42,22 @@ static int gid_is_v4_mapped(const union ibv_gid *g) {
 
 static int gid_is_link_local(const union ibv_gid *g) { return g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80; }
 
-int lp_gid_pick(const union ibv_gid *gids, const int *types, int n, int roce_version, int family) {
+/* Whether the GID's address lies in `range`: an IPv4 range takes only
+ * IPv4-mapped GIDs, an IPv6 range compares the whole GID. */
+static int gid_in_range(const union ibv_gid *g, const struct lp_addr_range *range) {
+  if (range == NULL || !range->set) return 1;
+  if (range->family == LP_FAMILY_INET) return gid_is_v4_mapped(g) && lp_addr_in_range(range, g->raw + 12);
+  return lp_addr_in_range(range, g->raw);
+}
+
+int lp_gid_pick(const union ibv_gid *gids, const int *types, int n, int roce_version, int family,
+                const struct lp_addr_range *range) {
   int want = roce_version == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
   /* RoCE v1 and IB share one type value in verbs; v1 is what a port with
    * unknown types most likely runs, so unknown counts as v1. */
   int best = -1, best_score = -1;
   for (int i = 0; i < n; i++) {
-    if (gid_is_zero(&gids[i])) continue;
+    if (gid_is_zero(&gids[i]) || !gid_in_range(&gids[i], range)) continue;
     int t = types[i] < 0 ? IBV_GID_TYPE_ROCE_V1 : types[i];
     int v4 = gid_is_v4_mapped(&gids[i]);
     int fam_ok = family == LP_FAMILY_ANY || (family == LP_FAMILY_INET) == v4;
@@ -123,7 +132,12 @@ static int choose_gid(const struct lp_ibv *ibv, const struct lp_config *cfg, con
     if (ibv->query_gid(nic->ctx, (uint8_t)dev->port, i, &gids[i]) != 0) memset(&gids[i], 0, sizeof(gids[i]));
     if (!gid_is_zero(&gids[i])) types[i] = gid_type_sysfs(nic, dev->port, i);
   }
-  int idx = lp_gid_pick(gids, types, n, cfg->roce_version, cfg->family);
+  int idx = lp_gid_pick(gids, types, n, cfg->roce_version, cfg->gid_family, &cfg->gid_range);
+  if (idx < 0 && cfg->gid_range.set) {
+    LP_WARN("NCCL_IB_ADDR_RANGE=%s matches no GID of %s:%d; choosing among all of them", cfg->gid_range_str,
+            nic->name, dev->port);
+    idx = lp_gid_pick(gids, types, n, cfg->roce_version, cfg->gid_family, NULL);
+  }
   if (idx >= 0) {
     dev->gid_index = idx;
     dev->gid = gids[idx];

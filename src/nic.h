@@ -66,7 +66,8 @@ int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const 
  * NCCL would: the preferred RoCE version with an IPv4-mapped address first,
  * then that version with any non-link-local address, then any usable entry.
  * types[i] is IBV_GID_TYPE_* or -1 when unknown.  Returns -1 when none. */
-int lp_gid_pick(const union ibv_gid *gids, const int *types, int n, int roce_version, int family);
+int lp_gid_pick(const union ibv_gid *gids, const int *types, int n, int roce_version, int family,
+                const struct lp_addr_range *range);
 
 /* "fe80::1" style text for logs. */
 const char *lp_gid_str(const union ibv_gid *gid, char *buf, size_t len);

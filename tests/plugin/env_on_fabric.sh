@@ -5,8 +5,11 @@
 #   fifo_tc  NCCL_IB_TC=32 NCCL_IB_FIFO_TC=106: senders' QPs tc 32, receivers' tc 106
 #   tc_only  NCCL_IB_TC=32 alone: every QP tc 32
 #   bad      NCCL_IB_FIFO_TC=300: a WARN naming it, and every QP tc 32
+#   gid_inet6     NCCL_IB_ADDR_FAMILY=AF_INET6: the automatic GID is the IPv6 one (index 1)
+#   gid_range     NCCL_IB_ADDR_RANGE=198.18.0.0/16: the IPv4-mapped RoCE v2 GID (index 3)
+#   gid_no_match  NCCL_IB_ADDR_RANGE=10.0.0.0/8: a WARN per port, and the choice without it
 set -euo pipefail
-case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad}
+case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_inet6|gid_range|gid_no_match}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 tmp=$(mktemp -d /tmp/lpenv.XXXXXX)
 export SIMVERBS_FABRIC="env$$"
@@ -27,6 +30,9 @@ case $case_ in
 fifo_tc) export NCCL_IB_FIFO_TC=106 ;;
 tc_only) unset NCCL_IB_FIFO_TC ;;
 bad) export NCCL_IB_FIFO_TC=300 ;;
+gid_inet6) export NCCL_IB_ADDR_FAMILY=AF_INET6 NCCL_DEBUG=INFO ;;
+gid_range) export NCCL_IB_ADDR_RANGE=198.18.0.0/16 NCCL_DEBUG=INFO ;;
+gid_no_match) export NCCL_IB_ADDR_RANGE=10.0.0.0/8 NCCL_DEBUG=INFO ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 "$SIMVERBS" up "$CONFS/two-hosts-roce.conf" >/dev/null
@@ -44,6 +50,23 @@ grep -qE '^ +1\.0 ' "$tmp/out" || fail "no traffic within 30 s"
 kill "$perf" 2>/dev/null
 wait "$perf" 2>/dev/null || true
 perf=""
+# The GID each rank chose for its mlx5_0 (simverbs' RoCE table: [0] fe80 v1,
+# [1] fe80 v2, [2] IPv4-mapped v1, [3] IPv4-mapped v2), and traffic flowed.
+gid_is() {
+  local n
+  n=$(grep -cE "device 0: mlx5_0:1 RoCE .*GID index $1 \($2" "$tmp/out" || true)
+  ((n == 2)) || fail "expected both ranks on GID index $1 ($2...), found $n"
+}
+case $case_ in
+gid_inet6) gid_is 1 fe80:: ;;
+gid_range) gid_is 3 ::ffff:198\.18\. ;;
+gid_no_match)
+  gid_is 3 ::ffff:198\.18\.
+  grep -q "NCCL_IB_ADDR_RANGE=10.0.0.0/8 matches no GID of mlx5_0:1; choosing among all of them" "$tmp/out" ||
+    fail "no warning that the range matches nothing"
+  ;;
+esac
+case $case_ in gid_*) echo "PASS $case_"; exit 0 ;; esac
 tcs=$(awk '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == "tc") print $(i + 1) }' "$tmp/status" | sort | uniq -c)
 echo "$tcs"
 n32=$(awk '$2 == 32 { print $1 }' <<<"$tcs")

@@ -239,3 +239,32 @@ Test(config, watchdog_at_or_above_the_retry_budget_warns_naming_both) {
   set(&off, "LINKPASS_FAILOVER", "0");
   cr_expect_eq(load(&off, &cfg), 0, "no failover, no watchdog: nothing to say");
 }
+
+Test(config, ib_addr_family_and_range) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  cr_assert_eq(load(&e, &cfg), 0);
+  cr_expect_eq(cfg.gid_family, LP_FAMILY_INET, "NCCL's default is AF_INET");
+  cr_expect(!cfg.gid_range.set);
+  set(&e, "NCCL_IB_ADDR_FAMILY", "AF_INET6");
+  set(&e, "NCCL_IB_ADDR_RANGE", "fd00::/8");
+  cr_assert_eq(load(&e, &cfg), 0);
+  cr_expect_eq(cfg.gid_family, LP_FAMILY_INET6);
+  cr_expect(cfg.gid_range.set && cfg.gid_range.prefix == 8 && cfg.gid_range.addr[0] == 0xfd);
+  const char *bad[][2] = {{"AF_INET", "10.0.0.0"},    {"AF_INET", "10.0.0.0/33"}, {"AF_INET", "fd00::/8"},
+                          {"AF_INET", "10.0.0.0/x"}, {"AF_INET6", "10.0.0.0/8"}, {"AF_INET6", "fd00::/129"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    struct fake_env b = {0};
+    set(&b, "NCCL_IB_ADDR_FAMILY", bad[i][0]);
+    set(&b, "NCCL_IB_ADDR_RANGE", bad[i][1]);
+    cr_expect_eq(load(&b, &cfg), 1, "%s %s", bad[i][0], bad[i][1]);
+    cr_expect(strstr(b.warnings[0], "NCCL_IB_ADDR_RANGE=") && strstr(b.warnings[0], "considering every GID"), "%s",
+              b.warnings[0]);
+    cr_expect(!cfg.gid_range.set);
+  }
+  struct fake_env f = {0};
+  set(&f, "NCCL_IB_ADDR_FAMILY", "AF_UNIX");
+  cr_expect_eq(load(&f, &cfg), 1);
+  cr_expect(strstr(f.warnings[0], "NCCL_IB_ADDR_FAMILY=\"AF_UNIX\" is not valid"), "%s", f.warnings[0]);
+  cr_expect_eq(cfg.gid_family, LP_FAMILY_INET);
+}

@@ -27,16 +27,49 @@ Test(nic, gid_prefers_roce_v2_ipv4) {
   union ibv_gid g[4] = {gid_of("fe80::1"), gid_of("fe80::1"), gid_of("::ffff:198.18.0.1"),
                         gid_of("::ffff:198.18.0.1")};
   int t[4] = {IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2};
-  cr_expect_eq(lp_gid_pick(g, t, 4, 2, LP_FAMILY_ANY), 3);
-  cr_expect_eq(lp_gid_pick(g, t, 4, 1, LP_FAMILY_ANY), 2);
+  cr_expect_eq(lp_gid_pick(g, t, 4, 2, LP_FAMILY_ANY, NULL), 3);
+  cr_expect_eq(lp_gid_pick(g, t, 4, 1, LP_FAMILY_ANY, NULL), 2);
 }
 
 Test(nic, gid_skips_empty_and_handles_ipv6) {
   union ibv_gid g[5] = {gid_of(NULL), gid_of("fe80::1"), gid_of("fd00::2"), gid_of("fd00::2"),
                         gid_of("::ffff:10.0.0.1")};
   int t[5] = {-1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1};
-  cr_expect_eq(lp_gid_pick(g, t, 5, 2, LP_FAMILY_INET6), 3);
-  cr_expect_eq(lp_gid_pick(g, t, 1, 2, LP_FAMILY_ANY), -1, "an all-zero table has no GID");
+  cr_expect_eq(lp_gid_pick(g, t, 5, 2, LP_FAMILY_INET6, NULL), 3);
+  cr_expect_eq(lp_gid_pick(g, t, 1, 2, LP_FAMILY_ANY, NULL), -1, "an all-zero table has no GID");
   int unknown[5] = {-1, -1, -1, -1, -1};
-  cr_expect_eq(lp_gid_pick(g, unknown, 5, 2, LP_FAMILY_ANY), 4, "unknown types: an IPv4 address first");
+  cr_expect_eq(lp_gid_pick(g, unknown, 5, 2, LP_FAMILY_ANY, NULL), 4, "unknown types: an IPv4 address first");
+}
+
+static struct lp_addr_range range4(const char *net, int prefix) {
+  struct lp_addr_range r = {.set = 1, .family = LP_FAMILY_INET, .prefix = prefix};
+  inet_pton(AF_INET, net, r.addr);
+  return r;
+}
+
+/* NCCL_IB_ADDR_RANGE: only GIDs in the subnet are candidates. */
+Test(nic, gid_range_filters_candidates) {
+  union ibv_gid g[6] = {gid_of("fe80::1"),           gid_of("fe80::1"),           gid_of("::ffff:198.18.0.1"),
+                        gid_of("::ffff:198.18.0.1"), gid_of("::ffff:10.1.2.3"),   gid_of("::ffff:10.1.2.3")};
+  int t[6] = {IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1,
+              IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2};
+  struct lp_addr_range ten = range4("10.0.0.0", 8), bench = range4("198.18.0.0", 15), none = range4("172.16.0.0", 12);
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET, NULL), 3, "without a range: the first v2 IPv4 GID");
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET, &ten), 5);
+  cr_expect_eq(lp_gid_pick(g, t, 6, 1, LP_FAMILY_INET, &ten), 4);
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET, &bench), 3);
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET, &none), -1, "a range that matches nothing leaves nothing");
+  struct lp_addr_range ll = {.set = 1, .family = LP_FAMILY_INET6, .prefix = 10};
+  inet_pton(AF_INET6, "fe80::", ll.addr);
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET6, &ll), 1, "an IPv6 range compares the whole GID");
+  cr_expect_eq(lp_gid_pick(g, t, 6, 2, LP_FAMILY_INET6, NULL), 1, "AF_INET6: no IPv4-mapped GID preferred");
+}
+
+Test(nic, addr_in_range_prefix_bits) {
+  struct lp_addr_range r = range4("10.128.0.0", 9);
+  uint8_t in[4] = {10, 200, 1, 1}, out[4] = {10, 100, 1, 1};
+  cr_expect(lp_addr_in_range(&r, in));
+  cr_expect(!lp_addr_in_range(&r, out));
+  struct lp_addr_range all = range4("0.0.0.0", 0);
+  cr_expect(lp_addr_in_range(&all, out), "/0 holds everything");
 }
