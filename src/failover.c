@@ -497,9 +497,8 @@ static ncclResult_t read_messages(struct lp_comm *c) {
  * path is black-holed (no event anywhere) and the retries would take the
  * ~30 s retry budget to say so.  Both ends watch: a receiver whose CTS
  * writes vanish is as stuck as a sender whose data does. */
-static int stalled(struct lp_comm *c, uint64_t now) {
+static int stalled(struct lp_comm *c, uint64_t now, uint64_t limit) {
   struct lp_fo *fo = &c->fo;
-  uint64_t limit = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull;
   int outstanding = 0;
   /* Signaled work only: a receiver's trailing unsignaled clear-to-sends are
    * no stall (its probe puts a signaled write behind them when it is quiet),
@@ -583,7 +582,25 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
  * is still outstanding after that poll counts as stalled. */
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = &c->fo;
-  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess || !stalled(c, now)) return c->error;
+  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess) return c->error;
+  uint64_t base = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull, limit = base * (uint64_t)fo->wd_scale;
+  if (!stalled(c, now, limit)) {
+    /* a quiet spell of ten limits: the fabric is well again */
+    if (fo->wd_scale > 1 && now - fo->last_stall_ns > 10 * limit) fo->wd_scale = 1;
+    return c->error;
+  }
+  /* Back-off: a stall soon after a move made for a stall says the new path
+   * is no faster, and maybe no NIC is (congestion, a delay everywhere):
+   * moving again at the same limit would loop for ever.  Each such stall
+   * doubles this connection's limit, up to LP_WATCHDOG_BACKOFF_MAX times. */
+  if (fo->last_stall_ns && now - fo->last_stall_ns < 2 * limit + base && fo->wd_scale < LP_WATCHDOG_BACKOFF_MAX) {
+    fo->wd_scale *= 2;
+    LP_WARN("%s connection to %s stalled again on %s soon after moving for a stall: every NIC may be slow; its "
+            "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
+            c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
+            (unsigned long long)(base * (uint64_t)fo->wd_scale / 1000000ull), fo->wd_scale);
+  }
+  fo->last_stall_ns = now;
   fo->watch_since_ns = now;
   return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
@@ -646,6 +663,7 @@ void lp_fo_init(struct lp_comm *c) {
   fo->from_dev = c->link.dev;
   fo->seen_gen = lp_health_gen(&p->health);
   fo->watch_since_ns = fo->last_cqe_ns = lp_now_ns();
+  fo->wd_scale = 1;
   if (fo->enabled) atomic_fetch_add(&p->health.load[c->link.dev], 1);
   /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
   size_t o = 0;

@@ -38,6 +38,9 @@ struct ibv_wc;
 /* A move whose REQ goes unanswered is offered again on another NIC, this
  * many times in all; then the peer is taken for gone. */
 #define LP_FO_MAX_ATTEMPTS 3
+/* The watchdog's limit grows at most this many times on stalls that follow
+ * moves for stalls (failover.c lp_fo_watchdog). */
+#define LP_WATCHDOG_BACKOFF_MAX 8
 
 enum lp_fo_state {
   LP_FO_IDLE = 0,
@@ -79,6 +82,8 @@ struct lp_fo {
   int peer_closed;     /* the control channel reached end of file */
   uint64_t next_read_ns; /* when to look at the control channel again */
   uint64_t watch_since_ns, last_cqe_ns; /* watchdog: work outstanding since, last completion */
+  uint64_t last_stall_ns; /* watchdog: when it last moved the connection */
+  int wd_scale;           /* watchdog: its limit is LINKPASS_WATCHDOG_MS x this (back-off) */
   /* Control channel. */
   size_t rx_off;
   size_t tx_len, tx_off;

@@ -166,6 +166,21 @@ peer_frozen)
     fail "no error naming the unanswered moves"
   grep -q "event=path_lost" "$tmp/syslog" || fail "no path_lost event line"
   ;;
+delay_everywhere)
+  # Every NIC of node0 answers 1.5 s late, longer than the 1 s watchdog: a
+  # move finds the new path no faster.  The watchdog must back off (its
+  # limit doubles, once or twice) instead of moving for ever, say so once
+  # per connection end, and the run must end with every byte right.
+  run_perf 64K 10 2 sendrecv
+  wait_for '^ +1\.0 ' "$tmp/out"
+  for nic in mlx5_0 mlx5_1 mlx5_2 mlx5_3; do sv fault "node0:$nic" delay 1500000; done
+  expect_clean_run
+  stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
+  backoffs=$(grep -c "stalled again on mlx5_[0-9] soon after moving for a stall" "$tmp/out" || true)
+  echo "stall moves: $stalls, back-off lines: $backoffs"
+  ((backoffs >= 1)) || fail "the watchdog never backed off"
+  ((stalls <= 12)) || fail "$stalls moves for stalls in 10 s with every NIC slow: the watchdog did not back off"
+  ;;
 access_error)
   # The responder refuses a request (a bad key, as the peer sees it): an
   # access error repeats on every NIC, so the connection must not move (a
