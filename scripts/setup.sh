@@ -11,6 +11,7 @@ packages=(
   iproute2 procps psmisc                    # ss, ip, pkill
   gnuplot-nox                               # bench/plots.sh draws docs/img/*.png
   rsyslog                                   # the syslog integration test starts its own rsyslogd
+  autoconf automake libtool                 # tests/peers builds the reference IB plugin from ../shared/peers
 )
 missing=()
 for p in "${packages[@]}"; do
