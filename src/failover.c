@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm.h"
@@ -627,28 +628,30 @@ static int path_failure(enum ibv_wc_status st) {
   }
 }
 
+/* "completion error on mlx5_0 qp 0x2001: transport retry counter exceeded
+ * (status 12, vendor error 0x81, wr kind 2)": the error as the NIC gave it. */
+static const char *wc_desc(const struct lp_comm *c, const struct ibv_wc *wc, char *buf, size_t len) {
+  snprintf(buf, len, "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
+           c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status,
+           wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
+  return buf;
+}
+
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
   struct lp_fo *fo = &c->fo;
-  if (!fo->enabled)
-    return lp_comm_fail(c, ncclRemoteError,
-                        "completion error on qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)", wc->qp_num,
-                        lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status, wc->vendor_err,
-                        (int)lp_wrid_kind(wc->wr_id));
+  char what[256];
+  if (!fo->enabled) return lp_comm_fail(c, ncclRemoteError, "%s", wc_desc(c, wc, what, sizeof(what)));
   lp_health_note(LP_EV_WC_ERROR, c->link.dev, (int)wc->status, c->conn_id, wc->wr_id);
   if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
   if (!path_failure(wc->status))
     return lp_comm_fail(c, ncclSystemError,
-                        "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d): not a path "
-                        "failure (every NIC would refuse the request the same way), so the connection does not move "
-                        "and fails: check the buffers and their registrations",
-                        c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status),
-                        (int)wc->status, wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
+                        "%s: not a path failure (every NIC would refuse the request the same way), so the "
+                        "connection does not move and fails: check the buffers and their registrations",
+                        wc_desc(c, wc, what, sizeof(what)));
   /* Once per move: the error that started it, as the NIC reported it (the
    * flushes that follow it say nothing more). */
-  LP_WARN("%s connection to %s: completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d): moving",
-          c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name, wc->qp_num,
-          lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status, wc->vendor_err,
-          (int)lp_wrid_kind(wc->wr_id));
+  LP_WARN("%s connection to %s: %s: moving", c->kind == LP_COMM_SEND ? "send" : "recv", c->peer,
+          wc_desc(c, wc, what, sizeof(what)));
   if (c->kind == LP_COMM_SEND) return sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1);
   return receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR);
 }
