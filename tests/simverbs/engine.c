@@ -499,6 +499,13 @@ static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
     __builtin_prefetch(sv_rq_entry(f, d, atomic_load_explicit(&d->rq_head, memory_order_relaxed)), 0);
 }
 
+/* Consume one use of a port's one-shot fault counter (ack-loss,
+ * partial-write, access-error); 1 when this request takes it. */
+static int take_one(_Atomic uint32_t *count) {
+  uint32_t left = atomic_load(count);
+  return left && atomic_compare_exchange_strong(count, &left, left - 1);
+}
+
 static void fail_qp(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st) {
   complete_send(lq, w, st, 0);
   sq_pop(lq);
@@ -601,15 +608,11 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       note_deadline(next, lq->due_ns);
       break;
     }
-    int partial = 0;
-    if (w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 && atomic_load(&lp->partial_write)) {
-      uint32_t left = atomic_load(&lp->partial_write);
-      partial = left && atomic_compare_exchange_strong(&lp->partial_write, &left, left - 1);
-    }
+    int partial = w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 &&
+                  take_one(&lp->partial_write);
     struct exec_out out = {0};
-    uint32_t refuse = atomic_load(&lp->access_error);
     enum exec_result r;
-    if (refuse && atomic_compare_exchange_strong(&lp->access_error, &refuse, refuse - 1)) {
+    if (take_one(&lp->access_error)) {
       /* as a bad rkey: the responder NAKs and breaks, nothing lands */
       fail_responder(d, SV_QP_FAULT_ACCESS);
       out.status = IBV_WC_REM_ACCESS_ERR;
@@ -631,8 +634,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       fail_qp(lq, w, out.status);
       break;
     }
-    uint32_t lost = atomic_load(&lp->ack_loss);
-    if (lost && atomic_compare_exchange_strong(&lp->ack_loss, &lost, lost - 1)) {
+    if (take_one(&lp->ack_loss)) {
       lq->head_state = SV_HEAD_UNACKED;
       unanswered(lq, q, now, next);
       break;
