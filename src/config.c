@@ -129,7 +129,12 @@ int lp_filter_match(const struct lp_filter *f, const char *name, int port) {
   return lp_filter_hits(f, name, port) ^ f->exclude;
 }
 
-/* ---- address ranges --------------------------------------------------- */
+/* ---- address families and ranges -------------------------------------- */
+
+/* "AF_INET" or "AF_INET6" as an lp_family; LP_FAMILY_ANY for anything else. */
+static int family_parse(const char *s) {
+  return strcmp(s, "AF_INET") == 0 ? LP_FAMILY_INET : strcmp(s, "AF_INET6") == 0 ? LP_FAMILY_INET6 : LP_FAMILY_ANY;
+}
 
 /* "ADDRESS/PREFIX" in `family`; 0, or -1 with a reason. */
 static int range_parse(const char *s, int family, struct lp_addr_range *r, char *why, size_t whylen) {
@@ -287,9 +292,9 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
   /* The family first: NCCL_IB_ADDR_RANGE is read in it. */
   s = env(env_arg, "NCCL_IB_ADDR_FAMILY");
   if (s != NULL && *s != '\0') {
-    if (strcmp(s, "AF_INET6") == 0) {
-      cfg->gid_family = LP_FAMILY_INET6;
-    } else if (strcmp(s, "AF_INET") != 0) {
+    if (family_parse(s) != LP_FAMILY_ANY) {
+      cfg->gid_family = family_parse(s);
+    } else {
       shown(val, sizeof(val), s);
       diag(warn, warn_arg, &nwarn, "NCCL_IB_ADDR_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using AF_INET",
            val);
@@ -310,11 +315,8 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
 
   s = env(env_arg, "NCCL_SOCKET_FAMILY");
   if (s != NULL && *s != '\0') {
-    if (strcmp(s, "AF_INET") == 0) {
-      cfg->family = LP_FAMILY_INET;
-    } else if (strcmp(s, "AF_INET6") == 0) {
-      cfg->family = LP_FAMILY_INET6;
-    } else {
+    cfg->family = family_parse(s);
+    if (cfg->family == LP_FAMILY_ANY) {
       shown(val, sizeof(val), s);
       diag(warn, warn_arg, &nwarn,
            "NCCL_SOCKET_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using either family", val);
