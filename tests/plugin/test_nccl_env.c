@@ -85,7 +85,7 @@ Test(nccl_env, ib_disable_is_parsed_like_nccls) {
 }
 
 /* The table of docs/CONFIGURATION.md, "## Every variable of NCCL's IB
- * transport": rows "| `NAME` | NCCL's meaning | NCCL default | treatment | ...". */
+ * transport": rows "| `NAME` | NCCL's meaning | `NCCL default` | treatment | ...". */
 Test(nccl_env, the_documented_table_is_the_code_table) {
   FILE *f = fopen(LP_DOC_CONFIGURATION, "r");
   cr_assert_not_null(f, "cannot open %s", LP_DOC_CONFIGURATION);
@@ -117,6 +117,12 @@ Test(nccl_env, the_documented_table_is_the_code_table) {
     cr_assert_lt(i, lp_nccl_nvars, "docs name %s, which the code's table lacks", name);
     cr_expect_str_eq(t, lp_env_treatment_str(lp_nccl_vars[i].treatment), "%s: docs say \"%s\", the code \"%s\"",
                      name, t, lp_env_treatment_str(lp_nccl_vars[i].treatment));
+    /* the third cell, NCCL's default, as `value` */
+    const char *dcell = line;
+    for (int k = 0; k < 2 && dcell; k++) dcell = strchr(dcell + 1, '|');
+    char want[96];
+    snprintf(want, sizeof(want), " `%s` ", lp_nccl_vars[i].nccl_default);
+    cr_expect(dcell && strncmp(dcell + 1, want, strlen(want)) == 0, "%s: the docs' default is not%s", name, want);
     seen[i]++;
     rows++;
   }
