@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "clock.h"
 #include "log.h"
 
 struct lp_comm *lp_comm_check(void *comm, int kind) {
@@ -49,7 +50,6 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
 
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
-  lp_fo_fini(comm);
   lp_link_close(&comm->link);
   free(comm->ctrl);
   if (comm->fd >= 0) close(comm->fd);
@@ -60,7 +60,7 @@ void lp_comm_destroy(struct lp_comm *comm) {
 struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle) {
   struct lp_mr *m = mhandle;
   if (m == NULL || m->magic != LP_MR_MAGIC) return NULL;
-  return m->mr[lp_plugin()->devs[comm->link.dev].nic];
+  return m->mr[comm->env->devs[comm->link.dev].nic];
 }
 
 ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc) {
@@ -68,35 +68,32 @@ ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc) {
                                     : lp_recv_completion((struct lp_recv_comm *)comm, wc);
 }
 
-ncclResult_t lp_comm_progress(struct lp_comm *comm) {
-  if (comm->error != ncclSuccess) return comm->error;
-  uint64_t now = comm->progress_ns = lp_now_ns();
-  ncclResult_t frc = lp_fo_progress(comm, now);
-  if (frc != ncclSuccess) return frc;
+ncclResult_t lp_comm_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error) {
   struct ibv_wc wcs[LP_POLL_BATCH];
-  /* A bounded number of batches per call: test() must return promptly. */
   for (int iter = 0; iter < 4; iter++) {
     int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
-    if (n > 0) comm->fo.last_cqe_ns = now; /* the watchdog's evidence of progress */
+    if (n > 0) lp_watchdog_fed(&comm->wd, now);
     for (int i = 0; i < n; i++) {
-      const struct ibv_wc *wc = &wcs[i];
-      if (wc->status != IBV_WC_SUCCESS) {
-        /* Move to another path, or fail when failover is off.  Later
-         * completions of this QP are flushes caused by this one. */
-        ncclResult_t rc = lp_fo_on_error(comm, wc);
-        if (rc != ncclSuccess) return rc;
-        continue;
-      }
-      ncclResult_t rc = lp_comm_completion(comm, wc);
+      /* An error: later completions of its QP are flushes caused by it. */
+      ncclResult_t rc = wcs[i].status == IBV_WC_SUCCESS ? lp_comm_completion(comm, &wcs[i]) : on_error(comm, &wcs[i]);
       if (rc != ncclSuccess) return rc;
     }
     if (n < LP_POLL_BATCH) break;
   }
-  ncclResult_t wrc = lp_fo_watchdog(comm, now);
-  if (wrc != ncclSuccess) return wrc;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_comm_advance(struct lp_comm *comm, uint64_t now) {
+  if (comm->error != ncclSuccess) return comm->error;
   if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
   return lp_recv_probe((struct lp_recv_comm *)comm, now);
+}
+
+int lp_comm_busy(const struct lp_comm *comm) {
+  for (int q = 0; q < comm->link.nqps; q++)
+    if (lp_comm_signaled_outstanding(comm, q) > 0) return 1;
+  return 0;
 }
 
 ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
@@ -118,23 +115,20 @@ ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum
                         link->qps[q]->qp_num, strerror(err));
   link->sq_free[q]--;
   link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
-  if (signal && was_idle && c->fo.enabled) c->fo.watch_since_ns = lp_now_ns();
+  if (signal && was_idle && lp_watchdog_on(&c->wd)) lp_watchdog_armed(&c->wd, lp_now_ns());
   return ncclSuccess;
 }
 
 #define LP_PEER_CHECK_NS (100ull * 1000 * 1000)
 
-ncclResult_t lp_comm_check_peer(struct lp_comm *comm) {
-  if (comm->error != ncclSuccess) return comm->error;
+int lp_comm_peer_gone(struct lp_comm *comm, int *err) {
   uint64_t now = comm->progress_ns; /* callers progressed just before */
-  if (now < comm->next_peer_check_ns) return ncclSuccess;
+  *err = 0;
+  if (now < comm->next_peer_check_ns) return 0;
   comm->next_peer_check_ns = now + LP_PEER_CHECK_NS;
   char b;
   ssize_t n = recv(comm->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return ncclSuccess;
-  /* Completions that arrived before the peer left still count. */
-  ncclResult_t rc = lp_comm_progress(comm);
-  if (rc != ncclSuccess) return rc;
-  return lp_comm_fail(comm, ncclRemoteError, "the peer closed the connection (%s)",
-                      n == 0 ? "its process exited or it closed its comm" : strerror(errno));
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return 0;
+  *err = n == 0 ? 0 : -errno;
+  return 1;
 }

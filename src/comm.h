@@ -18,12 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "failover.h"
+#include "env.h"
 #include "fifo.h"
-#include "linkpass.h"
+#include "health.h"
 #include "linkpass/nccl_net.h"
-#include "plugin.h"
-#include "sock.h"
+#include "watchdog.h"
 #include "wire.h"
 
 #define LP_COMM_MAGIC 0x4c50436fu
@@ -41,7 +40,8 @@ enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
 enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
 
 struct lp_link {
-  int dev; /* index in lp_plugin.devs */
+  const struct lp_env *env; /* set by lp_link_open */
+  int dev; /* index in env->devs */
   struct ibv_cq *cq;
   int nqps;
   struct ibv_qp *qps[LP_MAX_QPS];
@@ -53,6 +53,7 @@ struct lp_link {
 };
 
 struct lp_comm;
+struct lp_fo;
 
 struct lp_req {
   struct lp_comm *comm;
@@ -69,6 +70,8 @@ struct lp_req {
 struct lp_comm {
   uint32_t magic;
   int kind; /* enum lp_comm_kind */
+  const struct lp_env *env;
+  struct lp_health *health; /* the control plane; NULL when failover is off */
   int fd;   /* the out-of-band socket, kept open as the control channel */
   uint64_t conn_id;
   int traffic_class;
@@ -81,14 +84,14 @@ struct lp_comm {
   uint64_t progress_ns;        /* when the last progress call began: one clock read per test() */
   char peer_id[160];  /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
-  struct lp_fo fo;    /* link failover state */
+  struct lp_watchdog wd; /* fed here, consulted by failover */
+  /* Set by failover while a move is agreed (failover.h): nothing new goes
+   * out, and NCCL's calls only progress the move. */
+  int paused;
+  struct lp_fo *fo; /* link failover state (failover.h); NULL when off */
   /* Held by whoever is inside the comm: NCCL's call, or the idle-receiver
    * watch answering a move for a receive comm NCCL is not calling. */
   _Atomic int in_call;
-  /* The idle watch's own (idle_watch.h), under its lock. */
-  uint64_t watch_skip_until_ns;
-  int watch_off; /* the peer closed or the comm failed: nothing to answer */
-  int watch_tx;  /* an answer is still queued for the socket */
 };
 
 /* Enter / leave a comm: NCCL's calls into a receive comm (irecv, test),
@@ -126,7 +129,6 @@ struct lp_send_comm {
   uint64_t head;               /* next message to match (first is 1) */
   uint64_t post_seq;           /* next matched message to post */
   size_t max_wr_bytes;
-  struct lp_link next; /* failover: the path offered to the peer, until it answers */
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
 };
 
@@ -146,15 +148,25 @@ struct lp_recv_comm {
 /* Registered memory handed to NCCL. */
 struct lp_mr {
   uint32_t magic;
+  const struct lp_env *env; /* to deregister after the comm is gone */
   uintptr_t addr;
   size_t len;
   struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
 };
 
+/* ---- mr.c ---- */
+/* Register `data` on the comm's NIC, and on every other NIC when failover is
+ * on (a move never waits for a registration).  fd >= 0: a dma-buf. */
+ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
+                            void **mhandle);
+/* Deregister everywhere and free the handle (checked by the caller). */
+ncclResult_t lp_mr_deregister(struct lp_mr *m);
+
 /* ---- link.c ---- */
 /* Create CQ, QPs (in INIT) and register `ctrl` on device `dev`. */
 /* `remote_off`: where in `ctrl` the peer writes (advertised as ctrl_addr). */
-ncclResult_t lp_link_open(struct lp_link *link, int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off);
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int dev, int nqps, void *ctrl,
+                          size_t ctrl_len, size_t remote_off);
 /* Bring every QP to RTS towards `link->remote`. */
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
 void lp_link_close(struct lp_link *link);
@@ -171,12 +183,19 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
 void lp_comm_destroy(struct lp_comm *comm);
 /* Act on one successful completion (send or receive side). */
 ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc);
-/* Poll the CQ and act on completions; returns the comm's state. */
-ncclResult_t lp_comm_progress(struct lp_comm *comm);
-/* Called right after lp_comm_progress when a request is waiting: notices
- * (rate-limited) that the peer closed the control socket, so a dead peer is
- * an error, not a hang. */
-ncclResult_t lp_comm_check_peer(struct lp_comm *comm);
+/* What the layer above does with an error completion: move, or fail. */
+typedef ncclResult_t (*lp_wc_error_fn)(struct lp_comm *comm, const struct ibv_wc *wc);
+/* Poll the CQ a bounded number of batches (test() must return promptly),
+ * act on each successful completion and hand each error one to `on_error`.
+ * Every completion feeds the watchdog. */
+ncclResult_t lp_comm_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error);
+/* After the poll: post what waits (sender) or the probe (receiver). */
+ncclResult_t lp_comm_advance(struct lp_comm *comm, uint64_t now);
+/* 1 while any QP has signaled work outstanding (what the watchdog waits on). */
+int lp_comm_busy(const struct lp_comm *comm);
+/* 1 when the peer's end of the control socket reached end of file or an
+ * error (rate-limited to one look per 100 ms; -errno or 0 in *why). */
+int lp_comm_peer_gone(struct lp_comm *comm, int *err);
 /* Look up this comm's registration of an mhandle.  NULL when invalid. */
 struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);
 
@@ -190,9 +209,8 @@ static inline int lp_comm_signaled_outstanding(const struct lp_comm *c, int q) {
 /* Post one WR on QP q, signaled when `force`d, once in `every`, or when
  * credits run low: a signaled completion returns the credits of the
  * unsignaled WRs before it.  The watchdog waits on signaled work only; when
- * this WR is the only signaled one outstanding, its clock starts now: the
- * last completion may be long ago when NCCL left the comm alone, and that
- * idle time is no stall (without this, a comm unused for longer than
+ * this WR is the only signaled one outstanding, its clock starts now
+ * (watchdog.h; without this, a comm unused for longer than
  * LINKPASS_WATCHDOG_MS failed over on its next message). */
 ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
                           uint64_t seq);
@@ -200,7 +218,16 @@ ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum
 /* ---- send.c / recv.c ---- */
 ncclResult_t lp_send_progress(struct lp_send_comm *s);
 ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc);
+/* Match one isend against the receiver's clear-to-sends.  *req NULL: not
+ * now (NCCL retries); *progress then says whether completions may help
+ * (no clear-to-send yet) or only time (no receive of this tag yet). */
+ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle,
+                           struct lp_req **req, int *progress);
 ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
+/* Post one irecv: receives and its clear-to-send.  *req NULL: no room now,
+ * completions must free some (NCCL retries). */
+ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                          struct lp_req **req);
 ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
 
 #endif

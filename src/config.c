@@ -11,7 +11,6 @@
 #include <string.h>
 #include <syslog.h>
 
-#include "report.h"
 
 int lp_parse_int(const char *s, long long *out) {
   if (s == NULL) return -1;
@@ -218,6 +217,34 @@ static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) {
   if (fn) fn(arg, buf);
 }
 
+int lp_syslog_facility(const char *name) {
+  static const struct {
+    const char *name;
+    int facility;
+  } table[] = {{"user", LOG_USER},     {"daemon", LOG_DAEMON}, {"local0", LOG_LOCAL0}, {"local1", LOG_LOCAL1},
+               {"local2", LOG_LOCAL2}, {"local3", LOG_LOCAL3}, {"local4", LOG_LOCAL4}, {"local5", LOG_LOCAL5},
+               {"local6", LOG_LOCAL6}, {"local7", LOG_LOCAL7}};
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    if (strcmp(name, table[i].name) == 0) return table[i].facility;
+  return -1;
+}
+
+/* The RC retry budget: the local ACK timeout is 4.096 us x 2^NCCL_IB_TIMEOUT,
+ * tried NCCL_IB_RETRY_CNT + 1 times. */
+static uint64_t retry_budget_ns(int timeout, int retry_cnt) {
+  return (4096ull << timeout) * (uint64_t)(retry_cnt + 1);
+}
+
+static void derive(struct lp_config *cfg) {
+  const uint64_t ms = 1000000ull;
+  cfg->ns.setup_timeout_ns = (uint64_t)cfg->setup_timeout_ms * ms;
+  cfg->ns.watchdog_ns = (uint64_t)cfg->watchdog_ms * ms;
+  cfg->ns.move_timeout_ns = (uint64_t)cfg->move_timeout_ms * ms;
+  cfg->ns.holddown_ns = (uint64_t)cfg->failback_holddown_ms * ms;
+  cfg->ns.holddown_max_ns = (uint64_t)cfg->failback_holddown_max_ms * ms;
+  cfg->ns.retry_budget_ns = retry_budget_ns(cfg->timeout, cfg->retry_cnt);
+}
+
 void lp_config_defaults(struct lp_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   for (size_t i = 0; i < NVARS; i++) *(int *)((char *)cfg + int_vars[i].off) = int_vars[i].def;
@@ -225,6 +252,7 @@ void lp_config_defaults(struct lp_config *cfg) {
   cfg->gid_family = LP_FAMILY_INET;
   cfg->syslog_facility = LOG_USER;
   snprintf(cfg->syslog_socket, sizeof(cfg->syslog_socket), "/dev/log");
+  derive(cfg);
 }
 
 /* A string variable kept as given, if it fits. */
@@ -332,10 +360,11 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
   string_var("LINKPASS_SYSLOG_SOCKET", env(env_arg, "LINKPASS_SYSLOG_SOCKET"), cfg->syslog_socket,
              sizeof(cfg->syslog_socket), warn, warn_arg, &nwarn, "using /dev/log");
 
+  derive(cfg);
   /* Checked against each other: the watchdog exists to find a black hole
    * before the RC retries give up; at or above their budget it never does. */
-  double budget_ms = 4.096e-3 * (double)(1ull << cfg->timeout) * (cfg->retry_cnt + 1);
-  if (cfg->failover && cfg->watchdog_ms > 0 && cfg->watchdog_ms >= budget_ms)
+  double budget_ms = (double)cfg->ns.retry_budget_ns / 1e6;
+  if (cfg->failover && cfg->ns.watchdog_ns > 0 && cfg->ns.watchdog_ns >= cfg->ns.retry_budget_ns)
     diag(warn, warn_arg, &nwarn,
          "LINKPASS_WATCHDOG_MS=%d is at or above the RC retry budget of %.0f ms (NCCL_IB_TIMEOUT=%d, "
          "NCCL_IB_RETRY_CNT=%d: 4.096 us x 2^%d x %d): a silent path is found by the retry error first; "

@@ -95,12 +95,24 @@ struct lp_config {
   char ibverbs_lib[LP_CONFIG_STR_MAX]; /* NCCL_IBVERBS_LIB, "" when unset */
   char hca_str[LP_CONFIG_STR_MAX];
   char ifname_str[LP_CONFIG_STR_MAX];
+  /* Derived once from the above (lp_config_load, lp_config_defaults): what
+   * the code compares against, so nothing converts a setting at use. */
+  struct {
+    uint64_t setup_timeout_ns;  /* 0: none */
+    uint64_t watchdog_ns;       /* 0: off */
+    uint64_t move_timeout_ns;
+    uint64_t holddown_ns, holddown_max_ns;
+    uint64_t retry_budget_ns;   /* how long an RC QP retries a silent path before its error completion */
+  } ns;
 };
 
 /* Reads one variable; NULL when unset. */
 typedef const char *(*lp_env_fn)(void *arg, const char *name);
 /* Receives one complete warning (no trailing newline). */
 typedef void (*lp_diag_fn)(void *arg, const char *msg);
+
+/* Syslog facility by name: user, daemon, local0..local7 (a LOG_* value).  -1 if unknown. */
+int lp_syslog_facility(const char *name);
 
 /* Defaults only. */
 void lp_config_defaults(struct lp_config *cfg);

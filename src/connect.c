@@ -19,7 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "connect.h"
+
+#include "clock.h"
+#include "failover.h"
+#include "ids.h"
+#include "idle_watch.h"
+#include "linkpass.h"
 #include "log.h"
 
 #define LP_LISTEN_MAGIC 0x4c504c69u
@@ -65,6 +71,7 @@ struct lp_accept_stage {
 
 struct lp_listen_comm {
   uint32_t magic;
+  struct lp_setup *setup;
   int dev;
   int fd;
   int traffic_class;
@@ -74,7 +81,7 @@ struct lp_listen_comm {
   struct lp_accept_stage *stage;
 };
 
-static uint64_t deadline_after(int ms) { return ms > 0 ? lp_now_ns() + (uint64_t)ms * 1000000ull : 0; }
+static uint64_t deadline_after(uint64_t ns) { return ns > 0 ? lp_now_ns() + ns : 0; }
 static int expired(uint64_t deadline) { return deadline != 0 && lp_now_ns() > deadline; }
 
 static const char *sock_err(int rc) { return rc == -EPIPE ? "connection closed by peer" : strerror(-rc); }
@@ -86,9 +93,11 @@ static void describe_peer(char *out, size_t len, const char *host, const union l
 }
 
 /* Allocate a comm with its page-aligned control memory. */
-static void *comm_alloc(size_t size, int kind, size_t ctrl_len, int tc) {
+static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t ctrl_len, int tc) {
   struct lp_comm *c = calloc(1, size);
   if (c == NULL) return NULL;
+  c->env = p->env;
+  c->health = p->health;
   if (posix_memalign(&c->ctrl, 4096, ctrl_len) != 0) {
     free(c);
     return NULL;
@@ -103,7 +112,7 @@ static void *comm_alloc(size_t size, int kind, size_t ctrl_len, int tc) {
   return c;
 }
 
-static void stage_unlink(struct lp_plugin *p, struct lp_connect_stage *st) {
+static void stage_unlink(struct lp_setup *p, struct lp_connect_stage *st) {
   pthread_mutex_lock(&p->lock);
   for (struct lp_connect_stage **pp = &p->stages; *pp; pp = &(*pp)->next) {
     if (*pp == st) {
@@ -114,29 +123,28 @@ static void stage_unlink(struct lp_plugin *p, struct lp_connect_stage *st) {
   pthread_mutex_unlock(&p->lock);
 }
 
-static void stage_free(struct lp_plugin *p, struct lp_connect_stage *st, struct lp_handle *h) {
+static void stage_free(struct lp_setup *p, struct lp_connect_stage *st, struct lp_handle *h) {
   stage_unlink(p, st);
   if (h) h->connect_token = 0;
   if (st->comm) lp_comm_destroy(&st->comm->base);
   free(st);
 }
 
-static ncclResult_t connect_start(struct lp_plugin *p, struct lp_ctx *ctx, int dev, int tc, struct lp_handle *h,
+static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp_handle *h,
                                   struct lp_connect_stage **out) {
   ncclResult_t rc = ncclSystemError;
   struct lp_connect_stage *st = calloc(1, sizeof(*st));
   if (st == NULL) return ncclSystemError;
-  if (tc == NCCL_NET_TRAFFIC_CLASS_UNDEF) tc = lp_ctx_tc(ctx);
-  struct lp_send_comm *s = comm_alloc(sizeof(*s), LP_COMM_SEND, LP_SEND_CTRL_LEN, tc);
+  struct lp_send_comm *s = comm_alloc(p, sizeof(*s), LP_COMM_SEND, LP_SEND_CTRL_LEN, tc);
   if (s == NULL) goto fail;
   st->comm = s;
   s->fifo = s->base.ctrl;
   s->rec_stage = (struct lp_record *)(s->fifo + LP_FIFO_DEPTH * LP_MAX_RECVS);
   s->head = 1;
   s->post_seq = 1;
-  s->max_wr_bytes = (size_t)p->cfg.max_wr_bytes;
+  s->max_wr_bytes = (size_t)p->env->cfg.max_wr_bytes;
   s->base.conn_id = lp_random_u64();
-  rc = lp_link_open(&s->base.link, dev, p->cfg.qps_per_conn, s->base.ctrl, s->base.ctrl_len, 0);
+  rc = lp_link_open(&s->base.link, p->env, dev, p->env->cfg.qps_per_conn, s->base.ctrl, s->base.ctrl_len, 0);
   if (rc != ncclSuccess) goto fail;
 
   memset(&st->to, 0, sizeof(st->to));
@@ -160,10 +168,10 @@ static ncclResult_t connect_start(struct lp_plugin *p, struct lp_ctx *ctx, int d
   lp_msg_hdr_init(&st->hello.hdr, LP_MSG_HELLO, sizeof(st->hello));
   st->hello.listen_id = h->listen_id;
   st->hello.conn_id = s->base.conn_id;
-  snprintf(st->hello.host, sizeof(st->hello.host), "%s", p->hostname);
+  snprintf(st->hello.host, sizeof(st->hello.host), "%s", p->env->hostname);
   st->hello.link = s->base.link.local;
   st->state = CS_CONNECTING;
-  st->deadline_ns = deadline_after(p->cfg.setup_timeout_ms);
+  st->deadline_ns = deadline_after(p->env->cfg.ns.setup_timeout_ns);
 
   pthread_mutex_lock(&p->lock);
   st->token = ++p->next_token;
@@ -181,7 +189,7 @@ fail:
 
 /* Advance a connect; *done when the send comm is ready.  On error the
  * caller frees the stage. */
-static ncclResult_t connect_step(struct lp_plugin *p, struct lp_connect_stage *st, int *done) {
+static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st, int *done) {
   struct lp_send_comm *s = st->comm;
   int fd = s->base.fd;
   char a[64];
@@ -237,7 +245,6 @@ static ncclResult_t connect_step(struct lp_plugin *p, struct lp_connect_stage *s
         if (r == 0) goto again;
         LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
                 s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
-        lp_fo_init(&s->base);
         *done = 1;
         return ncclSuccess;
     }
@@ -245,7 +252,7 @@ static ncclResult_t connect_step(struct lp_plugin *p, struct lp_connect_stage *s
 again:
   if (expired(st->deadline_ns)) {
     LP_WARN("connect: no answer from the listener at %s within LINKPASS_SETUP_TIMEOUT_MS=%d",
-            lp_sockaddr_str(&st->to, a, sizeof(a)), p->cfg.setup_timeout_ms);
+            lp_sockaddr_str(&st->to, a, sizeof(a)), p->env->cfg.setup_timeout_ms);
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -255,16 +262,8 @@ sock_fail:
   return ncclRemoteError;
 }
 
-ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, void **sendComm,
-                        ncclNetDeviceHandle_v12_t **sendDevComm) {
-  struct lp_plugin *p = lp_plugin();
+ncclResult_t lp_setup_connect(struct lp_setup *p, int dev, int tc, void *handle, void **sendComm) {
   *sendComm = NULL;
-  if (sendDevComm) *sendDevComm = NULL; /* no device offload */
-  struct lp_ctx *c = lp_ctx_get(ctx);
-  if (!p->ready || c == NULL || dev < 0 || dev >= p->ndevs) {
-    LP_WARN("connect: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->ndevs);
-    return ncclInvalidArgument;
-  }
   char why[160];
   if (handle == NULL || lp_handle_check(handle, why, sizeof(why)) != 0) {
     LP_WARN("connect: invalid handle: %s", handle ? why : "NULL");
@@ -283,7 +282,7 @@ ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, voi
       return ncclInvalidUsage;
     }
   } else {
-    ncclResult_t rc = connect_start(p, c, dev, traffic_class, h, &st);
+    ncclResult_t rc = connect_start(p, dev, tc, h, &st);
     if (rc != ncclSuccess) return rc;
   }
   int done = 0;
@@ -293,6 +292,7 @@ ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, voi
     return rc;
   }
   if (done) {
+    lp_fo_init(&st->comm->base);
     *sendComm = st->comm;
     st->comm = NULL;
     stage_free(p, st, h);
@@ -302,25 +302,20 @@ ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, voi
 
 /* ---- listen / accept ------------------------------------------------------ */
 
-ncclResult_t lp_listen(void *ctx, int dev, void *handle, void **listenComm) {
-  struct lp_plugin *p = lp_plugin();
+ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, void **listenComm) {
   *listenComm = NULL;
-  struct lp_ctx *c = lp_ctx_get(ctx);
-  if (!p->ready || c == NULL || dev < 0 || dev >= p->ndevs || handle == NULL) {
-    LP_WARN("listen: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->ndevs);
-    return ncclInvalidArgument;
-  }
   struct lp_listen_comm *l = calloc(1, sizeof(*l));
   if (l == NULL) return ncclSystemError;
   l->magic = LP_LISTEN_MAGIC;
+  l->setup = p;
   l->dev = dev;
-  l->traffic_class = lp_ctx_tc(c);
+  l->traffic_class = tc;
   l->listen_id = lp_random_u64();
   for (int i = 0; i < LP_MAX_PENDING; i++) l->pend[i].fd = -1;
-  l->fd = lp_sock_listen(&p->oob_addr, &l->addr);
+  l->fd = lp_sock_listen(&p->env->oob_addr, &l->addr);
   if (l->fd < 0) {
     char a[64];
-    LP_WARN("listen: cannot listen on %s (%s): %s", lp_sockaddr_str(&p->oob_addr, a, sizeof(a)), p->oob_ifname,
+    LP_WARN("listen: cannot listen on %s (%s): %s", lp_sockaddr_str(&p->env->oob_addr, a, sizeof(a)), p->env->oob_ifname,
             strerror(-l->fd));
     free(l);
     return ncclSystemError;
@@ -361,7 +356,7 @@ static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *
 
 /* Take new TCP connections and read hellos; returns the first pending
  * connection with a complete, valid hello, or NULL. */
-static struct lp_pending *gather(struct lp_plugin *p, struct lp_listen_comm *l) {
+static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
   for (;;) {
     int fd = lp_sock_accept(l->fd);
     if (fd <= 0) break;
@@ -398,8 +393,8 @@ static struct lp_pending *gather(struct lp_plugin *p, struct lp_listen_comm *l) 
       continue;
     }
     if (r == 0) {
-      int ms = p->cfg.setup_timeout_ms;
-      if (ms > 0 && lp_now_ns() - pd->since_ns > (uint64_t)ms * 1000000ull)
+      uint64_t limit = p->env->cfg.ns.setup_timeout_ns;
+      if (limit > 0 && lp_now_ns() - pd->since_ns > limit)
         reject(l, pd, "no hello within LINKPASS_SETUP_TIMEOUT_MS");
       continue;
     }
@@ -413,14 +408,14 @@ static struct lp_pending *gather(struct lp_plugin *p, struct lp_listen_comm *l) 
 }
 
 /* Build the recv comm for a valid hello and queue the reply. */
-static ncclResult_t accept_start(struct lp_plugin *p, struct lp_listen_comm *l, struct lp_pending *pd) {
+static ncclResult_t accept_start(struct lp_setup *p, struct lp_listen_comm *l, struct lp_pending *pd) {
   ncclResult_t rc = ncclSystemError;
   struct lp_accept_stage *st = calloc(1, sizeof(*st));
   if (st == NULL) goto fail;
   /* NCCL_IB_FIFO_TC: the receiver's QPs carry the clear-to-sends, and may
    * ride their own traffic class (RoCE), as in NCCL's transport */
-  int tc = p->cfg.fifo_tc >= 0 ? p->cfg.fifo_tc : l->traffic_class;
-  struct lp_recv_comm *r = comm_alloc(sizeof(*r), LP_COMM_RECV, LP_RECV_CTRL_LEN, tc);
+  int tc = p->env->cfg.fifo_tc >= 0 ? p->env->cfg.fifo_tc : l->traffic_class;
+  struct lp_recv_comm *r = comm_alloc(p, sizeof(*r), LP_COMM_RECV, LP_RECV_CTRL_LEN, tc);
   if (r == NULL) goto fail;
   st->comm = r;
   r->cts_stage = r->base.ctrl;
@@ -432,7 +427,7 @@ static ncclResult_t accept_start(struct lp_plugin *p, struct lp_listen_comm *l, 
   pd->fd = -1;
   describe_peer(r->base.peer, sizeof(r->base.peer), pd->hello.host, &pd->from, &pd->hello.link);
   /* The receiver uses the sender's QP count: both ends must pair QPs 1:1. */
-  rc = lp_link_open(&r->base.link, l->dev, pd->hello.link.nqps, r->base.ctrl, r->base.ctrl_len,
+  rc = lp_link_open(&r->base.link, p->env, l->dev, pd->hello.link.nqps, r->base.ctrl, r->base.ctrl_len,
                     (size_t)((char *)r->records - (char *)r->base.ctrl));
   if (rc != ncclSuccess) goto fail;
   r->base.link.remote = pd->hello.link;
@@ -440,10 +435,10 @@ static ncclResult_t accept_start(struct lp_plugin *p, struct lp_listen_comm *l, 
   if (rc != ncclSuccess) goto fail;
   lp_msg_hdr_init(&st->reply.hdr, LP_MSG_ACCEPT, sizeof(st->reply));
   st->reply.conn_id = r->base.conn_id;
-  snprintf(st->reply.host, sizeof(st->reply.host), "%s", p->hostname);
+  snprintf(st->reply.host, sizeof(st->reply.host), "%s", p->env->hostname);
   st->reply.link = r->base.link.local;
   st->state = AS_SEND_REPLY;
-  st->deadline_ns = deadline_after(p->cfg.setup_timeout_ms);
+  st->deadline_ns = deadline_after(p->env->cfg.ns.setup_timeout_ns);
   l->stage = st;
   pending_drop(pd);
   return ncclSuccess;
@@ -454,7 +449,7 @@ fail:
   return rc;
 }
 
-static ncclResult_t accept_step(struct lp_plugin *p, struct lp_accept_stage *st, int *done) {
+static ncclResult_t accept_step(struct lp_setup *p, struct lp_accept_stage *st, int *done) {
   struct lp_recv_comm *r = st->comm;
   int fd = r->base.fd;
   int rc;
@@ -479,7 +474,6 @@ static ncclResult_t accept_step(struct lp_plugin *p, struct lp_accept_stage *st,
         }
         LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
                 r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
-        lp_fo_init(&r->base);
         *done = 1;
         return ncclSuccess;
     }
@@ -487,7 +481,7 @@ static ncclResult_t accept_step(struct lp_plugin *p, struct lp_accept_stage *st,
 again:
   if (expired(st->deadline_ns)) {
     LP_WARN("accept: %s did not finish connection setup within LINKPASS_SETUP_TIMEOUT_MS=%d", r->base.peer,
-            p->cfg.setup_timeout_ms);
+            p->env->cfg.setup_timeout_ms);
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -497,7 +491,6 @@ sock_fail:
 }
 
 ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v12_t **recvDevComm) {
-  struct lp_plugin *p = lp_plugin();
   struct lp_listen_comm *l = listenComm;
   *recvComm = NULL;
   if (recvDevComm) *recvDevComm = NULL;
@@ -505,6 +498,7 @@ ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v1
     LP_WARN("accept: invalid listen comm %p", listenComm);
     return ncclInvalidArgument;
   }
+  struct lp_setup *p = l->setup;
   if (l->stage == NULL) {
     struct lp_pending *pd = gather(p, l);
     if (pd == NULL) return ncclSuccess;
@@ -518,7 +512,8 @@ ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v1
     l->stage = NULL;
     if (rc == ncclSuccess) {
       *recvComm = st->comm;
-      if (st->comm->base.fo.enabled) lp_idle_watch_add(&p->health.idle, &st->comm->base);
+      lp_fo_init(&st->comm->base);
+      if (st->comm->base.fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, &st->comm->base);
     } else {
       lp_comm_destroy(&st->comm->base);
     }
@@ -544,29 +539,7 @@ ncclResult_t lp_close_listen(void *listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t lp_close_send(void *sendComm) {
-  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
-  if (c == NULL) {
-    LP_WARN("closeSend: invalid send comm %p", sendComm);
-    return ncclInvalidArgument;
-  }
-  lp_comm_destroy(c);
-  return ncclSuccess;
-}
-
-ncclResult_t lp_close_recv(void *recvComm) {
-  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
-  if (c == NULL) {
-    LP_WARN("closeRecv: invalid recv comm %p", recvComm);
-    return ncclInvalidArgument;
-  }
-  lp_idle_watch_remove(&lp_plugin()->health.idle, c); /* before it is freed: the watch may be in it */
-  lp_comm_destroy(c);
-  return ncclSuccess;
-}
-
-void lp_connect_stages_free(void) {
-  struct lp_plugin *p = lp_plugin();
+void lp_setup_free_stages(struct lp_setup *p) {
   for (;;) {
     pthread_mutex_lock(&p->lock);
     struct lp_connect_stage *st = p->stages;

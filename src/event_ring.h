@@ -24,24 +24,26 @@
 /* What happened.  The meaning of `status` and `arg` depends on the type. */
 enum lp_event_type {
   LP_EV_NONE = 0,
-  LP_EV_WC_ERROR,       /* error completion on a data or CTS QP: status = ibv_wc_status, arg = wr_id */
-  LP_EV_ASYNC,          /* device async event (PORT_ERR, QP_FATAL, DEVICE_FATAL, CQ_ERR...): status = ibv_event_type */
-  LP_EV_WATCHDOG_STALL, /* outstanding work made no progress: arg = nanoseconds since the last progress */
-  LP_EV_PEER_NOTICE,    /* the peer reported a failure over the out-of-band channel: status = its reason */
-  LP_EV_PORT_DOWN,      /* a port left ACTIVE (seen by polling or by an async event) */
-  LP_EV_PORT_UP,        /* a port became ACTIVE again */
-  LP_EV_CONN_MOVED,     /* a connection end moved or lost its path: dev = where it went, status = report kind */
-  LP_EV_TIMER,          /* a timer fired (hold-down, retry): arg = timer id */
-  LP_EV_STOP,           /* the control thread is asked to finish */
+  LP_EV_ASYNC,      /* a NIC's async event (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL...): nic, port, status = ibv_event_type */
+  LP_EV_PORT_DOWN,  /* a device's RoCE interface lost its link: dev, status = LP_PORT_SRC_* */
+  LP_EV_PORT_UP,    /* it has its link again: dev, status = LP_PORT_SRC_* */
+  LP_EV_CONN_MOVED, /* a connection end moved or lost its path: dev = where it went, status = report kind */
+  LP_EV_STOP,       /* the control thread is asked to finish */
   LP_EV_TYPE_COUNT
 };
 
-/* One event: 40 bytes, copied in and out of the ring by value. */
+#define LP_EV_NO_DEV UINT32_MAX
+
+/* One event, copied in and out of the ring by value.  A NIC (nic, an
+ * index in lp_env.nics) and a device (dev, a port NCCL sees: lp_env.devs)
+ * are different things; each type says which it carries. */
 struct lp_event {
   uint32_t type; /* enum lp_event_type */
-  uint32_t dev;  /* linkpass device (NIC) index */
+  uint32_t nic;  /* NIC index, for LP_EV_ASYNC */
+  uint32_t dev;  /* device index, for the port and connection events (LP_EV_NO_DEV: none) */
   uint32_t port;
   int32_t status;
+  uint32_t reserved; /* 0: no padding, so an event compares whole */
   uint64_t comm_id; /* the connection concerned, 0 if none */
   uint64_t arg;
   uint64_t time_ns; /* CLOCK_MONOTONIC when the producer saw it */

@@ -10,17 +10,22 @@
 
 #include "comm.h"
 #include "health.h"
+#include "clock.h"
 #include "log.h"
-#include "pool.h"
 #include "report.h"
 #include "sock.h"
 
 #define LP_FO_READ_EVERY_NS 1000000ull /* 1 ms */
 
-static struct lp_health *health(void) { return &lp_plugin()->health; }
+static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
+static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
 
-static const char *dev_name(int dev) { return lp_plugin()->devs[dev].name; }
-static int dev_port(int dev) { return lp_plugin()->devs[dev].port; }
+/* Every state change goes through here: the transport holds new work
+ * while a move is agreed. */
+static void set_state(struct lp_comm *c, enum lp_fo_state st) {
+  c->fo->state = st;
+  c->paused = st != LP_FO_IDLE;
+}
 
 /* ---- control channel ---- */
 
@@ -31,7 +36,7 @@ static const char *channel_err(int rc) {
 }
 
 static ncclResult_t flush_tx(struct lp_comm *c) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (fo->tx_off == fo->tx_len) return ncclSuccess;
   int rc = lp_sock_send_progress(c->fd, fo->tx, fo->tx_len, &fo->tx_off);
   if (rc < 0)
@@ -41,7 +46,7 @@ static ncclResult_t flush_tx(struct lp_comm *c) {
 }
 
 static ncclResult_t send_msg(struct lp_comm *c, const void *msg, size_t len) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (fo->tx_len + len > sizeof(fo->tx))
     return lp_comm_fail(c, ncclInternalError, "control channel backlog full (peer not reading?)");
   memcpy(fo->tx + fo->tx_len, msg, len);
@@ -56,10 +61,10 @@ static ncclResult_t send_notice(struct lp_comm *c, int reason, int failed_dev) {
   memset(&n, 0, sizeof(n));
   hdr(&n.hdr, LP_MSG_FO_NOTICE, sizeof(n));
   n.conn_id = c->conn_id;
-  n.epoch = c->fo.epoch;
+  n.epoch = c->fo->epoch;
   n.reason = (uint32_t)reason;
   n.failed_rail = failed_dev;
-  n.reserved = failed_dev == c->fo.primary_dev; /* the notifier's primary is the one that failed */
+  n.reserved = failed_dev == c->fo->primary_dev; /* the notifier's primary is the one that failed */
   return send_msg(c, &n, sizeof(n));
 }
 
@@ -68,7 +73,7 @@ static ncclResult_t send_ready(struct lp_comm *c) {
   memset(&m, 0, sizeof(m));
   hdr(&m.hdr, LP_MSG_FO_READY, sizeof(m));
   m.conn_id = c->conn_id;
-  m.epoch = c->fo.epoch;
+  m.epoch = c->fo->epoch;
   return send_msg(c, &m, sizeof(m));
 }
 
@@ -77,7 +82,7 @@ static ncclResult_t send_nack(struct lp_comm *c, int reason) {
   memset(&n, 0, sizeof(n));
   hdr(&n.hdr, LP_MSG_FO_NACK, sizeof(n));
   n.conn_id = c->conn_id;
-  n.epoch = c->fo.epoch;
+  n.epoch = c->fo->epoch;
   n.reason = (uint32_t)reason;
   return send_msg(c, &n, sizeof(n));
 }
@@ -93,7 +98,7 @@ static int outstanding_requests(const struct lp_comm *c) {
 /* Stop the old path: once its QPs are in ERR nothing more lands through
  * them, on either side. */
 static void quiesce(struct lp_link *link) {
-  const struct lp_ibv *ibv = &lp_plugin()->ibv;
+  const struct lp_ibv *ibv = &link->env->ibv;
   for (int q = 0; q < link->nqps; q++) {
     if (link->qps[q] == NULL) continue;
     struct ibv_qp_attr a;
@@ -126,51 +131,31 @@ static size_t ctrl_remote_off(const struct lp_comm *c) {
 }
 
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
-  struct lp_health *h = health();
-  atomic_fetch_sub(&h->load[c->link.dev], 1);
+  lp_health_load_add(c->health, c->link.dev, -1);
   lp_link_close(&c->link);
   c->link = *next;
   memset(next, 0, sizeof(*next));
-  atomic_fetch_add(&h->load[c->link.dev], 1);
+  lp_health_load_add(c->health, c->link.dev, 1);
 }
 
-/* Where this connection goes: a healthy device, least loaded first, pool
- * order on ties; `prefer` first when healthy.  `avoid` (the device it is
- * leaving) only when nothing else is healthy: the failure may have been
- * the peer's.  With nothing healthy at all, a port that is up again but
- * still in hold-down beats losing the path.  -1: no path on this side. */
+/* Where this connection goes (health.h): its primary's pool. */
 static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
-  struct lp_plugin *p = lp_plugin();
-  struct lp_health *h = &p->health;
-  int primary = c->fo.primary_dev;
-  if (prefer >= 0 && prefer < p->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
-  int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
-  for (int round = 0; round < 3; round++) {
-    for (int d = 0; d < p->ndevs; d++) {
-      int same_layer = p->devs[d].link_layer == p->devs[primary].link_layer;
-      int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !atomic_load(&h->fatal[p->devs[d].nic]);
-      usable[d] = same_layer && ok && (round != 0 || d != avoid);
-      load[d] = atomic_load(&h->load[d]);
-    }
-    int dev = lp_pool_pick(h->pool[primary], h->pool_n[primary], usable, load);
-    if (dev >= 0) return dev;
-  }
-  return -1;
+  return lp_health_choose(c->health, c->fo->primary_dev, prefer, avoid);
 }
 
 /* The event line, and the counters of the metrics file: the only place
  * that counts moves. */
 static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint64_t bytes) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   uint64_t took_ns = lp_now_ns() - fo->start_ns;
   struct lp_report r = {.kind = (enum lp_report_kind)kind, .comm = c->conn_id,
-                        .dir = c->kind == LP_COMM_SEND ? "send" : "recv", .dev = dev_name(fo->from_dev),
-                        .port = dev_port(fo->from_dev), .new_dev = new_dev >= 0 ? dev_name(new_dev) : NULL,
-                        .new_port = new_dev >= 0 ? dev_port(new_dev) : 0, .peer = c->peer_id,
+                        .dir = c->kind == LP_COMM_SEND ? "send" : "recv", .dev = dev_name(c, fo->from_dev),
+                        .port = dev_port(c, fo->from_dev), .new_dev = new_dev >= 0 ? dev_name(c, new_dev) : NULL,
+                        .new_port = new_dev >= 0 ? dev_port(c, new_dev) : 0, .peer = c->peer_id,
                         .reason = lp_fo_reason_str(fo->reason), .inflight = fo->inflight, .replayed = replayed,
                         .replayed_bytes = bytes, .duration_us = took_ns / 1000};
-  lp_report_emit(&lp_plugin()->syslog, &r);
-  struct lp_fo_stats *st = &lp_plugin()->fo_stats;
+  lp_report_emit(&c->env->syslog, &r);
+  struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
   if (kind == LP_REPORT_FAILOVER) {
     atomic_fetch_add_explicit(&st->failovers, 1, rx);
@@ -184,17 +169,17 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
   }
   atomic_fetch_add_explicit(&st->replayed, (uint64_t)replayed, rx);
   atomic_fetch_add_explicit(&st->replayed_bytes, bytes, rx);
-  lp_health_note(LP_EV_CONN_MOVED, new_dev, kind, c->conn_id, 0); /* the metrics file follows at once */
+  lp_health_conn_moved(c->health, new_dev, kind, c->conn_id); /* the metrics file follows at once */
 }
 
 static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
-  c->fo.state = LP_FO_IDLE;
+  set_state(c, LP_FO_IDLE);
   report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
   return lp_comm_fail(c, ncclRemoteError, "no healthy path to the peer remains (%s): the connection fails", why);
 }
 
 static void begin(struct lp_comm *c, int reason) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (fo->state == LP_FO_IDLE) {
     fo->start_ns = lp_now_ns();
     fo->from_dev = c->link.dev;
@@ -209,9 +194,9 @@ static void begin(struct lp_comm *c, int reason) {
 /* Start (or restart) a move: new QPs on a chosen device, REQ to the peer. */
 static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_rail) {
   struct lp_comm *c = &s->base;
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   begin(c, reason);
-  if (fo->state == LP_FO_REQUESTED) lp_link_close(&s->next); /* the offer is void: a newer one follows */
+  if (fo->state == LP_FO_REQUESTED) lp_link_close(&fo->next); /* the offer is void: a newer one follows */
   fo->epoch++;
   quiesce(&c->link);
   int failback = reason == LP_FO_FAILBACK;
@@ -223,7 +208,8 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       send_nack(c, reason);
       return path_lost(c, "no healthy NIC on this side");
     }
-    if (lp_link_open(&s->next, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
+    if (lp_link_open(&fo->next, c->env, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) ==
+        ncclSuccess) {
       struct lp_fo_req m;
       memset(&m, 0, sizeof(m));
       hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
@@ -232,10 +218,10 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       m.reason = (uint32_t)reason;
       m.rail = failback ? -1 : dev;
       m.avoid_rail = avoid_rail;
-      m.link = s->next.local;
-      fo->state = LP_FO_REQUESTED;
+      m.link = fo->next.local;
+      set_state(c, LP_FO_REQUESTED);
       fo->attempts++;
-      fo->deadline_ns = lp_now_ns() + (uint64_t)lp_plugin()->cfg.move_timeout_ms * 1000000ull;
+      fo->deadline_ns = lp_now_ns() + c->env->cfg.ns.move_timeout_ns;
       return send_msg(c, &m, sizeof(m));
     }
     prefer = -1;
@@ -252,7 +238,7 @@ static void restart_posting(struct lp_send_msg *m) {
 }
 
 /* Everything below resume_seq was delivered; the rest is written again. */
-static ncclResult_t sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
+ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
                                      uint64_t *bytes) {
   struct lp_comm *c = &s->base;
   uint64_t resume = a->resume_seq;
@@ -301,21 +287,21 @@ static ncclResult_t sender_reconcile(struct lp_send_comm *s, const struct lp_fo_
 
 static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
   struct lp_comm *c = &s->base;
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
-  s->next.remote = a->link;
-  if (lp_link_connect(&s->next, c->traffic_class) != ncclSuccess)
+  fo->next.remote = a->link;
+  if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess)
     return sender_start(s, LP_FO_COMPLETION_ERR, -1);
   ncclResult_t rc = send_ready(c);
   if (rc != ncclSuccess) return rc;
   rc = drain(c);
   if (rc != ncclSuccess) return rc;
-  int to = s->next.dev, replayed = 0;
+  int to = fo->next.dev, replayed = 0;
   uint64_t bytes = 0;
-  swap_link(c, &s->next);
-  rc = sender_reconcile(s, a, &replayed, &bytes);
+  swap_link(c, &fo->next);
+  rc = lp_fo_sender_reconcile(s, a, &replayed, &bytes);
   if (rc != ncclSuccess) return rc;
-  fo->state = LP_FO_IDLE;
+  set_state(c, LP_FO_IDLE);
   report(c, fo->reason == LP_FO_FAILBACK ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, to, replayed, bytes);
   return lp_send_progress(s);
 }
@@ -324,7 +310,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
 
 static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
   struct lp_comm *c = &r->base;
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (m->epoch <= fo->epoch) return ncclSuccess; /* an old request */
   begin(c, fo->state == LP_FO_NOTICED ? fo->reason : (int)m->reason);
   fo->epoch = m->epoch;
@@ -341,7 +327,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
     dev = choose_dev(c, prefer, avoid);
     if (dev < 0) break;
-    if (lp_link_open(&next, dev, m->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
+    if (lp_link_open(&next, c->env, dev, m->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
       next.remote = m->link;
       if (lp_link_connect(&next, c->traffic_class) == ncclSuccess) break;
       lp_link_close(&next);
@@ -379,12 +365,12 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     for (int k = 0; k < req->nsub; k++) {
       if (cts[k].size == 0) continue;
       struct lp_mr *mh = r->cts_mh[slot][k];
-      struct ibv_mr *mr = mh ? mh->mr[lp_plugin()->devs[dev].nic] : NULL;
+      struct ibv_mr *mr = mh ? mh->mr[c->env->devs[dev].nic] : NULL;
       if (mr == NULL) {
         free(a);
         lp_link_close(&next);
         return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
-                            (unsigned long long)seq, dev_name(dev));
+                            (unsigned long long)seq, dev_name(c, dev));
       }
       cts[k].rkey = mr->rkey;
       bytes += cts[k].size;
@@ -410,7 +396,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   swap_link(c, &next);
   hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
-  fo->state = LP_FO_AWAIT_READY; /* the sender's new QPs may still be in INIT */
+  set_state(c, LP_FO_AWAIT_READY); /* the sender's new QPs may still be in INIT */
   fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
   free(a);
@@ -422,9 +408,9 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
 /* The receiver cannot move by itself: it stops and asks the sender. */
 static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
   struct lp_comm *c = &r->base;
-  if (c->fo.state != LP_FO_IDLE) return ncclSuccess;
+  if (c->fo->state != LP_FO_IDLE) return ncclSuccess;
   begin(c, reason);
-  c->fo.state = LP_FO_NOTICED;
+  set_state(c, LP_FO_NOTICED);
   quiesce(&c->link);
   return send_notice(c, reason, c->link.dev);
 }
@@ -435,7 +421,7 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
   char why[160];
   int type = lp_fo_msg_check(buf, len, c->conn_id, c->link.nqps, why, sizeof(why));
   if (type < 0) return lp_comm_fail(c, ncclRemoteError, "malformed control message from the peer: %s", why);
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (type == LP_MSG_FO_NACK) {
     begin(c, (int)((const struct lp_fo_nack *)buf)->reason);
     return path_lost(c, "the peer has no healthy NIC left");
@@ -458,14 +444,14 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
     return receiver_on_req((struct lp_recv_comm *)c, buf);
   } else if (type == LP_MSG_FO_READY) {
     const struct lp_fo_ready *m = buf;
-    if (fo->state == LP_FO_AWAIT_READY && m->epoch == fo->epoch) fo->state = LP_FO_IDLE;
+    if (fo->state == LP_FO_AWAIT_READY && m->epoch == fo->epoch) set_state(c, LP_FO_IDLE);
     return ncclSuccess; /* else: for a move a newer REQ superseded */
   }
   return lp_comm_fail(c, ncclRemoteError, "unexpected control message type %d from the peer", type);
 }
 
 static ncclResult_t read_messages(struct lp_comm *c) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   for (;;) {
     size_t want = sizeof(struct lp_msg_hdr);
     if (fo->rx_off >= want) {
@@ -494,30 +480,9 @@ static ncclResult_t read_messages(struct lp_comm *c) {
   }
 }
 
-/* Work requests are outstanding and no completion came for too long: the
- * path is black-holed (no event anywhere) and the retries would take the
- * ~30 s retry budget to say so.  Both ends watch: a receiver whose CTS
- * writes vanish is as stuck as a sender whose data does. */
-static int stalled(struct lp_comm *c, uint64_t now, uint64_t limit) {
-  struct lp_fo *fo = &c->fo;
-  int outstanding = 0;
-  /* Signaled work only: a receiver's trailing unsignaled clear-to-sends are
-   * no stall (its probe puts a signaled write behind them when it is quiet),
-   * and a sender's unsignaled writes always have a signaled one behind. */
-  for (int q = 0; q < c->link.nqps; q++) outstanding |= lp_comm_signaled_outstanding(c, q) > 0;
-  if (limit == 0 || !outstanding) {
-    fo->watch_since_ns = now; /* idle: nothing to wait for */
-    return 0;
-  }
-  uint64_t since = fo->watch_since_ns > fo->last_cqe_ns ? fo->watch_since_ns : fo->last_cqe_ns;
-  /* `now` was read when the progress call began; work posted since then
-   * (a move's replay) may have set `since` later than that */
-  return now > since && now - since > limit;
-}
-
 static ncclResult_t check_health(struct lp_comm *c) {
-  struct lp_fo *fo = &c->fo;
-  struct lp_health *h = health();
+  struct lp_fo *fo = c->fo;
+  struct lp_health *h = c->health;
   uint32_t gen = lp_health_gen(h);
   if (gen == fo->seen_gen || fo->state != LP_FO_IDLE) return ncclSuccess;
   fo->seen_gen = gen;
@@ -549,22 +514,22 @@ static ncclResult_t check_health(struct lp_comm *c) {
  * NOTICE or its ACK when NCCL calls it again. */
 static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
   struct lp_comm *c = &s->base;
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   if (fo->state != LP_FO_REQUESTED || now < fo->deadline_ns) return ncclSuccess;
-  int ms = lp_plugin()->cfg.move_timeout_ms;
+  int ms = c->env->cfg.move_timeout_ms;
   int retry = fo->attempts < LP_FO_MAX_ATTEMPTS;
   LP_WARN("connection to %s: no answer to the move within %d ms (LINKPASS_MOVE_TIMEOUT_MS; attempt %d of %d)%s",
           c->peer, ms, fo->attempts, LP_FO_MAX_ATTEMPTS, retry ? ": offering it again" : "");
   if (retry) return sender_start(s, fo->reason, -1);
   report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
-  fo->state = LP_FO_IDLE;
+  set_state(c, LP_FO_IDLE);
   return lp_comm_fail(c, ncclRemoteError, "the peer %s answered none of %d moves within %d ms each: it is frozen or gone",
                       c->peer, LP_FO_MAX_ATTEMPTS, ms);
 }
 
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
-  struct lp_fo *fo = &c->fo;
-  if (!fo->enabled) return ncclSuccess;
+  struct lp_fo *fo = c->fo;
+  if (fo == NULL) return ncclSuccess;
   ncclResult_t rc = flush_tx(c);
   /* Reading the socket is a system call: between moves, look at most every
    * LP_FO_READ_EVERY_NS (far below any failover time) rather than on every
@@ -580,29 +545,19 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
 
 /* Called after the completion queue was polled: a process that was not
  * scheduled for a while finds its completions waiting, and only work that
- * is still outstanding after that poll counts as stalled. */
+ * is still outstanding after that poll counts as stalled (watchdog.h).
+ * Both ends watch: a receiver whose CTS writes vanish is as stuck as a
+ * sender whose data does. */
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
-  struct lp_fo *fo = &c->fo;
-  if (!fo->enabled || fo->state != LP_FO_IDLE || c->error != ncclSuccess) return c->error;
-  uint64_t base = (uint64_t)lp_plugin()->cfg.watchdog_ms * 1000000ull, limit = base * (uint64_t)fo->wd_scale;
-  if (!stalled(c, now, limit)) {
-    /* a quiet spell of ten limits: the fabric is well again */
-    if (fo->wd_scale > 1 && now - fo->last_stall_ns > 10 * limit) fo->wd_scale = 1;
-    return c->error;
-  }
-  /* Back-off: a stall soon after a move made for a stall says the new path
-   * is no faster, and maybe no NIC is (congestion, a delay everywhere):
-   * moving again at the same limit would loop for ever.  Each such stall
-   * doubles this connection's limit, up to LP_WATCHDOG_BACKOFF_MAX times. */
-  if (fo->last_stall_ns && now - fo->last_stall_ns < 2 * limit + base && fo->wd_scale < LP_WATCHDOG_BACKOFF_MAX) {
-    fo->wd_scale *= 2;
+  struct lp_fo *fo = c->fo;
+  if (fo == NULL || fo->state != LP_FO_IDLE || c->error != ncclSuccess) return c->error;
+  enum lp_watchdog_verdict v = lp_watchdog_check(&c->wd, now, lp_comm_busy(c));
+  if (v == LP_WATCHDOG_OK) return ncclSuccess;
+  if (v == LP_WATCHDOG_STALL_AGAIN)
     LP_WARN("%s connection to %s stalled again on %s soon after moving for a stall: every NIC may be slow; its "
             "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
             c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
-            (unsigned long long)(base * (uint64_t)fo->wd_scale / 1000000ull), fo->wd_scale);
-  }
-  fo->last_stall_ns = now;
-  fo->watch_since_ns = now;
+            (unsigned long long)(lp_watchdog_limit(&c->wd) / 1000000ull), c->wd.scale);
   return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
@@ -632,16 +587,15 @@ static int path_failure(enum ibv_wc_status st) {
  * (status 12, vendor error 0x81, wr kind 2)": the error as the NIC gave it. */
 static const char *wc_desc(const struct lp_comm *c, const struct ibv_wc *wc, char *buf, size_t len) {
   snprintf(buf, len, "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
-           c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&lp_plugin()->ibv, wc->status), (int)wc->status,
+           c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&c->env->ibv, wc->status), (int)wc->status,
            wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
   return buf;
 }
 
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
-  struct lp_fo *fo = &c->fo;
+  struct lp_fo *fo = c->fo;
   char what[256];
-  if (!fo->enabled) return lp_comm_fail(c, ncclRemoteError, "%s", wc_desc(c, wc, what, sizeof(what)));
-  lp_health_note(LP_EV_WC_ERROR, c->link.dev, (int)wc->status, c->conn_id, wc->wr_id);
+  if (fo == NULL) return lp_comm_fail(c, ncclRemoteError, "%s", wc_desc(c, wc, what, sizeof(what)));
   if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
   if (!path_failure(wc->status))
     return lp_comm_fail(c, ncclSystemError,
@@ -657,17 +611,19 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
 }
 
 void lp_fo_init(struct lp_comm *c) {
-  struct lp_plugin *p = lp_plugin();
-  struct lp_fo *fo = &c->fo;
-  memset(fo, 0, sizeof(*fo));
-  fo->enabled = p->cfg.failover && p->health.running;
+  if (c->health == NULL) return; /* failover is off */
+  struct lp_fo *fo = calloc(1, sizeof(*fo));
+  if (fo == NULL) {
+    LP_WARN("out of memory: the connection to %s works without failover", c->peer);
+    return;
+  }
+  c->fo = fo;
   fo->primary_dev = c->link.dev;
   fo->peer_primary_ok = 1;
   fo->from_dev = c->link.dev;
-  fo->seen_gen = lp_health_gen(&p->health);
-  fo->watch_since_ns = fo->last_cqe_ns = lp_now_ns();
-  fo->wd_scale = 1;
-  if (fo->enabled) atomic_fetch_add(&p->health.load[c->link.dev], 1);
+  fo->seen_gen = lp_health_gen(c->health);
+  lp_watchdog_init(&c->wd, c->env->cfg.ns.watchdog_ns, lp_now_ns());
+  lp_health_load_add(c->health, c->link.dev, 1);
   /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
   size_t o = 0;
   for (const char *q = c->peer; *q && o + 1 < sizeof(c->peer_id); q++) {
@@ -678,6 +634,11 @@ void lp_fo_init(struct lp_comm *c) {
 }
 
 void lp_fo_fini(struct lp_comm *c) {
-  if (c->fo.enabled && c->link.cq) atomic_fetch_sub(&lp_plugin()->health.load[c->link.dev], 1);
-  if (c->kind == LP_COMM_SEND) lp_link_close(&((struct lp_send_comm *)c)->next);
+  struct lp_fo *fo = c->fo;
+  if (fo == NULL) return;
+  if (c->link.cq) lp_health_load_add(c->health, c->link.dev, -1);
+  lp_link_close(&fo->next);
+  free(fo);
+  c->fo = NULL;
+  c->paused = 0;
 }

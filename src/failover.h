@@ -28,19 +28,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "fo_wire.h"
-#include "nic.h"
 #include "linkpass/nccl_net.h"
 
-struct lp_comm;
-struct ibv_wc;
+struct lp_idle_watch;
 
 /* A move whose REQ goes unanswered is offered again on another NIC, this
  * many times in all; then the peer is taken for gone. */
 #define LP_FO_MAX_ATTEMPTS 3
-/* The watchdog's limit grows at most this many times on stalls that follow
- * moves for stalls (failover.c lp_fo_watchdog). */
-#define LP_WATCHDOG_BACKOFF_MAX 8
 
 enum lp_fo_state {
   LP_FO_IDLE = 0,
@@ -49,26 +45,9 @@ enum lp_fo_state {
   LP_FO_AWAIT_READY, /* receiver: ACK sent, waiting for READY before writing to the new QPs */
 };
 
-/* Counters for the metrics file (health.c writes it).  Moves are counted
- * by the proxy threads in report(), port changes by the control thread:
- * relaxed atomics, no locks.  Owned by the plugin context. */
-struct lp_fo_dev_stats {
-  _Atomic uint64_t failovers;         /* connection ends that left the device because of a failure */
-  _Atomic uint64_t failbacks;         /* connection ends that came back to it */
-  _Atomic uint64_t flaps;             /* times it went down */
-  _Atomic uint64_t degraded_ns;       /* finished periods of not being usable */
-  _Atomic uint64_t degraded_since_ns; /* start of the current period, 0 while usable */
-};
-
-struct lp_fo_stats {
-  _Atomic uint64_t failovers, failbacks, paths_lost, replayed, replayed_bytes;
-  _Atomic uint64_t last_failover_ns; /* the latest failover, from the fault being seen to traffic flowing */
-  struct lp_fo_dev_stats dev[LP_MAX_DEVS];
-};
-
+/* A connection's failover state, allocated by lp_fo_init: lp_comm.fo. */
 struct lp_fo {
-  int enabled;
-  int state;
+  int state; /* enum lp_fo_state; lp_comm.paused says whether it is not IDLE */
   uint32_t epoch;
   int reason;
   uint64_t start_ns;
@@ -81,9 +60,12 @@ struct lp_fo {
   int peer_primary_ok; /* sender: the receiver's primary NIC can be used */
   int peer_closed;     /* the control channel reached end of file */
   uint64_t next_read_ns; /* when to look at the control channel again */
-  uint64_t watch_since_ns, last_cqe_ns; /* watchdog: work outstanding since, last completion */
-  uint64_t last_stall_ns; /* watchdog: when it last moved the connection */
-  int wd_scale;           /* watchdog: its limit is LINKPASS_WATCHDOG_MS x this (back-off) */
+  struct lp_link next;    /* sender: the path offered to the peer, until it answers */
+  /* The idle watch's own (idle_watch.h), under its lock. */
+  struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
+  uint64_t watch_skip_until_ns;
+  int watch_off; /* the peer closed or the comm failed: nothing to answer */
+  int watch_tx;  /* an answer is still queued for the socket */
   /* Control channel. */
   size_t rx_off;
   size_t tx_len, tx_off;
@@ -91,9 +73,11 @@ struct lp_fo {
   uint8_t tx[2 * LP_FO_MSG_MAX];
 };
 
-/* Set up once the connection is established on its primary device. */
+/* Set up once the connection is established on its primary device, when
+ * c->health is set (failover on).  Without memory for it the connection
+ * works without failover, and says so. */
 void lp_fo_init(struct lp_comm *c);
-/* Release what the connection holds in the shared tables (close). */
+/* Release it, and what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
 /* Control channel and health changes; called on every progress with the
  * time it started. */
@@ -102,7 +86,11 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now);
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now);
 /* An error completion: move (returns ncclSuccess) or fail the connection. */
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
-/* A move is in progress: new work must wait (NULL request). */
-static inline int lp_fo_busy(const struct lp_fo *fo) { return fo->state != LP_FO_IDLE; }
+/* The sender's half of a move's reconciliation (exposed for unit tests):
+ * everything below the ACK's resume_seq was delivered and completes; every
+ * matched message from there on is keyed for the receiver's new NIC and
+ * written again, whole.  Counts what is replayed. */
+ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
+                                    uint64_t *bytes);
 
 #endif

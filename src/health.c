@@ -9,47 +9,45 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
-#include "plugin.h"
-#include "sock.h"
+#include "pool.h"
 
 #define LP_POLL_DOWN_NS 100000000ull   /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull   /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
 #define LP_METRICS_PERIOD_NS 1000000000ull /* the metrics file is rewritten this often, and on every change */
 
-static struct lp_health *health(void) { return &lp_plugin()->health; }
-
-void lp_health_note(uint32_t type, int dev, int status, uint64_t comm_id, uint64_t arg) {
-  struct lp_health *h = health();
+void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id) {
   if (!h->running) return;
-  struct lp_event e = {.type = type, .dev = (uint32_t)dev, .status = status, .comm_id = comm_id, .arg = arg,
-                       .time_ns = lp_now_ns()};
+  struct lp_event e = {.type = LP_EV_CONN_MOVED, .dev = dev >= 0 ? (uint32_t)dev : LP_EV_NO_DEV, .status = kind,
+                       .comm_id = comm_id, .time_ns = lp_now_ns()};
   lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
 }
 
 /* ---- async events: one thread per NIC ---- */
 
 static void *async_main(void *arg) {
-  int nic_index = (int)(intptr_t)arg;
-  struct lp_plugin *p = lp_plugin();
-  struct lp_health *h = &p->health;
-  struct lp_nic *nic = &p->nics[nic_index];
+  const struct lp_async_arg *a = arg;
+  struct lp_health *h = a->h;
+  const struct lp_env *env = h->env;
+  int nic_index = a->nic;
+  const struct lp_nic *nic = &env->nics[nic_index];
   struct pollfd fds[2] = {{.fd = nic->ctx->async_fd, .events = POLLIN}, {.fd = h->stop_fd, .events = POLLIN}};
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
     if (fds[1].revents) break;
     if (!(fds[0].revents & POLLIN)) continue;
     struct ibv_async_event ev;
-    if (p->ibv.get_async_event(nic->ctx, &ev) != 0) continue;
+    if (env->ibv.get_async_event(nic->ctx, &ev) != 0) continue;
     int port = 0;
     if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE ||
         ev.event_type == IBV_EVENT_LID_CHANGE || ev.event_type == IBV_EVENT_GID_CHANGE)
       port = ev.element.port_num;
-    struct lp_event e = {.type = LP_EV_ASYNC, .dev = (uint32_t)nic_index, .port = (uint32_t)port,
-                         .status = (int32_t)ev.event_type, .time_ns = lp_now_ns()};
-    p->ibv.ack_async_event(&ev);
+    struct lp_event e = {.type = LP_EV_ASYNC, .nic = (uint32_t)nic_index, .dev = LP_EV_NO_DEV,
+                         .port = (uint32_t)port, .status = (int32_t)ev.event_type, .time_ns = lp_now_ns()};
+    env->ibv.ack_async_event(&ev);
     lp_ring_push(&h->ring, &e);
   }
   return NULL;
@@ -57,17 +55,16 @@ static void *async_main(void *arg) {
 
 /* ---- the control thread ---- */
 
-static int dev_of(struct lp_plugin *p, int nic, int port) {
-  for (int d = 0; d < p->ndevs; d++)
-    if (p->devs[d].nic == nic && p->devs[d].port == port) return d;
+static int dev_of(struct lp_health *h, int nic, int port) {
+  for (int d = 0; d < h->env->ndevs; d++)
+    if (h->env->devs[d].nic == nic && h->env->devs[d].port == port) return d;
   return -1;
 }
 
 /* Health changes also open and close the device's degraded periods. */
-static void set_healthy(struct lp_plugin *p, int dev, int ok) {
-  struct lp_health *h = &p->health;
+static void set_healthy(struct lp_health *h, int dev, int ok) {
   if (atomic_exchange(&h->healthy[dev], ok) == ok) return;
-  struct lp_fo_dev_stats *ds = &p->fo_stats.dev[dev];
+  struct lp_fo_dev_stats *ds = &h->stats.dev[dev];
   uint64_t now = lp_now_ns();
   if (!ok) {
     atomic_store_explicit(&ds->degraded_since_ns, now, memory_order_relaxed);
@@ -79,20 +76,18 @@ static void set_healthy(struct lp_plugin *p, int dev, int ok) {
   h->metrics_dirty = 1;
 }
 
-static void port_down(struct lp_plugin *p, int dev, const char *why, uint64_t now) {
-  struct lp_health *h = &p->health;
+static void port_down(struct lp_health *h, int dev, const char *why, uint64_t now) {
   if (h->hd[dev].down) return;
   unsigned flaps = lp_holddown_down(&h->hd[dev], now);
-  atomic_fetch_add_explicit(&p->fo_stats.dev[dev].flaps, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->stats.dev[dev].flaps, 1, memory_order_relaxed);
   atomic_store(&h->link_up[dev], 0);
-  set_healthy(p, dev, 0);
+  set_healthy(h, dev, 0);
   LP_WARN("%s:%d is down (%s): connections on it move to other NICs (flap %u, next hold-down %llu ms)",
-          p->devs[dev].name, p->devs[dev].port, why, flaps, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+          h->env->devs[dev].name, h->env->devs[dev].port, why, flaps, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
 
-static void port_up(struct lp_plugin *p, int dev, const char *why, uint64_t now) {
-  struct lp_health *h = &p->health;
-  int nic = p->devs[dev].nic;
+static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now) {
+  int nic = h->env->devs[dev].nic;
   if (!h->hd[dev].down || atomic_load(&h->fatal[nic])) return;
   if (lp_netwatch_down(&h->nw, dev)) return; /* the port says ACTIVE, its interface has no link yet */
   lp_holddown_up(&h->hd[dev], now);
@@ -100,20 +95,20 @@ static void port_up(struct lp_plugin *p, int dev, const char *why, uint64_t now)
   /* Not healthy yet, but a connection with nowhere else to go may use it. */
   atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
   h->metrics_dirty = 1;
-  LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", p->devs[dev].name, p->devs[dev].port,
+  LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", h->env->devs[dev].name, h->env->devs[dev].port,
           why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
 
 /* A port event from the RoCE interface watch (or polling). */
-static void port_event(struct lp_plugin *p, const struct lp_event *e, uint64_t now) {
+static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   int dev = (int)e->dev;
-  if (dev < 0 || dev >= p->ndevs) return;
-  const char *ifname = e->status == LP_PORT_SRC_NETDEV ? lp_netwatch_ifname(&p->health.nw, dev) : NULL;
+  if (dev < 0 || dev >= h->env->ndevs) return;
+  const char *ifname = e->status == LP_PORT_SRC_NETDEV ? lp_netwatch_ifname(&h->nw, dev) : NULL;
   char why[64];
   if (ifname) snprintf(why, sizeof(why), "netdev %s %s", ifname, e->type == LP_EV_PORT_DOWN ? "down" : "up");
   else snprintf(why, sizeof(why), "polling");
   if (e->type == LP_EV_PORT_DOWN) {
-    port_down(p, dev, why, now);
+    port_down(h, dev, why, now);
     return;
   }
   /* The interface has its link again; the port itself must be ACTIVE too
@@ -121,73 +116,89 @@ static void port_event(struct lp_plugin *p, const struct lp_event *e, uint64_t n
    * event or polling brings it back). */
   struct ibv_port_attr pa;
   memset(&pa, 0, sizeof(pa));
-  if (p->ibv.query_port(p->nics[p->devs[dev].nic].ctx, (uint8_t)p->devs[dev].port, &pa) == 0 &&
+  if (h->env->ibv.query_port(h->env->nics[h->env->devs[dev].nic].ctx, (uint8_t)h->env->devs[dev].port, &pa) == 0 &&
       pa.state == IBV_PORT_ACTIVE)
-    port_up(p, dev, why, now);
+    port_up(h, dev, why, now);
 }
 
-static void handle(struct lp_plugin *p, const struct lp_event *e, uint64_t now) {
-  struct lp_health *h = &p->health;
+static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   if (e->type != LP_EV_ASYNC) {
-    if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(p, e, now);
+    if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(h, e, now);
     if (e->type == LP_EV_CONN_MOVED) h->metrics_dirty = 1;
     return; /* connection-level events: the connections act on them */
   }
-  int nic = (int)e->dev;
-  const char *name = p->ibv.event_type_str ? p->ibv.event_type_str((enum ibv_event_type)e->status) : "event";
+  int nic = (int)e->nic;
+  const char *name = h->env->ibv.event_type_str ? h->env->ibv.event_type_str((enum ibv_event_type)e->status) : "event";
   switch (e->status) {
   case IBV_EVENT_PORT_ERR:
   case IBV_EVENT_PORT_ACTIVE: {
-    int dev = dev_of(p, nic, (int)e->port);
+    int dev = dev_of(h, nic, (int)e->port);
     if (dev < 0) return; /* a port NCCL does not use */
-    if (e->status == IBV_EVENT_PORT_ERR) port_down(p, dev, name, now);
-    else port_up(p, dev, name, now);
+    if (e->status == IBV_EVENT_PORT_ERR) port_down(h, dev, name, now);
+    else port_up(h, dev, name, now);
     return;
   }
   case IBV_EVENT_DEVICE_FATAL:
     atomic_store(&h->fatal[nic], 1);
-    for (int d = 0; d < p->ndevs; d++)
-      if (p->devs[d].nic == nic) port_down(p, d, name, now);
-    LP_WARN("%s reported a fatal error: it is not used again by this process", p->nics[nic].name);
+    for (int d = 0; d < h->env->ndevs; d++)
+      if (h->env->devs[d].nic == nic) port_down(h, d, name, now);
+    LP_WARN("%s reported a fatal error: it is not used again by this process", h->env->nics[nic].name);
     return;
   default:
-    LP_INFO(NCCL_NET, "%s: async event %s", p->nics[nic].name, name);
+    LP_INFO(NCCL_NET, "%s: async event %s", h->env->nics[nic].name, name);
   }
 }
 
 /* Ports are also read directly: an event can be lost (a full queue, a port
  * that flapped faster than the events could say). */
-static void poll_ports(struct lp_plugin *p, uint64_t now) {
-  struct lp_health *h = &p->health;
+static void poll_ports(struct lp_health *h, uint64_t now) {
   int all = now >= h->next_poll_ns;
   if (all) h->next_poll_ns = now + LP_POLL_ALL_NS;
-  for (int d = 0; d < p->ndevs; d++) {
+  for (int d = 0; d < h->env->ndevs; d++) {
     if (!all && !h->hd[d].down) continue;
-    struct lp_nic *nic = &p->nics[p->devs[d].nic];
-    if (atomic_load(&h->fatal[p->devs[d].nic])) continue;
+    const struct lp_nic *nic = &h->env->nics[h->env->devs[d].nic];
+    if (atomic_load(&h->fatal[h->env->devs[d].nic])) continue;
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof(pa));
-    if (p->ibv.query_port(nic->ctx, (uint8_t)p->devs[d].port, &pa) != 0) continue;
-    if (pa.state == IBV_PORT_ACTIVE) port_up(p, d, "polling", now);
-    else port_down(p, d, "polling", now);
+    if (h->env->ibv.query_port(nic->ctx, (uint8_t)h->env->devs[d].port, &pa) != 0) continue;
+    if (pa.state == IBV_PORT_ACTIVE) port_up(h, d, "polling", now);
+    else port_down(h, d, "polling", now);
   }
+}
+
+/* ---- where connections go ---- */
+
+int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid) {
+  const struct lp_env *env = h->env;
+  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
+  int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
+  for (int round = 0; round < 3; round++) {
+    for (int d = 0; d < env->ndevs; d++) {
+      int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
+      int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
+      usable[d] = same_layer && ok && (round != 0 || d != avoid);
+      load[d] = atomic_load_explicit(&h->load[d], memory_order_relaxed);
+    }
+    int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);
+    if (dev >= 0) return dev;
+  }
+  return -1;
 }
 
 /* ---- the metrics file ---- */
 
-static void metrics_write(struct lp_plugin *p, uint64_t now) {
-  struct lp_health *h = &p->health;
-  struct lp_fo_stats *st = &p->fo_stats;
+static void metrics_write(struct lp_health *h, uint64_t now) {
+  struct lp_fo_stats *st = &h->stats;
   const memory_order rx = memory_order_relaxed;
   struct lp_metrics m;
   memset(&m, 0, sizeof(m));
   m.pid = (int)getpid();
-  m.ndevs = p->ndevs < LP_METRICS_MAX_DEVS ? p->ndevs : LP_METRICS_MAX_DEVS;
+  m.ndevs = h->env->ndevs < LP_METRICS_MAX_DEVS ? h->env->ndevs : LP_METRICS_MAX_DEVS;
   for (int d = 0; d < m.ndevs; d++) {
     struct lp_metrics_dev *md = &m.devs[d];
     struct lp_fo_dev_stats *ds = &st->dev[d];
-    md->name = p->devs[d].name;
-    md->port = p->devs[d].port;
+    md->name = h->env->devs[d].name;
+    md->port = h->env->devs[d].port;
     md->up = lp_health_ok(h, d);
     md->connections = atomic_load_explicit(&h->load[d], rx);
     md->failovers = atomic_load_explicit(&ds->failovers, rx);
@@ -215,19 +226,18 @@ static void metrics_write(struct lp_plugin *p, uint64_t now) {
 }
 
 /* Expand LINKPASS_METRICS_FILE and size the text buffer; "" disables. */
-static void metrics_setup(struct lp_plugin *p) {
-  struct lp_health *h = &p->health;
+static void metrics_setup(struct lp_health *h) {
   h->metrics_path[0] = '\0';
-  if (p->cfg.metrics_file[0] == '\0') return;
-  if (lp_metrics_path(p->cfg.metrics_file, (int)getpid(), p->hostname, h->metrics_path, sizeof(h->metrics_path)) !=
+  if (h->env->cfg.metrics_file[0] == '\0') return;
+  if (lp_metrics_path(h->env->cfg.metrics_file, (int)getpid(), h->env->hostname, h->metrics_path, sizeof(h->metrics_path)) !=
       0) {
     LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written",
-            p->cfg.metrics_file);
+            h->env->cfg.metrics_file);
     h->metrics_path[0] = '\0';
     return;
   }
   /* Six lines per device of at most ~200 bytes (names are short), and the rest. */
-  h->metrics_cap = (size_t)p->ndevs * 6 * 256 + 4096;
+  h->metrics_cap = (size_t)h->env->ndevs * 6 * 256 + 4096;
   h->metrics_buf = malloc(h->metrics_cap);
   if (h->metrics_buf == NULL) {
     LP_WARN("out of memory for the metrics file: none is written");
@@ -239,20 +249,18 @@ static void metrics_setup(struct lp_plugin *p) {
 }
 
 static void *control_main(void *arg) {
-  (void)arg;
-  struct lp_plugin *p = lp_plugin();
-  struct lp_health *h = &p->health;
+  struct lp_health *h = arg;
   uint64_t reported_overflows = 0;
   int metrics = h->metrics_path[0] != '\0';
   for (;;) {
     uint64_t now = lp_now_ns(), next = now + LP_POLL_DOWN_NS;
     if (metrics && h->next_metrics_ns < next) next = h->next_metrics_ns > now ? h->next_metrics_ns : now;
-    for (int d = 0; d < p->ndevs; d++) {
+    for (int d = 0; d < h->env->ndevs; d++) {
       if (lp_holddown_ready(&h->hd[d], now)) {
-        if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[p->devs[d].nic])) {
-          set_healthy(p, d, 1);
-          LP_INFO(NCCL_NET, "%s:%d has been stable for its hold-down: traffic may move back", p->devs[d].name,
-                  p->devs[d].port);
+        if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[h->env->devs[d].nic])) {
+          set_healthy(h, d, 1);
+          LP_INFO(NCCL_NET, "%s:%d has been stable for its hold-down: traffic may move back", h->env->devs[d].name,
+                  h->env->devs[d].port);
         }
       } else {
         uint64_t at = lp_holddown_ready_at(&h->hd[d]);
@@ -266,13 +274,13 @@ static void *control_main(void *arg) {
     now = lp_now_ns();
     while (lp_ring_pop(&h->ring, &e)) {
       if (e.type == LP_EV_STOP) stop = 1;
-      else handle(p, &e, now);
+      else handle(h, &e, now);
     }
     if (stop) {
-      if (metrics) metrics_write(p, lp_now_ns()); /* the final counters */
+      if (metrics) metrics_write(h, lp_now_ns()); /* the final counters */
       break;
     }
-    poll_ports(p, now);
+    poll_ports(h, now);
     uint64_t lost = lp_ring_overflows(&h->ring);
     if (lost != reported_overflows) {
       LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
@@ -280,41 +288,39 @@ static void *control_main(void *arg) {
       h->metrics_dirty = 1;
     }
     now = lp_now_ns();
-    if (metrics && (h->metrics_dirty || now >= h->next_metrics_ns)) metrics_write(p, now);
+    if (metrics && (h->metrics_dirty || now >= h->next_metrics_ns)) metrics_write(h, now);
   }
   return NULL;
 }
 
-int lp_health_start(void) {
-  struct lp_plugin *p = lp_plugin();
-  struct lp_health *h = &p->health;
+int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   if (h->running) return 0;
+  h->env = env;
   uint64_t now = lp_now_ns();
-  uint64_t base = (uint64_t)p->cfg.failback_holddown_ms * 1000000ull;
-  uint64_t max = (uint64_t)p->cfg.failback_holddown_max_ms * 1000000ull;
-  for (int d = 0; d < p->ndevs; d++) {
+  uint64_t base = env->cfg.ns.holddown_ns, max = env->cfg.ns.holddown_max_ns;
+  for (int d = 0; d < h->env->ndevs; d++) {
     lp_holddown_init(&h->hd[d], base, max, now);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);
   }
   h->next_poll_ns = now + LP_POLL_ALL_NS;
-  metrics_setup(p);
+  metrics_setup(h);
   if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) goto fail_metrics;
   h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (h->stop_fd < 0) goto fail_ring;
   h->running = 1;
-  if (pthread_create(&h->control, NULL, control_main, NULL) != 0) goto fail_fd;
+  if (pthread_create(&h->control, NULL, control_main, h) != 0) goto fail_fd;
   h->nasync = 0;
-  for (int n = 0; n < p->nnics; n++) {
-    if (pthread_create(&h->async[h->nasync], NULL, async_main, (void *)(intptr_t)n) != 0) {
+  for (int n = 0; n < env->nnics; n++) {
+    h->async_arg[h->nasync] = (struct lp_async_arg){.h = h, .nic = n};
+    if (pthread_create(&h->async[h->nasync], NULL, async_main, &h->async_arg[h->nasync]) != 0) {
       LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only",
-              p->nics[n].name);
+              env->nics[n].name);
       continue;
     }
-    h->async_nic[h->nasync++] = n;
+    h->nasync++;
   }
-  lp_netwatch_start(&h->nw, h->stop_fd); /* RoCE only; it warns itself when it cannot */
-  lp_idle_watch_start(&h->idle);          /* it warns itself when it cannot */
+  lp_netwatch_start(&h->nw, env, &h->ring, h->stop_fd); /* RoCE only; it warns itself when it cannot */
   return 0;
 fail_fd:
   h->running = 0;
@@ -329,14 +335,12 @@ fail_metrics:
   return -1;
 }
 
-void lp_health_stop(void) {
-  struct lp_health *h = health();
+void lp_health_stop(struct lp_health *h) {
   if (!h->running) return;
   uint64_t one = 1;
   if (write(h->stop_fd, &one, sizeof(one)) < 0) LP_WARN("cannot wake the async-event threads: %s", strerror(errno));
   for (int i = 0; i < h->nasync; i++) pthread_join(h->async[i], NULL);
   lp_netwatch_stop(&h->nw);
-  lp_idle_watch_stop(&h->idle);
   struct lp_event stop = {.type = LP_EV_STOP};
   while (!lp_ring_push(&h->ring, &stop)) {
     /* Full ring: the control thread is draining it; the stop gets in next. */

@@ -22,21 +22,37 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "env.h"
 #include "event_ring.h"
 #include "holddown.h"
-#include "idle_watch.h"
 #include "netwatch.h"
 #include "nic.h"
 
+/* Counters for the metrics file, which this control plane writes.  Moves
+ * are counted by the connections (failover.c report()), port changes by the
+ * control thread: relaxed atomics, no locks. */
+struct lp_fo_dev_stats {
+  _Atomic uint64_t failovers;         /* connection ends that left the device because of a failure */
+  _Atomic uint64_t failbacks;         /* connection ends that came back to it */
+  _Atomic uint64_t flaps;             /* times it went down */
+  _Atomic uint64_t degraded_ns;       /* finished periods of not being usable */
+  _Atomic uint64_t degraded_since_ns; /* start of the current period, 0 while usable */
+};
+
+struct lp_fo_stats {
+  _Atomic uint64_t failovers, failbacks, paths_lost, replayed, replayed_bytes;
+  _Atomic uint64_t last_failover_ns; /* the latest failover, from the fault being seen to traffic flowing */
+  struct lp_fo_dev_stats dev[LP_MAX_DEVS];
+};
+
 struct lp_health {
+  const struct lp_env *env; /* set by lp_health_start */
   _Atomic uint32_t gen;             /* bumped whenever any healthy[] changes */
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
   _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
   _Atomic int load[LP_MAX_DEVS];    /* connections whose link is on the device */
   _Atomic int fatal[LP_MAX_NICS];   /* NIC reported DEVICE_FATAL: never used again */
-  /* Each device's pool, primary first (set at start, read-only after). */
-  int pool_n[LP_MAX_DEVS];
-  int pool[LP_MAX_DEVS][LP_MAX_DEVS];
+  struct lp_fo_stats stats;
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   uint64_t next_poll_ns;
@@ -48,23 +64,42 @@ struct lp_health {
   int metrics_dirty; /* something changed since the last write */
   int metrics_err;   /* errno of the last failed write, 0 after a good one */
   struct lp_netwatch nw; /* RoCE interfaces (netwatch.h) */
-  struct lp_idle_watch idle; /* answers moves for receivers NCCL is not calling */
   struct lp_event_ring ring;
   int stop_fd; /* eventfd: wakes the async threads to exit */
   int running;
   pthread_t control;
   int nasync;
   pthread_t async[LP_MAX_NICS];
-  int async_nic[LP_MAX_NICS];
+  struct lp_async_arg {
+    struct lp_health *h;
+    int nic;
+  } async_arg[LP_MAX_NICS];
 };
 
-/* Start the threads once devices are known; idempotent.  0 or -1. */
-int lp_health_start(void);
+/* Start the threads for the devices of `env`; idempotent.  0 or -1. */
+int lp_health_start(struct lp_health *h, const struct lp_env *env);
 /* Stop and join every thread (finalize / unload). */
-void lp_health_stop(void);
+void lp_health_stop(struct lp_health *h);
 
-/* Tell the control thread something happened; never blocks. */
-void lp_health_note(uint32_t type, int dev, int status, uint64_t comm_id, uint64_t arg);
+/* Tell the control thread that a connection end moved (it rewrites the
+ * metrics file at once); never blocks. */
+void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id);
+
+/* Where a connection whose primary device is `primary` goes: a healthy
+ * device of the primary's pool with the same link layer, least loaded first,
+ * pool order on ties; `prefer` first when healthy.  `avoid` (the device it
+ * is leaving) only when nothing else is healthy: the failure may have been
+ * the peer's.  With nothing healthy at all, a port that is up again but
+ * still in hold-down beats losing the path.  -1: no path on this side. */
+int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid);
+
+/* Connections on each device (the spread of lp_health_choose). */
+static inline void lp_health_load_add(struct lp_health *h, int dev, int delta) {
+  atomic_fetch_add_explicit(&h->load[dev], delta, memory_order_relaxed);
+}
+static inline int lp_health_nic_fatal(struct lp_health *h, int nic) {
+  return atomic_load_explicit(&h->fatal[nic], memory_order_relaxed);
+}
 
 static inline uint32_t lp_health_gen(struct lp_health *h) {
   return atomic_load_explicit(&h->gen, memory_order_acquire);

@@ -9,8 +9,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "clock.h"
+#include "failover.h"
 #include "log.h"
+#include "progress.h"
 
 static void wake(struct lp_idle_watch *w) {
   uint64_t one = 1;
@@ -21,18 +23,18 @@ static void wake(struct lp_idle_watch *w) {
 /* One progress call on a comm whose control socket is ready, if NCCL is
  * not calling it and has not for LP_IDLE_NS.  Under w->mu. */
 static void answer(struct lp_comm *c, uint64_t now) {
-  c->watch_skip_until_ns = now + LP_IDLE_NS; /* at most one look per idle period */
+  c->fo->watch_skip_until_ns = now + LP_IDLE_NS; /* at most one look per idle period */
   if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) return; /* NCCL is in it */
   if (now - c->progress_ns < LP_IDLE_NS) {
-    c->watch_skip_until_ns = c->progress_ns + LP_IDLE_NS; /* NCCL is calling: it reads the socket */
+    c->fo->watch_skip_until_ns = c->progress_ns + LP_IDLE_NS; /* NCCL is calling: it reads the socket */
   } else {
     /* An error stays in the comm: NCCL's next call reports it. */
     lp_comm_progress(c);
-    c->watch_tx = c->fo.tx_off != c->fo.tx_len; /* an answer the socket did not take whole */
+    c->fo->watch_tx = c->fo->tx_off != c->fo->tx_len; /* an answer the socket did not take whole */
   }
   /* A closed peer or a failed comm keeps the socket readable for good:
    * nothing more to answer there. */
-  c->watch_off = c->error != ncclSuccess || c->fo.peer_closed;
+  c->fo->watch_off = c->error != ncclSuccess || c->fo->peer_closed;
   lp_comm_leave(c);
 }
 
@@ -60,13 +62,13 @@ static void *watch_main(void *arg) {
     pfds[k++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
     for (int i = 0; i < w->n; i++) {
       struct lp_comm *c = w->comms[i];
-      if (c->watch_off) continue;
-      if (c->watch_skip_until_ns > now) {
-        if (c->watch_skip_until_ns < next) next = c->watch_skip_until_ns;
+      if (c->fo->watch_off) continue;
+      if (c->fo->watch_skip_until_ns > now) {
+        if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
         continue;
       }
       who[k] = c;
-      pfds[k++] = (struct pollfd){.fd = c->fd, .events = (short)(POLLIN | (c->watch_tx ? POLLOUT : 0))};
+      pfds[k++] = (struct pollfd){.fd = c->fd, .events = (short)(POLLIN | (c->fo->watch_tx ? POLLOUT : 0))};
     }
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
@@ -134,9 +136,10 @@ void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c) {
     w->comms = nc;
     w->cap = ncap;
   }
-  c->watch_skip_until_ns = 0;
-  c->watch_off = 0;
-  c->watch_tx = 0;
+  c->fo->watch = w;
+  c->fo->watch_skip_until_ns = 0;
+  c->fo->watch_off = 0;
+  c->fo->watch_tx = 0;
   w->comms[w->n++] = c;
   w->gen++;
   pthread_mutex_unlock(&w->mu);

@@ -46,8 +46,8 @@ struct lp_idle_watch {
 int lp_idle_watch_start(struct lp_idle_watch *w);
 /* Stop and join it; comms may stay on the list and are removed at close. */
 void lp_idle_watch_stop(struct lp_idle_watch *w);
-/* Watch a receive comm from now on / no longer (before it is freed).
- * Both are no-ops when the watch is not running. */
+/* Watch a receive comm with failover state (c->fo) from now on / no longer
+ * (before it is freed).  Both are no-ops when the watch is not running. */
 void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c);
 void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c);
 

@@ -6,28 +6,23 @@
 #include "comm.h"
 #include "log.h"
 
-const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &lp_plugin()->devs[link->dev]; }
-const struct lp_nic *lp_link_nic(const struct lp_link *link) {
-  struct lp_plugin *p = lp_plugin();
-  return &p->nics[p->devs[link->dev].nic];
-}
+const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &link->env->devs[link->dev]; }
+const struct lp_nic *lp_link_nic(const struct lp_link *link) { return lp_env_nic_of(link->env, link->dev); }
 
-ncclResult_t lp_link_open(struct lp_link *link, int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off) {
-  struct lp_plugin *p = lp_plugin();
-  const struct lp_ibv *ibv = &p->ibv;
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int dev, int nqps, void *ctrl,
+                          size_t ctrl_len, size_t remote_off) {
+  const struct lp_ibv *ibv = &env->ibv;
   memset(link, 0, sizeof(*link));
+  link->env = env;
   link->dev = dev;
   link->nqps = nqps;
 
-  /* The port may have changed since init (address, MTU): re-read it now. */
-  pthread_mutex_lock(&p->lock);
-  struct lp_dev *d = &p->devs[dev];
-  struct lp_nic *nic = &p->nics[d->nic];
-  int rc = lp_dev_refresh(ibv, &p->cfg, nic, d);
-  struct lp_dev dcopy = *d;
-  int pkey = p->cfg.pkey;
-  pthread_mutex_unlock(&p->lock);
-  if (rc != 0) return ncclSystemError;
+  /* The port may have changed since init (address, MTU): re-read it now,
+   * into this link's own copy (the environment stays as init found it). */
+  const struct lp_nic *nic = lp_env_nic_of(env, dev);
+  struct lp_dev dcopy = env->devs[dev];
+  if (lp_dev_refresh(ibv, &env->cfg, nic, &dcopy) != 0) return ncclSystemError;
+  int pkey = env->cfg.pkey;
 
   int cqe = nqps * (LP_SQ_DEPTH + LP_RQ_DEPTH);
   if (nic->attr.max_cqe > 0 && cqe > nic->attr.max_cqe) cqe = nic->attr.max_cqe;
@@ -96,9 +91,8 @@ fail:
 }
 
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
-  struct lp_plugin *p = lp_plugin();
-  const struct lp_ibv *ibv = &p->ibv;
-  const struct lp_config *cfg = &p->cfg;
+  const struct lp_ibv *ibv = &link->env->ibv;
+  const struct lp_config *cfg = &link->env->cfg;
   const struct lp_link_info *l = &link->local, *r = &link->remote;
   if (l->link_layer != r->link_layer) {
     LP_WARN("%s:%u is %s but the peer's %s:%u is %s: cannot connect", l->dev_name, l->port,
@@ -155,7 +149,8 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
 }
 
 void lp_link_close(struct lp_link *link) {
-  const struct lp_ibv *ibv = &lp_plugin()->ibv;
+  if (link->env == NULL) return; /* never opened */
+  const struct lp_ibv *ibv = &link->env->ibv;
   /* QPs first: destroying them stops the NIC from touching our memory. */
   for (int q = 0; q < LP_MAX_QPS; q++) {
     if (link->qps[q]) ibv->destroy_qp(link->qps[q]);

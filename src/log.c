@@ -9,16 +9,21 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "plugin.h"
-
 /* NCCL formats into 1024 bytes; staying below that avoids a silent cut in
  * the middle of the prefix when our message is long. */
 #define LP_LOG_BUF 1000
 
-void lp_log_set_logger(ncclDebugLogger_t logger) {
-  struct lp_plugin *p = lp_plugin();
-  __atomic_store_n(&p->logger, logger, __ATOMIC_RELEASE);
-}
+/* Where messages go.  Process-wide by nature, like the logger NCCL hands
+ * every init: the one piece of mutable state outside the plugin context
+ * (plugin.h), so that any module on any thread, before init and after
+ * finalize, can say what went wrong without reaching for that context.
+ * Both fields are written atomically and only ever converge. */
+static struct {
+  ncclDebugLogger_t logger; /* NULL: stderr */
+  int stderr_level;         /* -1 until NCCL_DEBUG is read */
+} sink = {NULL, -1};
+
+void lp_log_set_logger(ncclDebugLogger_t logger) { __atomic_store_n(&sink.logger, logger, __ATOMIC_RELEASE); }
 
 static ncclDebugLogLevel parse_nccl_debug(const char *s) {
   if (s == NULL || *s == '\0') return NCCL_LOG_NONE;
@@ -31,13 +36,12 @@ static ncclDebugLogLevel parse_nccl_debug(const char *s) {
 }
 
 ncclDebugLogLevel lp_log_stderr_level(void) {
-  struct lp_plugin *p = lp_plugin();
   /* Parsed once; -1 means not yet.  A benign race: every thread computes the
    * same value from the same environment. */
-  int lvl = __atomic_load_n(&p->stderr_level, __ATOMIC_ACQUIRE);
+  int lvl = __atomic_load_n(&sink.stderr_level, __ATOMIC_ACQUIRE);
   if (lvl < 0) {
     lvl = (int)parse_nccl_debug(getenv("NCCL_DEBUG"));
-    __atomic_store_n(&p->stderr_level, lvl, __ATOMIC_RELEASE);
+    __atomic_store_n(&sink.stderr_level, lvl, __ATOMIC_RELEASE);
   }
   return (ncclDebugLogLevel)lvl;
 }
@@ -54,8 +58,7 @@ static const char *level_name(ncclDebugLogLevel level) {
 }
 
 void lp_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  struct lp_plugin *p = lp_plugin();
-  ncclDebugLogger_t logger = __atomic_load_n(&p->logger, __ATOMIC_ACQUIRE);
+  ncclDebugLogger_t logger = __atomic_load_n(&sink.logger, __ATOMIC_ACQUIRE);
   if (logger == NULL && level > lp_log_stderr_level()) return;
 
   char msg[LP_LOG_BUF];

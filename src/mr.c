@@ -9,9 +9,9 @@
 
 #define LP_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
-static ncclResult_t reg(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
-                        void **mhandle) {
-  struct lp_plugin *p = lp_plugin();
+ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
+                            void **mhandle) {
+  const struct lp_env *env = c->env;
   *mhandle = NULL;
   if (type != NCCL_PTR_HOST && fd < 0) {
     LP_WARN("regMr: pointer type %d is not supported (only host memory, NCCL_PTR_HOST)", type);
@@ -23,24 +23,24 @@ static ncclResult_t reg(struct lp_comm *c, void *data, size_t size, int type, in
    * larger range would let a peer's write reach memory the caller never
    * offered (and makes sanitizers and the simulator touch foreign bytes). */
   m->magic = LP_MR_MAGIC;
+  m->env = env;
   m->addr = (uintptr_t)data;
   m->len = size ? size : 1;
   /* With failover on, every NIC gets the registration now: a move must
    * never wait for one, and the peer needs keys valid on its new NIC. */
-  int home = p->devs[c->link.dev].nic;
-  for (int n = 0; n < p->nnics; n++) {
-    if (n != home && !(p->cfg.failover && p->health.running)) continue;
-    if (n != home && atomic_load(&p->health.fatal[n])) continue;
-    struct lp_nic *on = &p->nics[n];
+  int home = env->devs[c->link.dev].nic;
+  for (int n = 0; n < env->nnics; n++) {
+    if (n != home && (c->health == NULL || lp_health_nic_fatal(c->health, n))) continue;
+    const struct lp_nic *on = &env->nics[n];
     struct ibv_mr *mr;
     if (fd >= 0) {
-      if (p->ibv.reg_dmabuf_mr == NULL) {
+      if (env->ibv.reg_dmabuf_mr == NULL) {
         LP_WARN("regMrDmaBuf: this libibverbs has no ibv_reg_dmabuf_mr");
         goto fail;
       }
-      mr = p->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, LP_MR_ACCESS);
+      mr = env->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, LP_MR_ACCESS);
     } else {
-      mr = p->ibv.reg_mr(on->pd, (void *)m->addr, m->len, LP_MR_ACCESS);
+      mr = env->ibv.reg_mr(on->pd, (void *)m->addr, m->len, LP_MR_ACCESS);
     }
     if (mr == NULL) {
       LP_WARN("ibv_reg_mr(%s, %p, %zu bytes) failed: %s%s", on->name, (void *)m->addr, m->len, strerror(errno),
@@ -54,46 +54,19 @@ static ncclResult_t reg(struct lp_comm *c, void *data, size_t size, int type, in
   return ncclSuccess;
 fail:
   for (int n = 0; n < LP_MAX_NICS; n++)
-    if (m->mr[n]) p->ibv.dereg_mr(m->mr[n]);
+    if (m->mr[n]) env->ibv.dereg_mr(m->mr[n]);
   free(m);
   return ncclSystemError;
 }
 
-ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
-  struct lp_comm *c = lp_comm_check(comm, 0);
-  if (c == NULL) {
-    LP_WARN("regMr: invalid comm %p", comm);
-    return ncclInvalidArgument;
-  }
-  return reg(c, data, size, type, -1, 0, mhandle);
-}
-
-ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                              void **mhandle) {
-  struct lp_comm *c = lp_comm_check(comm, 0);
-  if (c == NULL) {
-    LP_WARN("regMrDmaBuf: invalid comm %p", comm);
-    return ncclInvalidArgument;
-  }
-  /* Host memory needs no dma-buf: register it the ordinary way. */
-  if (type == NCCL_PTR_HOST) fd = -1;
-  return reg(c, data, size, type, fd, offset, mhandle);
-}
-
-ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
-  (void)comm; /* registrations belong to NICs, not comms: the comm may be gone */
-  struct lp_mr *m = mhandle;
-  if (m == NULL || m->magic != LP_MR_MAGIC) {
-    LP_WARN("deregMr: invalid memory handle %p", mhandle);
-    return ncclInvalidArgument;
-  }
-  struct lp_plugin *p = lp_plugin();
+ncclResult_t lp_mr_deregister(struct lp_mr *m) {
+  const struct lp_env *env = m->env;
   ncclResult_t rc = ncclSuccess;
   for (int i = 0; i < LP_MAX_NICS; i++) {
     if (m->mr[i] == NULL) continue;
-    int err = p->ibv.dereg_mr(m->mr[i]);
+    int err = env->ibv.dereg_mr(m->mr[i]);
     if (err != 0) {
-      LP_WARN("ibv_dereg_mr(%s) failed: %s", p->nics[i].name, strerror(err));
+      LP_WARN("ibv_dereg_mr(%s) failed: %s", env->nics[i].name, strerror(err));
       rc = ncclSystemError;
     }
   }

@@ -11,9 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "health.h"
+#include "clock.h"
 #include "log.h"
-#include "plugin.h"
 
 #define LP_NETWATCH_RCVBUF (1 << 20) /* bursts of link messages (many VFs) must not overrun it */
 
@@ -47,14 +46,16 @@ static void set_state(struct lp_netwatch *w, struct lp_netwatch_if *wi, int up, 
   if (before == up) return;
   wi->state = up;
   atomic_store_explicit(&w->down[wi->dev], !up, memory_order_relaxed);
-  const struct lp_dev *d = &lp_plugin()->devs[wi->dev];
+  const struct lp_dev *d = &w->env->devs[wi->dev];
   if (before < 0 && up) return; /* first sight, as expected: nothing happened */
   if (up) {
     LP_INFO(NCCL_NET, "netwatch: %s (%s:%d) has its link again (%s)", wi->ifname, d->name, d->port, detail);
   } else {
     LP_WARN("netwatch: %s (%s:%d) lost its link (%s)", wi->ifname, d->name, d->port, detail);
   }
-  lp_health_note(up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN, wi->dev, LP_PORT_SRC_NETDEV, 0, 0);
+  struct lp_event e = {.type = up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN, .dev = (uint32_t)wi->dev,
+                       .status = LP_PORT_SRC_NETDEV, .time_ns = lp_now_ns()};
+  lp_ring_push(w->ring, &e); /* a full ring counts the loss; polling finds the port later */
 }
 
 static void on_link(struct lp_netwatch *w, struct rtnl_link *l, int deleted) {
@@ -137,15 +138,16 @@ static void close_socks(struct lp_netwatch *w) {
   w->ev = w->dump = NULL;
 }
 
-int lp_netwatch_start(struct lp_netwatch *w, int stop_fd) {
-  struct lp_plugin *p = lp_plugin();
+int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp_event_ring *ring, int stop_fd) {
   memset(w, 0, sizeof(*w));
+  w->env = env;
+  w->ring = ring;
   w->stop_fd = stop_fd;
-  for (int d = 0; d < p->ndevs; d++) {
-    const struct lp_dev *dev = &p->devs[d];
+  for (int d = 0; d < env->ndevs; d++) {
+    const struct lp_dev *dev = &env->devs[d];
     if (dev->link_layer != IBV_LINK_LAYER_ETHERNET) continue;
     struct lp_netwatch_if *wi = &w->ifs[w->n];
-    if (lp_netwatch_ndev(p->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname,
+    if (lp_netwatch_ndev(env->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname,
                          sizeof(wi->ifname)) != 0) {
       LP_INFO(NCCL_NET, "netwatch: %s:%d has no network interface in gid_attrs/ndevs/%d: only its port events "
                         "are watched",
@@ -173,7 +175,7 @@ int lp_netwatch_start(struct lp_netwatch *w, int stop_fd) {
   }
   for (int i = 0; i < w->n; i++) {
     const struct lp_netwatch_if *wi = &w->ifs[i];
-    const struct lp_dev *d = &p->devs[wi->dev];
+    const struct lp_dev *d = &env->devs[wi->dev];
     if (wi->state < 0)
       LP_INFO(NCCL_NET, "netwatch: %s (%s:%d) is not in this network namespace: only its port events are watched",
               wi->ifname, d->name, d->port);

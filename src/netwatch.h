@@ -20,6 +20,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "env.h"
+#include "event_ring.h"
 #include "nic.h"
 
 /* Where a port event came from (lp_event.status of LP_EV_PORT_DOWN/UP). */
@@ -35,6 +37,8 @@ struct lp_netwatch_if {
 };
 
 struct lp_netwatch {
+  const struct lp_env *env;
+  struct lp_event_ring *ring; /* where port events go (the control plane's) */
   int n;
   struct lp_netwatch_if ifs[LP_MAX_DEVS];
   _Atomic int down[LP_MAX_DEVS]; /* by device: its interface has no link now */
@@ -46,9 +50,10 @@ struct lp_netwatch {
 };
 
 /* Read the RoCE devices' interfaces and start watching them (nothing to
- * do without RoCE devices).  stop_fd becomes readable when the thread must
- * end.  0, or -1 when the watch could not start (port events still work). */
-int lp_netwatch_start(struct lp_netwatch *w, int stop_fd);
+ * do without RoCE devices); changes go into `ring`.  stop_fd becomes
+ * readable when the thread must end.  0, or -1 when the watch could not
+ * start (port events still work). */
+int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp_event_ring *ring, int stop_fd);
 
 /* Join the thread (stop_fd must be readable already) and close the sockets. */
 void lp_netwatch_stop(struct lp_netwatch *w);

@@ -183,6 +183,19 @@ static int port_usable(const struct ibv_port_attr *pa) {
          (pa->link_layer == IBV_LINK_LAYER_INFINIBAND || pa->link_layer == IBV_LINK_LAYER_ETHERNET);
 }
 
+/* The NUMA node of the NIC's PCI device (pools prefer close NICs). */
+static int read_numa(const char *ibdev_path) {
+  char path[LP_PATH_MAX];
+  snprintf(path, sizeof(path), "%s/device/numa_node", ibdev_path);
+  FILE *f = fopen(path, "r");
+  int numa = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &numa) != 1) numa = -1;
+    fclose(f);
+  }
+  return numa;
+}
+
 int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struct lp_nic *nics, int *nnics,
                     struct lp_dev *devs, int max_devs) {
   int ndevs = 0, nlist = 0;
@@ -244,6 +257,7 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
     char path[sizeof(nic->ibdev_path) + 16];
     snprintf(path, sizeof(path), "%s/device", nic->ibdev_path);
     if (realpath(path, nic->pci_path) == NULL) snprintf(nic->pci_path, sizeof(nic->pci_path), "%s", path);
+    nic->numa = read_numa(nic->ibdev_path);
     (*nnics)++;
     continue;
   drop:

@@ -29,10 +29,11 @@ struct lp_nic {
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   struct ibv_device_attr attr;
+  int numa; /* NUMA node of its PCI device, -1 unknown */
 };
 
 struct lp_dev {
-  int nic;  /* index in lp_plugin.nics */
+  int nic;  /* index in lp_env.nics */
   int port; /* 1-based */
   char name[LP_DEV_NAME_MAX];
   int link_layer; /* IBV_LINK_LAYER_INFINIBAND / _ETHERNET */
@@ -58,7 +59,7 @@ void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
 /* Re-read the port (LID, MTU) and choose the GID, right before a
  * connection uses it: addresses can change after init.  The first call (at
  * discovery) also sets the link layer and speed, which stay as found.
- * Under the plugin's lock.  0 or -1. */
+ * `dev` is the caller's own copy.  0 or -1. */
 int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const struct lp_nic *nic,
                    struct lp_dev *dev);
 

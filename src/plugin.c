@@ -2,50 +2,33 @@
  * getProperties, finalize. */
 #include "plugin.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "linkpass.h"
 #include "log.h"
 #include "nccl_env.h"
-#include "pool.h"
 
-/* The only mutable global of the library. */
+/* The plugin context (plugin.h): the only mutable global of the library
+ * besides the log sink, reached from this file only. */
 static struct lp_plugin the_plugin = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .stderr_level = -1,
+    .setup = {.lock = PTHREAD_MUTEX_INITIALIZER},
 };
 
-struct lp_plugin *lp_plugin(void) { return &the_plugin; }
-
-uint64_t lp_random_u64(void) {
-  uint64_t v = 0;
-  while (v == 0) {
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
-      /* No entropy yet (early boot): time and pid are unique enough for ids. */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      v = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&v;
-    }
-  }
-  return v;
-}
-
-struct lp_ctx *lp_ctx_get(void *ctx) {
-  if (ctx == NULL) return &lp_plugin()->default_ctx;
+/* Resolve an NCCL context pointer (NULL: the default one).  NULL if bogus. */
+static struct lp_ctx *ctx_get(struct lp_plugin *p, void *ctx) {
+  if (ctx == NULL) return &p->default_ctx;
   struct lp_ctx *c = ctx;
   return c->magic == LP_CTX_MAGIC ? c : NULL;
 }
 
-int lp_ctx_tc(const struct lp_ctx *ctx) {
+/* The traffic class a comm made under `ctx` uses. */
+static int ctx_tc(const struct lp_plugin *p, const struct lp_ctx *ctx) {
   if (ctx && ctx->traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF) return ctx->traffic_class;
-  return lp_plugin()->cfg.tc;
+  return p->env.cfg.tc;
 }
 
 static const char *env_get(void *arg, const char *name) {
@@ -63,109 +46,76 @@ static void info_line(void *arg, const char *msg) {
   LP_INFO(NCCL_INIT | NCCL_NET | NCCL_ENV, "%s", msg);
 }
 
-static int read_numa(const struct lp_nic *nic) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof(path), "%s/device/numa_node", nic->ibdev_path);
-  FILE *f = fopen(path, "r");
-  int numa = -1;
-  if (f != NULL) {
-    if (fscanf(f, "%d", &numa) != 1) numa = -1;
-    fclose(f);
-  }
-  return numa;
-}
-
-/* Each device's NIC pool, logged once: closeness order unless
- * LINKPASS_NIC_POOL spells it out. */
-static void build_pools(struct lp_plugin *p) {
-  struct lp_health *h = &p->health;
-  struct lp_pool_nic in[LP_MAX_DEVS];
-  int n = p->ndevs < LP_POOL_MAX ? p->ndevs : LP_POOL_MAX;
-  for (int d = 0; d < n; d++) {
-    snprintf(in[d].name, sizeof(in[d].name), "%s", p->devs[d].name);
-    in[d].pci_path = p->nics[p->devs[d].nic].pci_path;
-    in[d].numa = read_numa(&p->nics[p->devs[d].nic]);
-  }
-  int explicit_ok = p->cfg.nic_pool[0] != '\0';
-  for (int d = 0; d < n; d++) {
-    char why[160];
-    int m = explicit_ok ? lp_pool_parse(p->cfg.nic_pool, in, n, d, h->pool[d], why, sizeof(why)) : 0;
-    if (m < 0) {
-      LP_WARN("LINKPASS_NIC_POOL=\"%s\" is not valid (%s): expected NIC=NIC[,NIC...][;...]; pools follow closeness",
-              p->cfg.nic_pool, why);
-      explicit_ok = 0;
-      d = -1; /* start over without it */
-      continue;
-    }
-    h->pool_n[d] = m > 0 ? m : lp_pool_order(in, n, d, h->pool[d]);
-    char line[512];
-    int o = snprintf(line, sizeof(line), "NIC pool of %s:", p->devs[d].name);
-    for (int k = 0; k < h->pool_n[d] && o < (int)sizeof(line); k++)
-      o += snprintf(line + o, sizeof(line) - (size_t)o, " %s", p->devs[h->pool[d][k]].name);
-    LP_INFO(NCCL_INIT | NCCL_NET, "%s", line);
-  }
-}
-
 /* Failover: pools, event lines, the control plane. */
 static void start_failover(struct lp_plugin *p) {
-  if (!p->cfg.failover) {
+  struct lp_env *env = &p->env;
+  p->setup.env = env;
+  if (!env->cfg.failover) {
     LP_INFO(NCCL_INIT | NCCL_NET, "link failover is off (LINKPASS_FAILOVER=0)");
     return;
   }
-  build_pools(p);
-  p->syslog.enabled = p->cfg.syslog;
-  p->syslog.facility = p->cfg.syslog_facility;
-  snprintf(p->syslog.socket, sizeof(p->syslog.socket), "%s", p->cfg.syslog_socket);
-  if (lp_health_start() != 0) LP_WARN("link failover is off: the control plane did not start");
+  lp_env_build_pools(env);
+  env->syslog.enabled = env->cfg.syslog;
+  env->syslog.facility = env->cfg.syslog_facility;
+  snprintf(env->syslog.socket, sizeof(env->syslog.socket), "%s", env->cfg.syslog_socket);
+  if (lp_health_start(&p->health, env) != 0) {
+    LP_WARN("link failover is off: the control plane did not start");
+    return;
+  }
+  p->setup.health = &p->health;
+  if (lp_idle_watch_start(&p->idle) == 0) p->setup.idle = &p->idle; /* it warns itself when it cannot */
 }
 
 /* Threads must be gone before the library is: NCCL may dlclose it. */
-__attribute__((destructor)) static void stop_threads(void) { lp_health_stop(); }
+__attribute__((destructor)) static void stop_threads(void) {
+  lp_idle_watch_stop(&the_plugin.idle);
+  lp_health_stop(&the_plugin.health);
+}
 
 /* First successful init: configuration, verbs, devices, OOB interface. */
 static ncclResult_t bring_up(struct lp_plugin *p) {
   char why[640];
   /* A failed init is retried by the next one; warn and describe once. */
-  lp_config_load(&p->cfg, env_get, NULL, p->config_logged ? NULL : warn_line, NULL);
+  lp_config_load(&p->env.cfg, env_get, NULL, p->config_logged ? NULL : warn_line, NULL);
   if (!p->config_logged) {
-    lp_config_describe(&p->cfg, info_line, NULL);
+    lp_config_describe(&p->env.cfg, info_line, NULL);
     lp_nccl_env_report(env_get, NULL, info_line, warn_line, NULL);
   }
   p->config_logged = 1;
-  if (p->cfg.ib_disable) {
+  if (p->env.cfg.ib_disable) {
     LP_INFO(NCCL_INIT | NCCL_NET, "NCCL_IB_DISABLE=%d: linkpass offers no devices; NCCL uses another net",
-            p->cfg.ib_disable);
+            p->env.cfg.ib_disable);
     return ncclInternalError;
   }
 
-  if (lp_ibv_load(&p->ibv, p->cfg.ibverbs_lib, why, sizeof(why)) != 0) {
+  if (lp_ibv_load(&p->env.ibv, p->env.cfg.ibverbs_lib, why, sizeof(why)) != 0) {
     LP_WARN("init failed: %s", why);
     return ncclSystemError;
   }
-  p->ndevs = lp_nic_discover(&p->ibv, &p->cfg, p->nics, &p->nnics, p->devs, LP_MAX_DEVS);
-  if (p->ndevs == 0) {
+  p->env.ndevs = lp_nic_discover(&p->env.ibv, &p->env.cfg, p->env.nics, &p->env.nnics, p->env.devs, LP_MAX_DEVS);
+  if (p->env.ndevs == 0) {
     LP_WARN("init failed: no ACTIVE InfiniBand or RoCE port found%s%s%s (library %s)",
-            p->cfg.hca.set ? " matching NCCL_IB_HCA=\"" : "", p->cfg.hca.set ? p->cfg.hca_str : "",
-            p->cfg.hca.set ? "\"" : "", p->ibv.path);
+            p->env.cfg.hca.set ? " matching NCCL_IB_HCA=\"" : "", p->env.cfg.hca.set ? p->env.cfg.hca_str : "",
+            p->env.cfg.hca.set ? "\"" : "", p->env.ibv.path);
     goto fail;
   }
-  if (lp_oob_pick(&p->cfg, &p->oob_addr, p->oob_ifname, sizeof(p->oob_ifname)) != 0) {
+  if (lp_oob_pick(&p->env.cfg, &p->env.oob_addr, p->env.oob_ifname, sizeof(p->env.oob_ifname)) != 0) {
     LP_WARN("init failed: no usable network interface for the out-of-band connection%s%s%s",
-            p->cfg.ifname.set ? " matching NCCL_SOCKET_IFNAME=\"" : "", p->cfg.ifname.set ? p->cfg.ifname_str : "",
-            p->cfg.ifname.set ? "\"" : "");
+            p->env.cfg.ifname.set ? " matching NCCL_SOCKET_IFNAME=\"" : "", p->env.cfg.ifname.set ? p->env.cfg.ifname_str : "",
+            p->env.cfg.ifname.set ? "\"" : "");
     goto fail;
   }
-  if (gethostname(p->hostname, sizeof(p->hostname) - 1) != 0) snprintf(p->hostname, sizeof(p->hostname), "?");
+  if (gethostname(p->env.hostname, sizeof(p->env.hostname) - 1) != 0) snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
 
   char a[64];
-  LP_INFO(NCCL_INIT | NCCL_NET, "using %s, out-of-band interface %s %s", p->ibv.path, p->oob_ifname,
-          lp_sockaddr_str(&p->oob_addr, a, sizeof(a)));
-  for (int i = 0; i < p->ndevs; i++) {
-    const struct lp_dev *d = &p->devs[i];
+  LP_INFO(NCCL_INIT | NCCL_NET, "using %s, out-of-band interface %s %s", p->env.ibv.path, p->env.oob_ifname,
+          lp_sockaddr_str(&p->env.oob_addr, a, sizeof(a)));
+  for (int i = 0; i < p->env.ndevs; i++) {
+    const struct lp_dev *d = &p->env.devs[i];
     char g[64];
     LP_INFO(NCCL_INIT | NCCL_NET, "device %d: %s:%d %s %d Mbps, GID index %d (%s), LID %u, PCI %s", i, d->name,
             d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", d->speed_mbps, d->gid_index,
-            lp_gid_str(&d->gid, g, sizeof(g)), d->lid, p->nics[d->nic].pci_path);
+            lp_gid_str(&d->gid, g, sizeof(g)), d->lid, p->env.nics[d->nic].pci_path);
   }
   p->default_ctx.magic = LP_CTX_MAGIC;
   p->default_ctx.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
@@ -173,16 +123,16 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   start_failover(p);
   return ncclSuccess;
 fail:
-  lp_nic_close_all(&p->ibv, p->nics, p->nnics);
-  p->nnics = p->ndevs = 0;
-  lp_ibv_unload(&p->ibv);
+  lp_nic_close_all(&p->env.ibv, p->env.nics, p->env.nnics);
+  p->env.nnics = p->env.ndevs = 0;
+  lp_ibv_unload(&p->env.ibv);
   return ncclSystemError;
 }
 
 ncclResult_t lp_init(void **ctx, uint64_t commId, ncclNetCommConfig_v12_t *config, ncclDebugLogger_t logFunction,
                      ncclProfilerCallback_t profFunction) {
   (void)profFunction; /* no profiler events yet */
-  struct lp_plugin *p = lp_plugin();
+  struct lp_plugin *p = &the_plugin;
   if (ctx) *ctx = NULL;
   if (logFunction) lp_log_set_logger(logFunction);
   pthread_mutex_lock(&p->lock);
@@ -204,7 +154,7 @@ ncclResult_t lp_init(void **ctx, uint64_t commId, ncclNetCommConfig_v12_t *confi
 }
 
 ncclResult_t lp_finalize(void *ctx) {
-  struct lp_plugin *p = lp_plugin();
+  struct lp_plugin *p = &the_plugin;
   struct lp_ctx *c = ctx;
   if (c != NULL && c->magic != LP_CTX_MAGIC) {
     LP_WARN("finalize: invalid context %p", ctx);
@@ -219,24 +169,24 @@ ncclResult_t lp_finalize(void *ctx) {
   pthread_mutex_unlock(&p->lock);
   /* Devices stay open: NCCL may init again, and comms it forgot to close
    * still reference them.  Connects NCCL abandoned can go. */
-  if (last) lp_connect_stages_free();
+  if (last) lp_setup_free_stages(&p->setup);
   return ncclSuccess;
 }
 
 ncclResult_t lp_devices(int *ndev) {
-  struct lp_plugin *p = lp_plugin();
-  *ndev = p->ready ? p->ndevs : 0;
+  struct lp_plugin *p = &the_plugin;
+  *ndev = p->ready ? p->env.ndevs : 0;
   return ncclSuccess;
 }
 
 ncclResult_t lp_get_properties(int dev, ncclNetProperties_v12_t *props) {
-  struct lp_plugin *p = lp_plugin();
-  if (!p->ready || dev < 0 || dev >= p->ndevs) {
-    LP_WARN("getProperties: invalid device %d (of %d)", dev, p->ready ? p->ndevs : 0);
+  struct lp_plugin *p = &the_plugin;
+  if (!p->ready || dev < 0 || dev >= p->env.ndevs) {
+    LP_WARN("getProperties: invalid device %d (of %d)", dev, p->ready ? p->env.ndevs : 0);
     return ncclInvalidArgument;
   }
-  struct lp_dev *d = &p->devs[dev];
-  struct lp_nic *n = &p->nics[d->nic];
+  struct lp_dev *d = &p->env.devs[dev]; /* NCCL's props take non-const names */
+  struct lp_nic *n = &p->env.nics[d->nic];
   memset(props, 0, sizeof(*props));
   props->name = d->name;
   props->pciPath = n->pci_path;
@@ -263,9 +213,35 @@ ncclResult_t lp_get_properties(int dev, ncclNetProperties_v12_t *props) {
 
 ncclResult_t lp_set_net_attr(void *ctx, ncclNetAttr_v12_t *netAttr) {
   (void)netAttr; /* hints about the collective; nothing to tune yet */
-  if (lp_ctx_get(ctx) == NULL) {
+  if (ctx_get(&the_plugin, ctx) == NULL) {
     LP_WARN("setNetAttr: invalid context %p", ctx);
     return ncclInvalidArgument;
   }
   return ncclSuccess;
+}
+
+/* Connection setup (connect.c), once the call is known to be valid. */
+ncclResult_t lp_listen(void *ctx, int dev, void *handle, void **listenComm) {
+  struct lp_plugin *p = &the_plugin;
+  *listenComm = NULL;
+  struct lp_ctx *c = ctx_get(p, ctx);
+  if (!p->ready || c == NULL || dev < 0 || dev >= p->env.ndevs || handle == NULL) {
+    LP_WARN("listen: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->env.ndevs);
+    return ncclInvalidArgument;
+  }
+  return lp_setup_listen(&p->setup, dev, ctx_tc(p, c), handle, listenComm);
+}
+
+ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, void **sendComm,
+                        ncclNetDeviceHandle_v12_t **sendDevComm) {
+  struct lp_plugin *p = &the_plugin;
+  *sendComm = NULL;
+  if (sendDevComm) *sendDevComm = NULL; /* no device offload */
+  struct lp_ctx *c = ctx_get(p, ctx);
+  if (!p->ready || c == NULL || dev < 0 || dev >= p->env.ndevs) {
+    LP_WARN("connect: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->env.ndevs);
+    return ncclInvalidArgument;
+  }
+  int tc = traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF ? traffic_class : ctx_tc(p, c);
+  return lp_setup_connect(&p->setup, dev, tc, handle, sendComm);
 }

@@ -66,23 +66,18 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
   return finish(r, req, slot);
 }
 
-static ncclResult_t irecv_entered(struct lp_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                                  void **request) {
-  struct lp_recv_comm *r = (struct lp_recv_comm *)c;
-  if (c->error != ncclSuccess) return c->error;
+ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                          struct lp_req **request) {
+  struct lp_comm *c = &r->base;
+  *request = NULL;
   if (n < 1 || n > LP_MAX_RECVS) {
     LP_WARN("irecv: %d sub-receives (accepted: 1..%d)", n, LP_MAX_RECVS);
     return ncclInvalidArgument;
   }
   struct lp_link *link = &c->link;
-  if (lp_fo_busy(&c->fo)) return lp_comm_progress(c); /* moving: NCCL retries */
   int slot = lp_fifo_slot(r->tail);
-  /* Slot still owned by a message in flight, or no room for the CTS write:
-   * NCCL retries later. */
-  if (r->slot_req[slot] != NULL || link->sq_free[0] < 1) {
-    ncclResult_t rc = lp_comm_progress(c);
-    return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
-  }
+  /* Slot still owned by a message in flight, or no room for the CTS write. */
+  if (r->slot_req[slot] != NULL || link->sq_free[0] < 1) return ncclSuccess;
 
   struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
   for (int i = 0; i < n; i++) {
@@ -157,21 +152,6 @@ static ncclResult_t irecv_entered(struct lp_comm *c, int n, void **data, size_t 
   return ncclSuccess;
 }
 
-ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
-                      void **request) {
-  (void)phandles;
-  *request = NULL;
-  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
-  if (c == NULL) {
-    LP_WARN("irecv: invalid recv comm %p", recvComm);
-    return ncclInvalidArgument;
-  }
-  lp_comm_enter(c);
-  ncclResult_t rc = irecv_entered(c, n, data, sizes, tags, mhandles, request);
-  lp_comm_leave(c);
-  return rc;
-}
-
 /* A receiver whose only outstanding writes are unsignaled clear-to-sends
  * and that has had no completion for LP_PROBE_AFTER_NS posts a signaled
  * zero-length write behind them.  Were the path dead without an error yet
@@ -181,8 +161,8 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
 ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   struct lp_comm *c = &r->base;
   struct lp_link *link = &c->link;
-  if (!c->fo.enabled || lp_fo_busy(&c->fo) || link->unsignaled[0] == 0 || lp_comm_signaled_outstanding(c, 0) > 0 ||
-      link->sq_free[0] < 1 || now - c->fo.last_cqe_ns < LP_PROBE_AFTER_NS)
+  if (!lp_watchdog_on(&c->wd) || c->paused || link->unsignaled[0] == 0 || lp_comm_signaled_outstanding(c, 0) > 0 ||
+      link->sq_free[0] < 1 || now - c->wd.last_cqe_ns < LP_PROBE_AFTER_NS)
     return c->error;
   struct ibv_send_wr wr;
   memset(&wr, 0, sizeof(wr));
@@ -190,21 +170,4 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr;
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
   return lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 1, r->tail);
-}
-
-ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhandles;
-  /* Only host memory is advertised (ptrSupport = NCCL_PTR_HOST, forceFlush
-   * = 0): the NIC's writes are visible to the CPU once the completion is
-   * seen, so there is nothing to flush.  NULL means "nothing to wait for". */
-  *request = NULL;
-  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
-  if (c == NULL) {
-    LP_WARN("iflush: invalid recv comm %p", recvComm);
-    return ncclInvalidArgument;
-  }
-  return c->error;
 }

@@ -32,18 +32,6 @@ int lp_report_format(const struct lp_report *r, char *buf, size_t len) {
                   r->replayed, (unsigned long long)r->replayed_bytes, (unsigned long long)r->duration_us);
 }
 
-int lp_syslog_facility(const char *name) {
-  static const struct {
-    const char *name;
-    int facility;
-  } table[] = {{"user", LOG_USER},     {"daemon", LOG_DAEMON}, {"local0", LOG_LOCAL0}, {"local1", LOG_LOCAL1},
-               {"local2", LOG_LOCAL2}, {"local3", LOG_LOCAL3}, {"local4", LOG_LOCAL4}, {"local5", LOG_LOCAL5},
-               {"local6", LOG_LOCAL6}, {"local7", LOG_LOCAL7}};
-  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-    if (strcmp(name, table[i].name) == 0) return table[i].facility;
-  return -1;
-}
-
 int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len) {
   time_t now = time(NULL);
   struct tm tm;

@@ -36,9 +36,6 @@ struct lp_report {
 /* The line, without trailing newline.  Returns its length (as snprintf). */
 int lp_report_format(const struct lp_report *r, char *buf, size_t len);
 
-/* Syslog facility by name: user, daemon, local0..local7.  -1 if unknown. */
-int lp_syslog_facility(const char *name);
-
 /* Where lines go: the syslog socket (LINKPASS_SYSLOG_SOCKET, default
  * /dev/log: containers often mount the host's elsewhere), its facility, and
  * whether syslog is used at all.  Set once at init. */

@@ -112,7 +112,7 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out);
 
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {
   if (s->base.error != ncclSuccess) return s->base.error;
-  if (lp_fo_busy(&s->base.fo)) return ncclSuccess; /* nothing goes out until the new path is agreed */
+  if (s->base.paused) return ncclSuccess; /* nothing goes out until the new path is agreed */
   while (s->post_seq < s->head) {
     struct lp_send_msg *m = &s->msgs[lp_fifo_slot(s->post_seq)];
     int all = 1;
@@ -174,30 +174,18 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
   return ncclSuccess;
 }
 
-ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
-                      void **request) {
-  (void)phandle;
-  *request = NULL;
-  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
-  if (c == NULL) {
-    LP_WARN("isend: invalid send comm %p", sendComm);
-    return ncclInvalidArgument;
-  }
-  struct lp_send_comm *s = (struct lp_send_comm *)c;
-  if (c->error != ncclSuccess) return c->error;
-  if (lp_fo_busy(&c->fo)) return lp_comm_progress(c); /* moving: NCCL retries */
-
+ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle,
+                           struct lp_req **out, int *progress) {
+  struct lp_comm *c = &s->base;
+  *out = NULL;
+  *progress = 1;
   struct lp_send_msg *m;
   ncclResult_t rc = head_msg(s, &m);
-  if (rc != ncclSuccess) return rc;
-  if (m == NULL) {
-    /* Nothing to match yet; use the call to move earlier messages along. */
-    rc = lp_comm_progress(c);
-    return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
-  }
+  if (rc != ncclSuccess || m == NULL) return rc; /* nothing to match yet */
+  *progress = 0;
   const struct lp_cts *cts = &s->fifo[lp_fifo_slot(m->seq) * LP_MAX_RECVS];
   int r = lp_cts_match(cts, m->nreqs, tag, m->taken);
-  if (r < 0) return lp_comm_check_peer(c); /* no receive for this tag in this message: retry */
+  if (r < 0) return ncclSuccess; /* no receive for this tag in this message */
   if (size > cts[r].size) {
     LP_WARN("isend of %zu bytes (tag %d) to %s exceeds the %llu bytes the receiver posted: message truncated", size,
             tag, c->peer, (unsigned long long)cts[r].size);
@@ -242,6 +230,6 @@ ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mh
       return rc;
     }
   }
-  *request = req;
+  *out = req;
   return ncclSuccess;
 }

@@ -12,12 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t lp_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 socklen_t lp_sockaddr_len(const union lp_sockaddr *a) {
   return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }

@@ -42,6 +42,4 @@ int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off);
 const char *lp_sockaddr_str(const union lp_sockaddr *a, char *buf, size_t len);
 socklen_t lp_sockaddr_len(const union lp_sockaddr *a);
 
-uint64_t lp_now_ns(void);
-
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "config.h"
 #include "report.h"
 
 Test(report, failover_line_has_every_field_in_order) {

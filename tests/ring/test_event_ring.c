@@ -20,7 +20,7 @@
 
 static struct lp_event ev_of(uint32_t producer, uint64_t n) {
   struct lp_event e = {
-      .type = LP_EV_WC_ERROR,
+      .type = LP_EV_PORT_DOWN,
       .dev = producer,
       .port = (uint32_t)(n % 3) + 1,
       .status = -(int32_t)(n % 1000),
@@ -429,7 +429,7 @@ Test(ring, no_lost_wakeup_in_ping_pong) {
 }
 
 Test(ring, event_type_names) {
-  cr_assert_str_eq(lp_event_type_name(LP_EV_WC_ERROR), "wc_error");
+  cr_assert_str_eq(lp_event_type_name(LP_EV_ASYNC), "async");
   cr_assert_str_eq(lp_event_type_name(LP_EV_PORT_DOWN), "port_down");
   cr_assert_str_eq(lp_event_type_name(LP_EV_STOP), "stop");
   cr_assert_str_eq(lp_event_type_name(LP_EV_TYPE_COUNT), "unknown");

@@ -1,0 +1,182 @@
+/*
+ * NCCL's calls on a connection: isend, irecv, test, iflush, the memory
+ * registrations and close.  Each checks what NCCL handed it, lets a move in
+ * progress run first (failover.h: nothing new goes out until the new path
+ * is agreed), and otherwise hands the work to the transport (send.c,
+ * recv.c).  A call that cannot go ahead now returns a NULL request after
+ * one progress call, and NCCL retries.
+ */
+#include <limits.h>
+
+#include "comm.h"
+#include "failover.h"
+#include "idle_watch.h"
+#include "linkpass.h"
+#include "log.h"
+#include "progress.h"
+
+/* Nothing to do now: use the call to move earlier work along, and notice a
+ * peer that is gone. */
+static ncclResult_t not_now(struct lp_comm *c, int progress) {
+  ncclResult_t rc = progress ? lp_comm_progress(c) : ncclSuccess;
+  return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
+}
+
+ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
+                      void **request) {
+  (void)phandle;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
+  if (c == NULL) {
+    LP_WARN("isend: invalid send comm %p", sendComm);
+    return ncclInvalidArgument;
+  }
+  if (c->error != ncclSuccess) return c->error;
+  if (c->paused) return lp_comm_progress(c); /* moving: NCCL retries */
+  struct lp_req *req;
+  int progress;
+  ncclResult_t rc = lp_send_match((struct lp_send_comm *)c, data, size, tag, mhandle, &req, &progress);
+  if (rc != ncclSuccess) return rc;
+  if (req == NULL) return not_now(c, progress);
+  *request = req;
+  return ncclSuccess;
+}
+
+static ncclResult_t irecv_entered(struct lp_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                                  void **request) {
+  if (c->error != ncclSuccess) return c->error;
+  if (c->paused) return lp_comm_progress(c); /* moving: NCCL retries */
+  struct lp_req *req;
+  ncclResult_t rc = lp_recv_post((struct lp_recv_comm *)c, n, data, sizes, tags, mhandles, &req);
+  if (rc != ncclSuccess) return rc;
+  if (req == NULL) return not_now(c, 1);
+  *request = req;
+  return ncclSuccess;
+}
+
+ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
+                      void **request) {
+  (void)phandles;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("irecv: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  lp_comm_enter(c);
+  ncclResult_t rc = irecv_entered(c, n, data, sizes, tags, mhandles, request);
+  lp_comm_leave(c);
+  return rc;
+}
+
+ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  /* Only host memory is advertised (ptrSupport = NCCL_PTR_HOST, forceFlush
+   * = 0): the NIC's writes are visible to the CPU once the completion is
+   * seen, so there is nothing to flush.  NULL means "nothing to wait for". */
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("iflush: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  return c->error;
+}
+
+static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
+
+/* test(): the one call that completes requests. */
+ncclResult_t lp_test(void *request, int *done, int *sizes) {
+  struct lp_req *req = request;
+  *done = 0;
+  if (req == NULL || !req->used || lp_comm_check(req->comm, 0) == NULL) {
+    LP_WARN("test: invalid request %p", request);
+    return ncclInvalidArgument;
+  }
+  struct lp_comm *c = req->comm;
+  lp_comm_enter(c);
+  if (!req->done) {
+    ncclResult_t rc = lp_comm_progress(c);
+    if (rc == ncclSuccess && !req->done) rc = lp_comm_check_peer(c);
+    /* A request that completed before the comm failed is still done. */
+    if (!req->done) {
+      lp_comm_leave(c);
+      return rc;
+    }
+  }
+  *done = 1;
+  if (sizes != NULL) {
+    if (req->type == LP_REQ_RECV) {
+      for (int i = 0; i < req->nsub; i++) sizes[i] = clamp_int(req->sizes[i]);
+    } else {
+      sizes[0] = clamp_int(req->size);
+    }
+  }
+  lp_req_free(req);
+  lp_comm_leave(c);
+  return ncclSuccess;
+}
+
+ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  struct lp_comm *c = lp_comm_check(comm, 0);
+  *mhandle = NULL;
+  if (c == NULL) {
+    LP_WARN("regMr: invalid comm %p", comm);
+    return ncclInvalidArgument;
+  }
+  return lp_mr_register(c, data, size, type, -1, 0, mhandle);
+}
+
+ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                              void **mhandle) {
+  struct lp_comm *c = lp_comm_check(comm, 0);
+  *mhandle = NULL;
+  if (c == NULL) {
+    LP_WARN("regMrDmaBuf: invalid comm %p", comm);
+    return ncclInvalidArgument;
+  }
+  /* Host memory needs no dma-buf: register it the ordinary way. */
+  if (type == NCCL_PTR_HOST) fd = -1;
+  return lp_mr_register(c, data, size, type, fd, offset, mhandle);
+}
+
+ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
+  (void)comm; /* registrations belong to NICs, not comms: the comm may be gone */
+  struct lp_mr *m = mhandle;
+  if (m == NULL || m->magic != LP_MR_MAGIC) {
+    LP_WARN("deregMr: invalid memory handle %p", mhandle);
+    return ncclInvalidArgument;
+  }
+  return lp_mr_deregister(m);
+}
+
+/* The order matters: the idle watch may be in a receive comm until it is
+ * off the list; failover state goes before the QPs it may hold. */
+static void close_comm(struct lp_comm *c) {
+  if (c->fo != NULL && c->fo->watch != NULL) lp_idle_watch_remove(c->fo->watch, c);
+  lp_fo_fini(c);
+  lp_comm_destroy(c);
+}
+
+ncclResult_t lp_close_send(void *sendComm) {
+  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
+  if (c == NULL) {
+    LP_WARN("closeSend: invalid send comm %p", sendComm);
+    return ncclInvalidArgument;
+  }
+  close_comm(c);
+  return ncclSuccess;
+}
+
+ncclResult_t lp_close_recv(void *recvComm) {
+  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
+  if (c == NULL) {
+    LP_WARN("closeRecv: invalid recv comm %p", recvComm);
+    return ncclInvalidArgument;
+  }
+  close_comm(c);
+  return ncclSuccess;
+}

@@ -1,0 +1,20 @@
+/*
+ * The one clock: CLOCK_MONOTONIC in nanoseconds.  Every deadline, watchdog
+ * and hold-down compares values of this clock only, so a wall-clock step
+ * (NTP) never fires or postpones one.
+ */
+#ifndef LP_CLOCK_H
+#define LP_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t lp_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define LP_NS_PER_MS 1000000ull
+
+#endif

@@ -1,0 +1,39 @@
+/* The environment (env.h): the parts derived from what discovery found. */
+#include "env.h"
+
+#include <stdio.h>
+
+#include "log.h"
+#include "pool.h"
+
+/* Each device's NIC pool, logged once: closeness order unless
+ * LINKPASS_NIC_POOL spells it out. */
+void lp_env_build_pools(struct lp_env *env) {
+  struct lp_pool_nic in[LP_MAX_DEVS];
+  int n = env->ndevs < LP_POOL_MAX ? env->ndevs : LP_POOL_MAX;
+  for (int d = 0; d < n; d++) {
+    const struct lp_nic *nic = lp_env_nic_of(env, d);
+    snprintf(in[d].name, sizeof(in[d].name), "%s", env->devs[d].name);
+    in[d].pci_path = nic->pci_path;
+    in[d].numa = nic->numa;
+  }
+  const char *spec = env->cfg.nic_pool;
+  int explicit_ok = spec[0] != '\0';
+  for (int d = 0; d < n; d++) {
+    char why[160];
+    int m = explicit_ok ? lp_pool_parse(spec, in, n, d, env->pool[d], why, sizeof(why)) : 0;
+    if (m < 0) {
+      LP_WARN("LINKPASS_NIC_POOL=\"%s\" is not valid (%s): expected NIC=NIC[,NIC...][;...]; pools follow closeness",
+              spec, why);
+      explicit_ok = 0;
+      d = -1; /* start over without it */
+      continue;
+    }
+    env->pool_n[d] = m > 0 ? m : lp_pool_order(in, n, d, env->pool[d]);
+    char line[512];
+    int o = snprintf(line, sizeof(line), "NIC pool of %s:", env->devs[d].name);
+    for (int k = 0; k < env->pool_n[d] && o < (int)sizeof(line); k++)
+      o += snprintf(line + o, sizeof(line) - (size_t)o, " %s", env->devs[env->pool[d][k]].name);
+    LP_INFO(NCCL_INIT | NCCL_NET, "%s", line);
+  }
+}

@@ -1,0 +1,27 @@
+/* One progress call on a connection (progress.h). */
+#include "progress.h"
+
+#include <string.h>
+
+#include "clock.h"
+#include "failover.h"
+
+ncclResult_t lp_comm_progress(struct lp_comm *c) {
+  if (c->error != ncclSuccess) return c->error;
+  uint64_t now = c->progress_ns = lp_now_ns();
+  ncclResult_t rc = lp_fo_progress(c, now);
+  if (rc == ncclSuccess) rc = lp_comm_poll(c, now, lp_fo_on_error);
+  if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
+  if (rc == ncclSuccess) rc = lp_comm_advance(c, now);
+  return rc;
+}
+
+ncclResult_t lp_comm_check_peer(struct lp_comm *c) {
+  if (c->error != ncclSuccess) return c->error;
+  int err;
+  if (!lp_comm_peer_gone(c, &err)) return ncclSuccess;
+  ncclResult_t rc = lp_comm_progress(c);
+  if (rc != ncclSuccess) return rc;
+  return lp_comm_fail(c, ncclRemoteError, "the peer closed the connection (%s)",
+                      err == 0 ? "its process exited or it closed its comm" : strerror(-err));
+}
