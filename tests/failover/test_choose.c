@@ -1,0 +1,82 @@
+/* Where a connection moves (health.c lp_health_choose): from its inputs
+ * alone, an environment and a health table, no threads or devices. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "health.h"
+
+static struct lp_env env;
+static struct lp_health h;
+
+/* Four devices on four NICs: 0-2 InfiniBand, 3 RoCE; device 0's pool is
+ * 0,1,2,3 and device 1's is 1,0,2,3.  Everything healthy and idle. */
+static void machine(void) {
+  memset(&env, 0, sizeof(env));
+  memset(&h, 0, sizeof(h));
+  env.ndevs = env.nnics = 4;
+  for (int d = 0; d < 4; d++) {
+    env.devs[d].nic = d;
+    env.devs[d].port = 1;
+    env.devs[d].link_layer = d == 3 ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+    atomic_store(&h.healthy[d], 1);
+    atomic_store(&h.link_up[d], 1);
+  }
+  env.pool_n[0] = env.pool_n[1] = 4;
+  memcpy(env.pool[0], (int[]){0, 1, 2, 3}, 4 * sizeof(int));
+  memcpy(env.pool[1], (int[]){1, 0, 2, 3}, 4 * sizeof(int));
+  h.env = &env;
+}
+
+static void down(int d) {
+  atomic_store(&h.healthy[d], 0);
+  atomic_store(&h.link_up[d], 0);
+}
+
+Test(choose, a_healthy_preference_wins, .init = machine) {
+  cr_assert_eq(lp_health_choose(&h, 0, 2, 0), 2);
+  down(2);
+  cr_assert_eq(lp_health_choose(&h, 0, 2, 0), 1, "an unhealthy preference is ignored: pool order then");
+  cr_assert_eq(lp_health_choose(&h, 0, 0, 0), 1, "the device being left is never preferred");
+}
+
+Test(choose, least_loaded_first_pool_order_on_ties, .init = machine) {
+  lp_health_load_add(&h, 1, 3);
+  lp_health_load_add(&h, 2, 1);
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 2, "device 2 carries fewer connections than 1");
+  lp_health_load_add(&h, 2, 2);
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 1, "a tie: device 0's pool order puts 1 first");
+  cr_assert_eq(lp_health_choose(&h, 1, -1, 1), 0, "device 1's own pool puts 0 first");
+}
+
+Test(choose, never_another_link_layer, .init = machine) {
+  down(1);
+  down(2);
+  /* Only the RoCE device 3 is healthy besides the one being left. */
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 0, "the device being left, when it is all that is healthy");
+  down(0);
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), -1, "RoCE cannot carry an InfiniBand connection");
+}
+
+Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
+  down(0);
+  down(1);
+  down(2);
+  atomic_store(&h.link_up[2], 1); /* up again, in hold-down: not healthy */
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 2);
+  atomic_store(&h.fatal[2], 1);
+  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), -1, "a NIC that reported DEVICE_FATAL is never used again");
+}
+
+/* Connections leaving one NIC spread over the rest within one of each
+ * other, as long as each move counts itself (swap_link does). */
+Test(choose, a_sweep_of_moves_spreads_evenly, .init = machine) {
+  down(0);
+  for (int k = 0; k < 101; k++) {
+    int d = lp_health_choose(&h, 0, -1, 0);
+    cr_assert(d == 1 || d == 2, "move %d went to device %d", k, d);
+    lp_health_load_add(&h, d, 1);
+  }
+  int a = atomic_load(&h.load[1]), b = atomic_load(&h.load[2]);
+  cr_assert_eq(a + b, 101);
+  cr_assert_leq(abs(a - b), 1, "%d and %d connections", a, b);
+}
