@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox                               # bench/plots.sh draws docs/img/*.png
   rsyslog                                   # the syslog integration test starts its own rsyslogd
   autoconf automake libtool                 # tests/peers builds the reference IB plugin from ../shared/peers
+  clang-format                              # tests/layers checks src/ and plugin/ against .clang-format
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -22,8 +22,7 @@ static ncclResult_t not_now(struct lp_comm *c, int progress) {
   return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
 }
 
-ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
-                      void **request) {
+ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle, void **request) {
   (void)phandle;
   *request = NULL;
   struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
@@ -130,8 +129,7 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
   return lp_mr_register(c, data, size, type, -1, 0, mhandle);
 }
 
-ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                              void **mhandle) {
+ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
   struct lp_comm *c = lp_comm_check(comm, 0);
   *mhandle = NULL;
   if (c == NULL) {

@@ -98,7 +98,8 @@ int lp_comm_busy(const struct lp_comm *comm) {
 
 ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
                           uint64_t seq) {
-  static const char *const what[] = {[LP_WR_DATA] = "data", [LP_WR_FINAL] = "final write", [LP_WR_CTS] = "clear-to-send"};
+  static const char *const what[] = {
+      [LP_WR_DATA] = "data", [LP_WR_FINAL] = "final write", [LP_WR_CTS] = "clear-to-send"};
   struct lp_link *link = &c->link;
   int was_idle = lp_comm_signaled_outstanding(c, q) == 0;
   int signal = force || link->unsignaled[q] + 1 >= every || link->sq_free[q] - 1 < LP_SIGNAL_EVERY;

@@ -29,10 +29,10 @@
 #define LP_MR_MAGIC 0x4c504d52u
 #define LP_MAX_REQS NCCL_NET_MAX_REQUESTS
 
-#define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
-#define LP_RQ_DEPTH 256 /* receive WRs per QP */
-#define LP_SIGNAL_EVERY 64 /* force a signaled WR at least this often */
-#define LP_CTS_SIGNAL_EVERY 16 /* receiver: one clear-to-send in this many is signaled */
+#define LP_SQ_DEPTH 512              /* send WRs per QP, as NCCL */
+#define LP_RQ_DEPTH 256              /* receive WRs per QP */
+#define LP_SIGNAL_EVERY 64           /* force a signaled WR at least this often */
+#define LP_CTS_SIGNAL_EVERY 16       /* receiver: one clear-to-send in this many is signaled */
 #define LP_PROBE_AFTER_NS 1000000ull /* receiver: quiet time before its unsignaled writes get a signaled one */
 #define LP_POLL_BATCH 16
 
@@ -41,7 +41,7 @@ enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
 
 struct lp_link {
   const struct lp_env *env; /* set by lp_link_open */
-  int dev; /* index in env->devs */
+  int dev;                  /* index in env->devs */
   struct ibv_cq *cq;
   int nqps;
   struct ibv_qp *qps[LP_MAX_QPS];
@@ -63,8 +63,8 @@ struct lp_req {
   uint8_t nsub;
   int events; /* recv: WRITE_WITH_IMM completions still expected */
   uint64_t seq;
-  size_t size;                 /* send: bytes sent */
-  size_t sizes[LP_MAX_RECVS];  /* recv: bytes received per sub-receive */
+  size_t size;                /* send: bytes sent */
+  size_t sizes[LP_MAX_RECVS]; /* recv: bytes received per sub-receive */
 };
 
 struct lp_comm {
@@ -72,17 +72,17 @@ struct lp_comm {
   int kind; /* enum lp_comm_kind */
   const struct lp_env *env;
   struct lp_health *health; /* the control plane; NULL when failover is off */
-  int fd;   /* the out-of-band socket, kept open as the control channel */
+  int fd;                   /* the out-of-band socket, kept open as the control channel */
   uint64_t conn_id;
   int traffic_class;
   struct lp_link link;
   void *ctrl; /* control memory: CTS FIFO and records, registered on the link's NIC */
   size_t ctrl_len;
-  ncclResult_t error; /* sticky: once a comm fails every call reports it */
-  char peer[160];     /* "host addr dev:port" for messages */
+  ncclResult_t error;          /* sticky: once a comm fails every call reports it */
+  char peer[160];              /* "host addr dev:port" for messages */
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
   uint64_t progress_ns;        /* when the last progress call began: one clock read per test() */
-  char peer_id[160];  /* `peer` without blanks, for key=value event lines */
+  char peer_id[160];           /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
   struct lp_watchdog wd; /* fed here, consulted by failover */
   /* Set by failover while a move is agreed (failover.h): nothing new goes
@@ -134,7 +134,7 @@ struct lp_send_comm {
 
 struct lp_recv_comm {
   struct lp_comm base;
-  struct lp_cts *cts_stage; /* [LP_FIFO_DEPTH][LP_MAX_RECVS], source of CTS writes */
+  struct lp_cts *cts_stage;  /* [LP_FIFO_DEPTH][LP_MAX_RECVS], source of CTS writes */
   struct lp_record *records; /* [LP_FIFO_DEPTH], written by the peer */
   uint64_t tail;             /* next message to announce (first is 1) */
   uint64_t oldest;           /* oldest message not yet complete */
@@ -142,7 +142,8 @@ struct lp_recv_comm {
   struct lp_mr *cts_mh[LP_FIFO_DEPTH][LP_MAX_RECVS]; /* to re-key CTS entries on another NIC */
 };
 
-#define LP_SEND_CTRL_LEN (sizeof(struct lp_cts) * LP_FIFO_DEPTH * LP_MAX_RECVS + sizeof(struct lp_record) * LP_FIFO_DEPTH)
+#define LP_SEND_CTRL_LEN \
+  (sizeof(struct lp_cts) * LP_FIFO_DEPTH * LP_MAX_RECVS + sizeof(struct lp_record) * LP_FIFO_DEPTH)
 #define LP_RECV_CTRL_LEN LP_SEND_CTRL_LEN
 
 /* Registered memory handed to NCCL. */
@@ -221,8 +222,8 @@ ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc)
 /* Match one isend against the receiver's clear-to-sends.  *req NULL: not
  * now (NCCL retries); *progress then says whether completions may help
  * (no clear-to-send yet) or only time (no receive of this tag yet). */
-ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle,
-                           struct lp_req **req, int *progress);
+ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle, struct lp_req **req,
+                           int *progress);
 ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
 /* Post one irecv: receives and its clear-to-send.  *req NULL: no room now,
  * completions must free some (NCCL retries). */

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <syslog.h>
 
-
 int lp_parse_int(const char *s, long long *out) {
   if (s == NULL) return -1;
   while (isspace((unsigned char)*s)) s++;
@@ -198,8 +197,7 @@ static const struct int_var int_vars[] = {
     {"LINKPASS_WATCHDOG_MS", offsetof(struct lp_config, watchdog_ms), 2000, 0, 3600000, "(0 turns the watchdog off)"},
     {"LINKPASS_MOVE_TIMEOUT_MS", offsetof(struct lp_config, move_timeout_ms), 5000, 100, 600000, ""},
     {"LINKPASS_FAILBACK_HOLDDOWN_MS", offsetof(struct lp_config, failback_holddown_ms), 2000, 0, 3600000, ""},
-    {"LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", offsetof(struct lp_config, failback_holddown_max_ms), 60000, 0, 86400000,
-     ""},
+    {"LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", offsetof(struct lp_config, failback_holddown_max_ms), 60000, 0, 86400000, ""},
     {"LINKPASS_SYSLOG", offsetof(struct lp_config, syslog), 1, 0, 1, "(0 keeps event lines in NCCL's log only)"},
 };
 
@@ -231,9 +229,7 @@ int lp_syslog_facility(const char *name) {
 
 /* The RC retry budget: the local ACK timeout is 4.096 us x 2^NCCL_IB_TIMEOUT,
  * tried NCCL_IB_RETRY_CNT + 1 times. */
-static uint64_t retry_budget_ns(int timeout, int retry_cnt) {
-  return (4096ull << timeout) * (uint64_t)(retry_cnt + 1);
-}
+static uint64_t retry_budget_ns(int timeout, int retry_cnt) { return (4096ull << timeout) * (uint64_t)(retry_cnt + 1); }
 
 static void derive(struct lp_config *cfg) {
   const uint64_t ms = 1000000ull;
@@ -297,8 +293,8 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
     if (lp_filter_parse(s, 1, &cfg->hca, why, sizeof(why)) != 0) {
       shown(val, sizeof(val), s);
       diag(warn, warn_arg, &nwarn,
-           "NCCL_IB_HCA=\"%s\" is not valid (%s): expected [^][=]name[:port][,name[:port]...]; using every device",
-           val, why);
+           "NCCL_IB_HCA=\"%s\" is not valid (%s): expected [^][=]name[:port][,name[:port]...]; using every device", val,
+           why);
     } else {
       snprintf(cfg->hca_str, sizeof(cfg->hca_str), "%s", s);
     }
@@ -324,8 +320,8 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
       cfg->gid_family = family_parse(s);
     } else {
       shown(val, sizeof(val), s);
-      diag(warn, warn_arg, &nwarn, "NCCL_IB_ADDR_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using AF_INET",
-           val);
+      diag(warn, warn_arg, &nwarn,
+           "NCCL_IB_ADDR_FAMILY=\"%s\" is not valid: expected AF_INET or AF_INET6; using AF_INET", val);
     }
   }
   s = env(env_arg, "NCCL_IB_ADDR_RANGE");
@@ -400,7 +396,9 @@ void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg)
   snprintf(buf, sizeof(buf), "NCCL_IB_ADDR_RANGE=%s", cfg->gid_range.set ? cfg->gid_range_str : "(every GID)");
   line(arg, buf);
   snprintf(buf, sizeof(buf), "NCCL_SOCKET_FAMILY=%s",
-           cfg->family == LP_FAMILY_INET ? "AF_INET" : cfg->family == LP_FAMILY_INET6 ? "AF_INET6" : "(any)");
+           cfg->family == LP_FAMILY_INET    ? "AF_INET"
+           : cfg->family == LP_FAMILY_INET6 ? "AF_INET6"
+                                            : "(any)");
   line(arg, buf);
   snprintf(buf, sizeof(buf), "NCCL_IBVERBS_LIB=%s", cfg->ibverbs_lib[0] ? cfg->ibverbs_lib : "(default names)");
   line(arg, buf);

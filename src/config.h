@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LP_MAX_QPS 16          /* NCCL_IB_QPS_PER_CONNECTION upper bound */
-#define LP_FILTER_MAX 32       /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
-#define LP_FILTER_NAME_MAX 64  /* bytes of one entry's name, NUL included */
-#define LP_CONFIG_STR_MAX 512  /* raw string variables kept for the log */
+#define LP_MAX_QPS 16         /* NCCL_IB_QPS_PER_CONNECTION upper bound */
+#define LP_FILTER_MAX 32      /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
+#define LP_FILTER_NAME_MAX 64 /* bytes of one entry's name, NUL included */
+#define LP_CONFIG_STR_MAX 512 /* raw string variables kept for the log */
 
 /* A name filter with NCCL's syntax: "[^][=]name[:port][,name[:port]...]".
  * '^' keeps everything that does NOT match, '=' asks for exact names instead
@@ -68,41 +68,41 @@ struct lp_config {
   int gid_family;   /* NCCL_IB_ADDR_FAMILY: GIDs the automatic choice looks for, LP_FAMILY_INET or _INET6 */
   struct lp_addr_range gid_range; /* NCCL_IB_ADDR_RANGE: only GIDs in this subnet, when set */
   char gid_range_str[64];
-  int tc;           /* NCCL_IB_TC */
-  int fifo_tc;      /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
-  int sl;           /* NCCL_IB_SL */
-  int pkey;         /* NCCL_IB_PKEY (P_Key table index) */
-  int timeout;      /* NCCL_IB_TIMEOUT */
-  int retry_cnt;    /* NCCL_IB_RETRY_CNT */
-  int qps_per_conn; /* NCCL_IB_QPS_PER_CONNECTION */
+  int tc;               /* NCCL_IB_TC */
+  int fifo_tc;          /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
+  int sl;               /* NCCL_IB_SL */
+  int pkey;             /* NCCL_IB_PKEY (P_Key table index) */
+  int timeout;          /* NCCL_IB_TIMEOUT */
+  int retry_cnt;        /* NCCL_IB_RETRY_CNT */
+  int qps_per_conn;     /* NCCL_IB_QPS_PER_CONNECTION */
   struct lp_filter hca; /* NCCL_IB_HCA */
   /* out-of-band sockets */
   struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */
   int family;              /* NCCL_SOCKET_FAMILY: enum lp_family */
   /* linkpass */
-  int setup_timeout_ms; /* LINKPASS_SETUP_TIMEOUT_MS: connection setup deadline, 0: none */
-  int max_wr_bytes;     /* LINKPASS_MAX_WR_BYTES: largest single RDMA write */
-  int failover;         /* LINKPASS_FAILOVER: 0 behaves as the plain transport */
-  int watchdog_ms;      /* LINKPASS_WATCHDOG_MS: no progress this long moves a connection, 0: off */
-  int move_timeout_ms;  /* LINKPASS_MOVE_TIMEOUT_MS: the peer's answer to each step of a move */
-  int failback_holddown_ms;     /* LINKPASS_FAILBACK_HOLDDOWN_MS: a recovered port's first hold-down */
-  int failback_holddown_max_ms; /* LINKPASS_FAILBACK_HOLDDOWN_MAX_MS: the cap of the doubling */
-  int syslog;                   /* LINKPASS_SYSLOG: 0 keeps event lines in NCCL's log only */
-  int syslog_facility;          /* LINKPASS_SYSLOG_FACILITY, as a LOG_* value */
-  char syslog_socket[108];      /* LINKPASS_SYSLOG_SOCKET */
+  int setup_timeout_ms;                 /* LINKPASS_SETUP_TIMEOUT_MS: connection setup deadline, 0: none */
+  int max_wr_bytes;                     /* LINKPASS_MAX_WR_BYTES: largest single RDMA write */
+  int failover;                         /* LINKPASS_FAILOVER: 0 behaves as the plain transport */
+  int watchdog_ms;                      /* LINKPASS_WATCHDOG_MS: no progress this long moves a connection, 0: off */
+  int move_timeout_ms;                  /* LINKPASS_MOVE_TIMEOUT_MS: the peer's answer to each step of a move */
+  int failback_holddown_ms;             /* LINKPASS_FAILBACK_HOLDDOWN_MS: a recovered port's first hold-down */
+  int failback_holddown_max_ms;         /* LINKPASS_FAILBACK_HOLDDOWN_MAX_MS: the cap of the doubling */
+  int syslog;                           /* LINKPASS_SYSLOG: 0 keeps event lines in NCCL's log only */
+  int syslog_facility;                  /* LINKPASS_SYSLOG_FACILITY, as a LOG_* value */
+  char syslog_socket[108];              /* LINKPASS_SYSLOG_SOCKET */
   char nic_pool[LP_CONFIG_STR_MAX];     /* LINKPASS_NIC_POOL, "" when unset */
   char metrics_file[LP_CONFIG_STR_MAX]; /* LINKPASS_METRICS_FILE, "" when unset */
-  char ibverbs_lib[LP_CONFIG_STR_MAX]; /* NCCL_IBVERBS_LIB, "" when unset */
+  char ibverbs_lib[LP_CONFIG_STR_MAX];  /* NCCL_IBVERBS_LIB, "" when unset */
   char hca_str[LP_CONFIG_STR_MAX];
   char ifname_str[LP_CONFIG_STR_MAX];
   /* Derived once from the above (lp_config_load, lp_config_defaults): what
    * the code compares against, so nothing converts a setting at use. */
   struct {
-    uint64_t setup_timeout_ns;  /* 0: none */
-    uint64_t watchdog_ns;       /* 0: off */
+    uint64_t setup_timeout_ns; /* 0: none */
+    uint64_t watchdog_ns;      /* 0: off */
     uint64_t move_timeout_ns;
     uint64_t holddown_ns, holddown_max_ns;
-    uint64_t retry_budget_ns;   /* how long an RC QP retries a silent path before its error completion */
+    uint64_t retry_budget_ns; /* how long an RC QP retries a silent path before its error completion */
   } ns;
 };
 

@@ -197,56 +197,56 @@ static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st
   *done = 0;
   for (;;) {
     switch (st->state) {
-      case CS_CONNECTING:
-        r = lp_sock_connect_check(fd);
-        if (r < 0) {
-          LP_WARN("connect: TCP connection to the listener at %s failed: %s",
-                  lp_sockaddr_str(&st->to, a, sizeof(a)), strerror(-r));
-          return ncclRemoteError;
-        }
-        if (r == 0) goto again;
-        st->state = CS_SEND_HELLO;
-        st->off = 0;
-        break;
-      case CS_SEND_HELLO:
-        r = lp_sock_send_progress(fd, &st->hello, sizeof(st->hello), &st->off);
-        if (r < 0) goto sock_fail;
-        if (r == 0) goto again;
-        st->state = CS_RECV_ACCEPT;
-        st->off = 0;
-        break;
-      case CS_RECV_ACCEPT: {
-        r = lp_sock_recv_progress(fd, &st->accept, sizeof(st->accept), &st->off);
-        if (r < 0) goto sock_fail;
-        char why[160];
-        if (st->off >= sizeof(struct lp_msg_hdr) &&
-            lp_msg_hdr_check(&st->accept.hdr, LP_MSG_ACCEPT, sizeof(st->accept), why, sizeof(why)) != 0) {
-          LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
-          return ncclRemoteError;
-        }
-        if (r == 0) goto again;
-        if (lp_msg_accept_check(&st->accept, s->base.conn_id, s->base.link.nqps, why, sizeof(why)) != 0) {
-          LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
-          return ncclRemoteError;
-        }
-        s->base.link.remote = st->accept.link;
-        describe_peer(s->base.peer, sizeof(s->base.peer), st->accept.host, &st->to, &st->accept.link);
-        ncclResult_t rc = lp_link_connect(&s->base.link, s->base.traffic_class);
-        if (rc != ncclSuccess) return rc;
-        lp_msg_hdr_init(&st->ready.hdr, LP_MSG_READY, sizeof(st->ready));
-        st->ready.conn_id = s->base.conn_id;
-        st->state = CS_SEND_READY;
-        st->off = 0;
-        break;
+    case CS_CONNECTING:
+      r = lp_sock_connect_check(fd);
+      if (r < 0) {
+        LP_WARN("connect: TCP connection to the listener at %s failed: %s", lp_sockaddr_str(&st->to, a, sizeof(a)),
+                strerror(-r));
+        return ncclRemoteError;
       }
-      case CS_SEND_READY:
-        r = lp_sock_send_progress(fd, &st->ready, sizeof(st->ready), &st->off);
-        if (r < 0) goto sock_fail;
-        if (r == 0) goto again;
-        LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
-                s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
-        *done = 1;
-        return ncclSuccess;
+      if (r == 0) goto again;
+      st->state = CS_SEND_HELLO;
+      st->off = 0;
+      break;
+    case CS_SEND_HELLO:
+      r = lp_sock_send_progress(fd, &st->hello, sizeof(st->hello), &st->off);
+      if (r < 0) goto sock_fail;
+      if (r == 0) goto again;
+      st->state = CS_RECV_ACCEPT;
+      st->off = 0;
+      break;
+    case CS_RECV_ACCEPT: {
+      r = lp_sock_recv_progress(fd, &st->accept, sizeof(st->accept), &st->off);
+      if (r < 0) goto sock_fail;
+      char why[160];
+      if (st->off >= sizeof(struct lp_msg_hdr) &&
+          lp_msg_hdr_check(&st->accept.hdr, LP_MSG_ACCEPT, sizeof(st->accept), why, sizeof(why)) != 0) {
+        LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
+        return ncclRemoteError;
+      }
+      if (r == 0) goto again;
+      if (lp_msg_accept_check(&st->accept, s->base.conn_id, s->base.link.nqps, why, sizeof(why)) != 0) {
+        LP_WARN("connect: invalid reply from the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), why);
+        return ncclRemoteError;
+      }
+      s->base.link.remote = st->accept.link;
+      describe_peer(s->base.peer, sizeof(s->base.peer), st->accept.host, &st->to, &st->accept.link);
+      ncclResult_t rc = lp_link_connect(&s->base.link, s->base.traffic_class);
+      if (rc != ncclSuccess) return rc;
+      lp_msg_hdr_init(&st->ready.hdr, LP_MSG_READY, sizeof(st->ready));
+      st->ready.conn_id = s->base.conn_id;
+      st->state = CS_SEND_READY;
+      st->off = 0;
+      break;
+    }
+    case CS_SEND_READY:
+      r = lp_sock_send_progress(fd, &st->ready, sizeof(st->ready), &st->off);
+      if (r < 0) goto sock_fail;
+      if (r == 0) goto again;
+      LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
+              s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
+      *done = 1;
+      return ncclSuccess;
     }
   }
 again:
@@ -257,8 +257,8 @@ again:
   }
   return ncclSuccess;
 sock_fail:
-  LP_WARN("connect: the listener at %s went away during connection setup: %s",
-          lp_sockaddr_str(&st->to, a, sizeof(a)), sock_err(r));
+  LP_WARN("connect: the listener at %s went away during connection setup: %s", lp_sockaddr_str(&st->to, a, sizeof(a)),
+          sock_err(r));
   return ncclRemoteError;
 }
 
@@ -273,8 +273,7 @@ ncclResult_t lp_setup_connect(struct lp_setup *p, int dev, int tc, void *handle,
   struct lp_connect_stage *st = NULL;
   if (h->connect_token != 0) {
     pthread_mutex_lock(&p->lock);
-    for (st = p->stages; st && st->token != h->connect_token; st = st->next) {
-    }
+    for (st = p->stages; st && st->token != h->connect_token; st = st->next) {}
     pthread_mutex_unlock(&p->lock);
     if (st == NULL) {
       LP_WARN("connect: the handle names a connect that no longer exists (token %llu)",
@@ -315,8 +314,8 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
   l->fd = lp_sock_listen(&p->env->oob_addr, &l->addr);
   if (l->fd < 0) {
     char a[64];
-    LP_WARN("listen: cannot listen on %s (%s): %s", lp_sockaddr_str(&p->env->oob_addr, a, sizeof(a)), p->env->oob_ifname,
-            strerror(-l->fd));
+    LP_WARN("listen: cannot listen on %s (%s): %s", lp_sockaddr_str(&p->env->oob_addr, a, sizeof(a)),
+            p->env->oob_ifname, strerror(-l->fd));
     free(l);
     return ncclSystemError;
   }
@@ -394,8 +393,7 @@ static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
     }
     if (r == 0) {
       uint64_t limit = p->env->cfg.ns.setup_timeout_ns;
-      if (limit > 0 && lp_now_ns() - pd->since_ns > limit)
-        reject(l, pd, "no hello within LINKPASS_SETUP_TIMEOUT_MS");
+      if (limit > 0 && lp_now_ns() - pd->since_ns > limit) reject(l, pd, "no hello within LINKPASS_SETUP_TIMEOUT_MS");
       continue;
     }
     if (lp_msg_hello_check(&pd->hello, l->listen_id, why, sizeof(why)) != 0) {
@@ -457,25 +455,25 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_accept_stage *st, 
   *done = 0;
   for (;;) {
     switch (st->state) {
-      case AS_SEND_REPLY:
-        rc = lp_sock_send_progress(fd, &st->reply, sizeof(st->reply), &st->off);
-        if (rc < 0) goto sock_fail;
-        if (rc == 0) goto again;
-        st->state = AS_RECV_READY;
-        st->off = 0;
-        break;
-      case AS_RECV_READY:
-        rc = lp_sock_recv_progress(fd, &st->ready, sizeof(st->ready), &st->off);
-        if (rc < 0) goto sock_fail;
-        if (rc == 0) goto again;
-        if (lp_msg_ready_check(&st->ready, r->base.conn_id, why, sizeof(why)) != 0) {
-          LP_WARN("accept: invalid message from %s: %s", r->base.peer, why);
-          return ncclRemoteError;
-        }
-        LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
-                r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
-        *done = 1;
-        return ncclSuccess;
+    case AS_SEND_REPLY:
+      rc = lp_sock_send_progress(fd, &st->reply, sizeof(st->reply), &st->off);
+      if (rc < 0) goto sock_fail;
+      if (rc == 0) goto again;
+      st->state = AS_RECV_READY;
+      st->off = 0;
+      break;
+    case AS_RECV_READY:
+      rc = lp_sock_recv_progress(fd, &st->ready, sizeof(st->ready), &st->off);
+      if (rc < 0) goto sock_fail;
+      if (rc == 0) goto again;
+      if (lp_msg_ready_check(&st->ready, r->base.conn_id, why, sizeof(why)) != 0) {
+        LP_WARN("accept: invalid message from %s: %s", r->base.peer, why);
+        return ncclRemoteError;
+      }
+      LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
+              r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
+      *done = 1;
+      return ncclSuccess;
     }
   }
 again:

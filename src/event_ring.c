@@ -117,8 +117,7 @@ bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e) {
     if (diff == 0) {
       /* The slot is free for position pos: try to claim pos.  On failure
        * another producer took it and `pos` now holds the current tail. */
-      if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1, memory_order_relaxed,
-                                                memory_order_relaxed))
+      if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1, memory_order_relaxed, memory_order_relaxed))
         break;
     } else if (diff < 0) {
       /* The slot still holds (or is being filled with) the event of
@@ -225,12 +224,8 @@ uint64_t lp_ring_overflows(const struct lp_event_ring *r) {
 
 const char *lp_event_type_name(uint32_t type) {
   static const char *const names[LP_EV_TYPE_COUNT] = {
-      [LP_EV_NONE] = "none",
-      [LP_EV_ASYNC] = "async",
-      [LP_EV_PORT_DOWN] = "port_down",
-      [LP_EV_PORT_UP] = "port_up",
-      [LP_EV_CONN_MOVED] = "conn_moved",
-      [LP_EV_STOP] = "stop",
+      [LP_EV_NONE] = "none",       [LP_EV_ASYNC] = "async",           [LP_EV_PORT_DOWN] = "port_down",
+      [LP_EV_PORT_UP] = "port_up", [LP_EV_CONN_MOVED] = "conn_moved", [LP_EV_STOP] = "stop",
   };
   return type < LP_EV_TYPE_COUNT ? names[type] : "unknown";
 }

@@ -24,7 +24,7 @@
 /* What happened.  The meaning of `status` and `arg` depends on the type. */
 enum lp_event_type {
   LP_EV_NONE = 0,
-  LP_EV_ASYNC,      /* a NIC's async event (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL...): nic, port, status = ibv_event_type */
+  LP_EV_ASYNC, /* a NIC's async event (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL...): nic, port, status = ibv_event_type */
   LP_EV_PORT_DOWN,  /* a device's RoCE interface lost its link: dev, status = LP_PORT_SRC_* */
   LP_EV_PORT_UP,    /* it has its link again: dev, status = LP_PORT_SRC_* */
   LP_EV_CONN_MOVED, /* a connection end moved or lost its path: dev = where it went, status = report kind */
@@ -44,7 +44,7 @@ struct lp_event {
   uint32_t port;
   int32_t status;
   uint32_t reserved; /* 0: no padding, so an event compares whole */
-  uint64_t comm_id; /* the connection concerned, 0 if none */
+  uint64_t comm_id;  /* the connection concerned, 0 if none */
   uint64_t arg;
   uint64_t time_ns; /* CLOCK_MONOTONIC when the producer saw it */
 };

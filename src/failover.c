@@ -39,8 +39,7 @@ static ncclResult_t flush_tx(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   if (fo->tx_off == fo->tx_len) return ncclSuccess;
   int rc = lp_sock_send_progress(c->fd, fo->tx, fo->tx_len, &fo->tx_off);
-  if (rc < 0)
-    return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
+  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
   if (rc == 1) fo->tx_len = fo->tx_off = 0;
   return ncclSuccess;
 }
@@ -148,12 +147,19 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
 static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint64_t bytes) {
   struct lp_fo *fo = c->fo;
   uint64_t took_ns = lp_now_ns() - fo->start_ns;
-  struct lp_report r = {.kind = (enum lp_report_kind)kind, .comm = c->conn_id,
-                        .dir = c->kind == LP_COMM_SEND ? "send" : "recv", .dev = dev_name(c, fo->from_dev),
-                        .port = dev_port(c, fo->from_dev), .new_dev = new_dev >= 0 ? dev_name(c, new_dev) : NULL,
-                        .new_port = new_dev >= 0 ? dev_port(c, new_dev) : 0, .peer = c->peer_id,
-                        .reason = lp_fo_reason_str(fo->reason), .inflight = fo->inflight, .replayed = replayed,
-                        .replayed_bytes = bytes, .duration_us = took_ns / 1000};
+  struct lp_report r = {.kind = (enum lp_report_kind)kind,
+                        .comm = c->conn_id,
+                        .dir = c->kind == LP_COMM_SEND ? "send" : "recv",
+                        .dev = dev_name(c, fo->from_dev),
+                        .port = dev_port(c, fo->from_dev),
+                        .new_dev = new_dev >= 0 ? dev_name(c, new_dev) : NULL,
+                        .new_port = new_dev >= 0 ? dev_port(c, new_dev) : 0,
+                        .peer = c->peer_id,
+                        .reason = lp_fo_reason_str(fo->reason),
+                        .inflight = fo->inflight,
+                        .replayed = replayed,
+                        .replayed_bytes = bytes,
+                        .duration_us = took_ns / 1000};
   lp_report_emit(&c->env->syslog, &r);
   struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
@@ -208,8 +214,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       send_nack(c, reason);
       return path_lost(c, "no healthy NIC on this side");
     }
-    if (lp_link_open(&fo->next, c->env, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) ==
-        ncclSuccess) {
+    if (lp_link_open(&fo->next, c->env, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
       struct lp_fo_req m;
       memset(&m, 0, sizeof(m));
       hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
@@ -238,8 +243,7 @@ static void restart_posting(struct lp_send_msg *m) {
 }
 
 /* Everything below resume_seq was delivered; the rest is written again. */
-ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
-                                     uint64_t *bytes) {
+ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed, uint64_t *bytes) {
   struct lp_comm *c = &s->base;
   uint64_t resume = a->resume_seq;
   if (resume > s->head || resume + LP_FIFO_DEPTH < s->head)
@@ -290,8 +294,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   struct lp_fo *fo = c->fo;
   if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
   fo->next.remote = a->link;
-  if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess)
-    return sender_start(s, LP_FO_COMPLETION_ERR, -1);
+  if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
   ncclResult_t rc = send_ready(c);
   if (rc != ncclSuccess) return rc;
   rc = drain(c);
@@ -523,8 +526,9 @@ static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
   if (retry) return sender_start(s, fo->reason, -1);
   report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
   set_state(c, LP_FO_IDLE);
-  return lp_comm_fail(c, ncclRemoteError, "the peer %s answered none of %d moves within %d ms each: it is frozen or gone",
-                      c->peer, LP_FO_MAX_ATTEMPTS, ms);
+  return lp_comm_fail(c, ncclRemoteError,
+                      "the peer %s answered none of %d moves within %d ms each: it is frozen or gone", c->peer,
+                      LP_FO_MAX_ATTEMPTS, ms);
 }
 
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
@@ -554,10 +558,11 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
   enum lp_watchdog_verdict v = lp_watchdog_check(&c->wd, now, lp_comm_busy(c));
   if (v == LP_WATCHDOG_OK) return ncclSuccess;
   if (v == LP_WATCHDOG_STALL_AGAIN)
-    LP_WARN("%s connection to %s stalled again on %s soon after moving for a stall: every NIC may be slow; its "
-            "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
-            c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
-            (unsigned long long)(lp_watchdog_limit(&c->wd) / 1000000ull), c->wd.scale);
+    LP_WARN(
+        "%s connection to %s stalled again on %s soon after moving for a stall: every NIC may be slow; its "
+        "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
+        c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
+        (unsigned long long)(lp_watchdog_limit(&c->wd) / 1000000ull), c->wd.scale);
   return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
@@ -576,10 +581,8 @@ static int path_failure(enum ibv_wc_status st) {
   case IBV_WC_REM_OP_ERR:
   case IBV_WC_LOC_ACCESS_ERR:
   case IBV_WC_INV_EECN_ERR:
-  case IBV_WC_INV_EEC_STATE_ERR:
-    return 0;
-  default: /* retries exhausted, flushes, fatal and general errors, a bad response */
-    return 1;
+  case IBV_WC_INV_EEC_STATE_ERR: return 0;
+  default: /* retries exhausted, flushes, fatal and general errors, a bad response */ return 1;
   }
 }
 

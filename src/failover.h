@@ -40,8 +40,8 @@ struct lp_idle_watch;
 
 enum lp_fo_state {
   LP_FO_IDLE = 0,
-  LP_FO_NOTICED,   /* receiver: told the sender, waiting for its REQ */
-  LP_FO_REQUESTED, /* sender: REQ sent, waiting for the ACK */
+  LP_FO_NOTICED,     /* receiver: told the sender, waiting for its REQ */
+  LP_FO_REQUESTED,   /* sender: REQ sent, waiting for the ACK */
   LP_FO_AWAIT_READY, /* receiver: ACK sent, waiting for READY before writing to the new QPs */
 };
 
@@ -53,14 +53,14 @@ struct lp_fo {
   uint64_t start_ns;
   uint64_t deadline_ns; /* sender: the receiver must answer the REQ by then (LINKPASS_MOVE_TIMEOUT_MS) */
   int attempts;         /* REQs sent for this fault; LP_FO_MAX_ATTEMPTS unanswered ones lose the path */
-  int from_dev;     /* where the connection was when this move began */
-  int inflight;     /* requests outstanding when it began */
+  int from_dev;         /* where the connection was when this move began */
+  int inflight;         /* requests outstanding when it began */
   uint32_t seen_gen;
   int primary_dev;
-  int peer_primary_ok; /* sender: the receiver's primary NIC can be used */
-  int peer_closed;     /* the control channel reached end of file */
+  int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
+  int peer_closed;       /* the control channel reached end of file */
   uint64_t next_read_ns; /* when to look at the control channel again */
-  struct lp_link next;    /* sender: the path offered to the peer, until it answers */
+  struct lp_link next;   /* sender: the path offered to the peer, until it answers */
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;
@@ -90,7 +90,6 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
  * everything below the ACK's resume_seq was delivered and completes; every
  * matched message from there on is keyed for the receiver's new NIC and
  * written again, whole.  Counts what is replayed. */
-ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed,
-                                    uint64_t *bytes);
+ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed, uint64_t *bytes);
 
 #endif

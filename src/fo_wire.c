@@ -6,11 +6,13 @@
 #include <string.h>
 
 const char *lp_fo_reason_str(int reason) {
-  static const char *names[LP_FO_REASON_MAX] = {
-      [LP_FO_PORT_DOWN] = "port_down",   [LP_FO_PEER_NOTICE] = "peer_notice",
-      [LP_FO_COMPLETION_ERR] = "completion_error", [LP_FO_STALL] = "stall",
-      [LP_FO_DEVICE_FATAL] = "device_fatal", [LP_FO_QP_FATAL] = "qp_fatal",
-      [LP_FO_FAILBACK] = "failback"};
+  static const char *names[LP_FO_REASON_MAX] = {[LP_FO_PORT_DOWN] = "port_down",
+                                                [LP_FO_PEER_NOTICE] = "peer_notice",
+                                                [LP_FO_COMPLETION_ERR] = "completion_error",
+                                                [LP_FO_STALL] = "stall",
+                                                [LP_FO_DEVICE_FATAL] = "device_fatal",
+                                                [LP_FO_QP_FATAL] = "qp_fatal",
+                                                [LP_FO_FAILBACK] = "failback"};
   return reason > 0 && reason < LP_FO_REASON_MAX ? names[reason] : "unknown";
 }
 

@@ -42,13 +42,13 @@ enum lp_fo_msg_type {
 
 /* Why a connection moves (also the syslog reason= value). */
 enum lp_fo_reason {
-  LP_FO_PORT_DOWN = 1,   /* local port went down (async event or polling) */
-  LP_FO_PEER_NOTICE,     /* the peer told us its end failed */
-  LP_FO_COMPLETION_ERR,  /* an error completion on the data path */
-  LP_FO_STALL,           /* the watchdog saw no progress */
-  LP_FO_DEVICE_FATAL,    /* the NIC reported a fatal error */
-  LP_FO_QP_FATAL,        /* a QP of the connection broke */
-  LP_FO_FAILBACK,        /* the primary NIC is stable again */
+  LP_FO_PORT_DOWN = 1,  /* local port went down (async event or polling) */
+  LP_FO_PEER_NOTICE,    /* the peer told us its end failed */
+  LP_FO_COMPLETION_ERR, /* an error completion on the data path */
+  LP_FO_STALL,          /* the watchdog saw no progress */
+  LP_FO_DEVICE_FATAL,   /* the NIC reported a fatal error */
+  LP_FO_QP_FATAL,       /* a QP of the connection broke */
+  LP_FO_FAILBACK,       /* the primary NIC is stable again */
   LP_FO_REASON_MAX
 };
 
@@ -68,7 +68,7 @@ struct lp_fo_req {
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t reason;
-  int32_t rail; /* NIC index the sender moved to: the receiver prefers the same */
+  int32_t rail;       /* NIC index the sender moved to: the receiver prefers the same */
   int32_t avoid_rail; /* receiver's NIC index known to be bad, -1 none */
   struct lp_link_info link;
 };

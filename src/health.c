@@ -14,15 +14,18 @@
 #include "metrics.h"
 #include "pool.h"
 
-#define LP_POLL_DOWN_NS 100000000ull   /* re-read a down port this often */
-#define LP_POLL_ALL_NS 1000000000ull   /* and every port this often: events can be lost */
+#define LP_POLL_DOWN_NS 100000000ull /* re-read a down port this often */
+#define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
 #define LP_METRICS_PERIOD_NS 1000000000ull /* the metrics file is rewritten this often, and on every change */
 
 void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id) {
   if (!h->running) return;
-  struct lp_event e = {.type = LP_EV_CONN_MOVED, .dev = dev >= 0 ? (uint32_t)dev : LP_EV_NO_DEV, .status = kind,
-                       .comm_id = comm_id, .time_ns = lp_now_ns()};
+  struct lp_event e = {.type = LP_EV_CONN_MOVED,
+                       .dev = dev >= 0 ? (uint32_t)dev : LP_EV_NO_DEV,
+                       .status = kind,
+                       .comm_id = comm_id,
+                       .time_ns = lp_now_ns()};
   lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
 }
 
@@ -45,8 +48,12 @@ static void *async_main(void *arg) {
     if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE ||
         ev.event_type == IBV_EVENT_LID_CHANGE || ev.event_type == IBV_EVENT_GID_CHANGE)
       port = ev.element.port_num;
-    struct lp_event e = {.type = LP_EV_ASYNC, .nic = (uint32_t)nic_index, .dev = LP_EV_NO_DEV,
-                         .port = (uint32_t)port, .status = (int32_t)ev.event_type, .time_ns = lp_now_ns()};
+    struct lp_event e = {.type = LP_EV_ASYNC,
+                         .nic = (uint32_t)nic_index,
+                         .dev = LP_EV_NO_DEV,
+                         .port = (uint32_t)port,
+                         .status = (int32_t)ev.event_type,
+                         .time_ns = lp_now_ns()};
     env->ibv.ack_async_event(&ev);
     lp_ring_push(&h->ring, &e);
   }
@@ -83,7 +90,8 @@ static void port_down(struct lp_health *h, int dev, const char *why, uint64_t no
   atomic_store(&h->link_up[dev], 0);
   set_healthy(h, dev, 0);
   LP_WARN("%s:%d is down (%s): connections on it move to other NICs (flap %u, next hold-down %llu ms)",
-          h->env->devs[dev].name, h->env->devs[dev].port, why, flaps, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+          h->env->devs[dev].name, h->env->devs[dev].port, why, flaps,
+          (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
 
 static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now) {
@@ -95,8 +103,8 @@ static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now)
   /* Not healthy yet, but a connection with nowhere else to go may use it. */
   atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
   h->metrics_dirty = 1;
-  LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", h->env->devs[dev].name, h->env->devs[dev].port,
-          why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
+  LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", h->env->devs[dev].name,
+          h->env->devs[dev].port, why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
 
 /* A port event from the RoCE interface watch (or polling). */
@@ -105,8 +113,10 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
   if (dev < 0 || dev >= h->env->ndevs) return;
   const char *ifname = e->status == LP_PORT_SRC_NETDEV ? lp_netwatch_ifname(&h->nw, dev) : NULL;
   char why[64];
-  if (ifname) snprintf(why, sizeof(why), "netdev %s %s", ifname, e->type == LP_EV_PORT_DOWN ? "down" : "up");
-  else snprintf(why, sizeof(why), "polling");
+  if (ifname)
+    snprintf(why, sizeof(why), "netdev %s %s", ifname, e->type == LP_EV_PORT_DOWN ? "down" : "up");
+  else
+    snprintf(why, sizeof(why), "polling");
   if (e->type == LP_EV_PORT_DOWN) {
     port_down(h, dev, why, now);
     return;
@@ -134,8 +144,10 @@ static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) 
   case IBV_EVENT_PORT_ACTIVE: {
     int dev = dev_of(h, nic, (int)e->port);
     if (dev < 0) return; /* a port NCCL does not use */
-    if (e->status == IBV_EVENT_PORT_ERR) port_down(h, dev, name, now);
-    else port_up(h, dev, name, now);
+    if (e->status == IBV_EVENT_PORT_ERR)
+      port_down(h, dev, name, now);
+    else
+      port_up(h, dev, name, now);
     return;
   }
   case IBV_EVENT_DEVICE_FATAL:
@@ -144,8 +156,7 @@ static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) 
       if (h->env->devs[d].nic == nic) port_down(h, d, name, now);
     LP_WARN("%s reported a fatal error: it is not used again by this process", h->env->nics[nic].name);
     return;
-  default:
-    LP_INFO(NCCL_NET, "%s: async event %s", h->env->nics[nic].name, name);
+  default: LP_INFO(NCCL_NET, "%s: async event %s", h->env->nics[nic].name, name);
   }
 }
 
@@ -161,8 +172,10 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof(pa));
     if (h->env->ibv.query_port(nic->ctx, (uint8_t)h->env->devs[d].port, &pa) != 0) continue;
-    if (pa.state == IBV_PORT_ACTIVE) port_up(h, d, "polling", now);
-    else port_down(h, d, "polling", now);
+    if (pa.state == IBV_PORT_ACTIVE)
+      port_up(h, d, "polling", now);
+    else
+      port_down(h, d, "polling", now);
   }
 }
 
@@ -229,8 +242,8 @@ static void metrics_write(struct lp_health *h, uint64_t now) {
 static void metrics_setup(struct lp_health *h) {
   h->metrics_path[0] = '\0';
   if (h->env->cfg.metrics_file[0] == '\0') return;
-  if (lp_metrics_path(h->env->cfg.metrics_file, (int)getpid(), h->env->hostname, h->metrics_path, sizeof(h->metrics_path)) !=
-      0) {
+  if (lp_metrics_path(h->env->cfg.metrics_file, (int)getpid(), h->env->hostname, h->metrics_path,
+                      sizeof(h->metrics_path)) != 0) {
     LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written",
             h->env->cfg.metrics_file);
     h->metrics_path[0] = '\0';
@@ -273,8 +286,10 @@ static void *control_main(void *arg) {
     int stop = 0;
     now = lp_now_ns();
     while (lp_ring_pop(&h->ring, &e)) {
-      if (e.type == LP_EV_STOP) stop = 1;
-      else handle(h, &e, now);
+      if (e.type == LP_EV_STOP)
+        stop = 1;
+      else
+        handle(h, &e, now);
     }
     if (stop) {
       if (metrics) metrics_write(h, lp_now_ns()); /* the final counters */
@@ -314,8 +329,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   for (int n = 0; n < env->nnics; n++) {
     h->async_arg[h->nasync] = (struct lp_async_arg){.h = h, .nic = n};
     if (pthread_create(&h->async[h->nasync], NULL, async_main, &h->async_arg[h->nasync]) != 0) {
-      LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only",
-              env->nics[n].name);
+      LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only", env->nics[n].name);
       continue;
     }
     h->nasync++;

@@ -46,7 +46,7 @@ struct lp_fo_stats {
 };
 
 struct lp_health {
-  const struct lp_env *env; /* set by lp_health_start */
+  const struct lp_env *env;         /* set by lp_health_start */
   _Atomic uint32_t gen;             /* bumped whenever any healthy[] changes */
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
   _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
@@ -61,8 +61,8 @@ struct lp_health {
   char *metrics_buf;
   size_t metrics_cap;
   uint64_t next_metrics_ns;
-  int metrics_dirty; /* something changed since the last write */
-  int metrics_err;   /* errno of the last failed write, 0 after a good one */
+  int metrics_dirty;     /* something changed since the last write */
+  int metrics_err;       /* errno of the last failed write, 0 after a good one */
   struct lp_netwatch nw; /* RoCE interfaces (netwatch.h) */
   struct lp_event_ring ring;
   int stop_fd; /* eventfd: wakes the async threads to exit */

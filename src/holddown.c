@@ -33,6 +33,4 @@ bool lp_holddown_ready(const struct lp_holddown *h, uint64_t now) {
   return !h->down && now - h->since_ns >= h->hold_ns;
 }
 
-uint64_t lp_holddown_ready_at(const struct lp_holddown *h) {
-  return h->down ? UINT64_MAX : h->since_ns + h->hold_ns;
-}
+uint64_t lp_holddown_ready_at(const struct lp_holddown *h) { return h->down ? UINT64_MAX : h->since_ns + h->hold_ns; }

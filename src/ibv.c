@@ -12,8 +12,10 @@ struct sym {
   int optional;
 };
 
-#define REQ(field, sym) {sym, "IBVERBS_1.1", offsetof(struct lp_ibv, field), 0}
-#define OPT(field, sym, ver) {sym, ver, offsetof(struct lp_ibv, field), 1}
+#define REQ(field, sym) \
+  { sym, "IBVERBS_1.1", offsetof(struct lp_ibv, field), 0 }
+#define OPT(field, sym, ver) \
+  { sym, ver, offsetof(struct lp_ibv, field), 1 }
 
 static const struct sym syms[] = {
     REQ(get_device_list, "ibv_get_device_list"),

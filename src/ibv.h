@@ -41,8 +41,7 @@ struct lp_ibv {
   const char *(*event_type_str)(enum ibv_event_type type);
   /* Optional (NULL when the library is too old). */
   struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access);
-  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
-                                  int access);
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access);
   int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *entry,
                       uint32_t flags, size_t entry_size);
 };

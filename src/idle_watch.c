@@ -23,7 +23,7 @@ static void wake(struct lp_idle_watch *w) {
 /* One progress call on a comm whose control socket is ready, if NCCL is
  * not calling it and has not for LP_IDLE_NS.  Under w->mu. */
 static void answer(struct lp_comm *c, uint64_t now) {
-  c->fo->watch_skip_until_ns = now + LP_IDLE_NS; /* at most one look per idle period */
+  c->fo->watch_skip_until_ns = now + LP_IDLE_NS;                              /* at most one look per idle period */
   if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) return; /* NCCL is in it */
   if (now - c->progress_ns < LP_IDLE_NS) {
     c->fo->watch_skip_until_ns = c->progress_ns + LP_IDLE_NS; /* NCCL is calling: it reads the socket */

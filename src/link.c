@@ -62,8 +62,8 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int de
       goto fail;
     }
   }
-  link->ctrl_mr = ibv->reg_mr(nic->pd, ctrl, ctrl_len,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  link->ctrl_mr =
+      ibv->reg_mr(nic->pd, ctrl, ctrl_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (link->ctrl_mr == NULL) {
     LP_WARN("ibv_reg_mr(%s:%d, %zu bytes of control memory) failed: %s", dcopy.name, dcopy.port, ctrl_len,
             strerror(errno));
@@ -126,8 +126,8 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (err != 0) {
-      LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTR towards %s:%u qp 0x%x) failed: %s", l->dev_name, l->port,
-              l->qpn[q], r->dev_name, r->port, r->qpn[q], strerror(err));
+      LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTR towards %s:%u qp 0x%x) failed: %s", l->dev_name, l->port, l->qpn[q],
+              r->dev_name, r->port, r->qpn[q], strerror(err));
       return ncclSystemError;
     }
     memset(&qa, 0, sizeof(qa));
@@ -137,9 +137,9 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
     qa.rnr_retry = 7;
     qa.sq_psn = 0;
     qa.max_rd_atomic = 1;
-    err = ibv->modify_qp(link->qps[q], &qa,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                             IBV_QP_MAX_QP_RD_ATOMIC);
+    err = ibv->modify_qp(
+        link->qps[q], &qa,
+        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
     if (err != 0) {
       LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTS) failed: %s", l->dev_name, l->port, l->qpn[q], strerror(err));
       return ncclSystemError;

@@ -19,11 +19,9 @@ ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, voi
                         ncclNetDeviceHandle_v12_t **sendDevComm);
 ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v12_t **recvDevComm);
 ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
-ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
-                              void **mhandle);
+ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle);
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle);
-ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle,
-                      void **request);
+ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle, void **request);
 ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags, void **mhandles, void **phandles,
                       void **request);
 ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request);

@@ -48,12 +48,12 @@ ncclDebugLogLevel lp_log_stderr_level(void) {
 
 static const char *level_name(ncclDebugLogLevel level) {
   switch (level) {
-    case NCCL_LOG_WARN: return "WARN";
-    case NCCL_LOG_INFO: return "INFO";
-    case NCCL_LOG_TRACE: return "TRACE";
-    case NCCL_LOG_VERSION: return "VERSION";
-    case NCCL_LOG_ABORT: return "ABORT";
-    default: return "LOG";
+  case NCCL_LOG_WARN: return "WARN";
+  case NCCL_LOG_INFO: return "INFO";
+  case NCCL_LOG_TRACE: return "TRACE";
+  case NCCL_LOG_VERSION: return "VERSION";
+  case NCCL_LOG_ABORT: return "ABORT";
+  default: return "LOG";
   }
 }
 

@@ -21,8 +21,10 @@ static void put(struct out *o, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(o->buf + o->off, o->len - o->off, fmt, ap);
   va_end(ap);
-  if (n < 0 || (size_t)n >= o->len - o->off) o->overflow = 1;
-  else o->off += (size_t)n;
+  if (n < 0 || (size_t)n >= o->len - o->off)
+    o->overflow = 1;
+  else
+    o->off += (size_t)n;
 }
 
 static void family(struct out *o, const char *name, const char *type, const char *help) {
@@ -75,9 +77,12 @@ int lp_metrics_path(const char *pattern, int pid, const char *host, char *out, s
   for (const char *p = pattern; *p; p++) {
     char tmp[96];
     const char *add = tmp;
-    if (p[0] == '%' && p[1] == 'p') snprintf(tmp, sizeof(tmp), "%d", pid), p++;
-    else if (p[0] == '%' && p[1] == 'h') add = host, p++;
-    else tmp[0] = *p, tmp[1] = '\0';
+    if (p[0] == '%' && p[1] == 'p')
+      snprintf(tmp, sizeof(tmp), "%d", pid), p++;
+    else if (p[0] == '%' && p[1] == 'h')
+      add = host, p++;
+    else
+      tmp[0] = *p, tmp[1] = '\0';
     size_t n = strlen(add);
     if (o + n >= len) return -1;
     memcpy(out + o, add, n);

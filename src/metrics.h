@@ -18,11 +18,11 @@
 struct lp_metrics_dev {
   const char *name;
   int port;
-  int up;          /* may carry traffic now */
-  int connections; /* connections whose path is on it */
-  uint64_t failovers;   /* connections moved off it */
-  uint64_t failbacks;   /* connections moved back to it */
-  uint64_t flaps;       /* times it went down */
+  int up;                  /* may carry traffic now */
+  int connections;         /* connections whose path is on it */
+  uint64_t failovers;      /* connections moved off it */
+  uint64_t failbacks;      /* connections moved back to it */
+  uint64_t flaps;          /* times it went down */
   double degraded_seconds; /* time spent not usable */
 };
 

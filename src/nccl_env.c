@@ -104,8 +104,7 @@ void lp_nccl_env_report(lp_env_fn env, void *env_arg, lp_diag_fn info, lp_diag_f
       snprintf(line, sizeof(line), "%s=\"%.64s\" is set but not honoured: %s", v->name, s, v->linkpass);
       if (warn) warn(arg, line);
     } else {
-      snprintf(line, sizeof(line), "%s=\"%.64s\": %s: %s", v->name, s, lp_env_treatment_str(v->treatment),
-               v->linkpass);
+      snprintf(line, sizeof(line), "%s=\"%.64s\": %s: %s", v->name, s, lp_env_treatment_str(v->treatment), v->linkpass);
       if (info) info(arg, line);
     }
   }

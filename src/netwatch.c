@@ -19,8 +19,7 @@
 int lp_netwatch_ndev(const char *ibdev_path, int port, int gid_index, char *out, size_t len) {
   char path[512];
   if (gid_index < 0) return -1;
-  if (snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/ndevs/%d", ibdev_path, port, gid_index) >=
-      (int)sizeof(path))
+  if (snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/ndevs/%d", ibdev_path, port, gid_index) >= (int)sizeof(path))
     return -1;
   FILE *f = fopen(path, "r");
   if (f == NULL) return -1;
@@ -53,8 +52,10 @@ static void set_state(struct lp_netwatch *w, struct lp_netwatch_if *wi, int up, 
   } else {
     LP_WARN("netwatch: %s (%s:%d) lost its link (%s)", wi->ifname, d->name, d->port, detail);
   }
-  struct lp_event e = {.type = up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN, .dev = (uint32_t)wi->dev,
-                       .status = LP_PORT_SRC_NETDEV, .time_ns = lp_now_ns()};
+  struct lp_event e = {.type = up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN,
+                       .dev = (uint32_t)wi->dev,
+                       .status = LP_PORT_SRC_NETDEV,
+                       .time_ns = lp_now_ns()};
   lp_ring_push(w->ring, &e); /* a full ring counts the loss; polling finds the port later */
 }
 
@@ -64,10 +65,13 @@ static void on_link(struct lp_netwatch *w, struct rtnl_link *l, int deleted) {
   unsigned flags = rtnl_link_get_flags(l);
   int up = !deleted && (flags & IFF_UP) && (flags & IFF_RUNNING);
   char detail[64], op[32];
-  if (deleted) snprintf(detail, sizeof(detail), "interface removed");
-  else if (!(flags & IFF_UP)) snprintf(detail, sizeof(detail), "administratively down");
-  else snprintf(detail, sizeof(detail), "operstate %s",
-                rtnl_link_operstate2str(rtnl_link_get_operstate(l), op, sizeof(op)));
+  if (deleted)
+    snprintf(detail, sizeof(detail), "interface removed");
+  else if (!(flags & IFF_UP))
+    snprintf(detail, sizeof(detail), "administratively down");
+  else
+    snprintf(detail, sizeof(detail), "operstate %s",
+             rtnl_link_operstate2str(rtnl_link_get_operstate(l), op, sizeof(op)));
   for (int i = 0; i < w->n; i++) {
     struct lp_netwatch_if *wi = &w->ifs[i];
     if (strcmp(wi->ifname, name) != 0) continue;
@@ -121,9 +125,10 @@ static void *watch_main(void *arg) {
     }
     /* Mostly an overrun (the kernel dropped notifications): read it all again. */
     if (++errors > 100) {
-      LP_WARN("netwatch: route netlink keeps failing (%s): RoCE interfaces are no longer watched; port events "
-              "and polling still are",
-              nl_geterror(err));
+      LP_WARN(
+          "netwatch: route netlink keeps failing (%s): RoCE interfaces are no longer watched; port events "
+          "and polling still are",
+          nl_geterror(err));
       break;
     }
     LP_INFO(NCCL_NET, "netwatch: route netlink: %s; reading every interface again", nl_geterror(err));
@@ -147,10 +152,11 @@ int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp
     const struct lp_dev *dev = &env->devs[d];
     if (dev->link_layer != IBV_LINK_LAYER_ETHERNET) continue;
     struct lp_netwatch_if *wi = &w->ifs[w->n];
-    if (lp_netwatch_ndev(env->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname,
-                         sizeof(wi->ifname)) != 0) {
-      LP_INFO(NCCL_NET, "netwatch: %s:%d has no network interface in gid_attrs/ndevs/%d: only its port events "
-                        "are watched",
+    if (lp_netwatch_ndev(env->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname, sizeof(wi->ifname)) !=
+        0) {
+      LP_INFO(NCCL_NET,
+              "netwatch: %s:%d has no network interface in gid_attrs/ndevs/%d: only its port events "
+              "are watched",
               dev->name, dev->port, dev->gid_index);
       continue;
     }
@@ -180,8 +186,8 @@ int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp
       LP_INFO(NCCL_NET, "netwatch: %s (%s:%d) is not in this network namespace: only its port events are watched",
               wi->ifname, d->name, d->port);
     else
-      LP_INFO(NCCL_INIT | NCCL_NET, "netwatch: %s:%d follows network interface %s (%s)", d->name, d->port,
-              wi->ifname, wi->state ? "up" : "down");
+      LP_INFO(NCCL_INIT | NCCL_NET, "netwatch: %s:%d follows network interface %s (%s)", d->name, d->port, wi->ifname,
+              wi->state ? "up" : "down");
   }
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
     err = -NLE_FAILURE;
@@ -190,9 +196,10 @@ int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp
   w->running = 1;
   return 0;
 fail:
-  LP_WARN("netwatch: cannot watch the RoCE interfaces through route netlink (%s): link changes are seen through "
-          "port events and polling only",
-          nl_geterror(err));
+  LP_WARN(
+      "netwatch: cannot watch the RoCE interfaces through route netlink (%s): link changes are seen through "
+      "port events and polling only",
+      nl_geterror(err));
   close_socks(w);
   for (int d = 0; d < LP_MAX_DEVS; d++) atomic_store(&w->down[d], 0);
   w->n = 0;

@@ -134,8 +134,8 @@ static int choose_gid(const struct lp_ibv *ibv, const struct lp_config *cfg, con
   }
   int idx = lp_gid_pick(gids, types, n, cfg->roce_version, cfg->gid_family, &cfg->gid_range);
   if (idx < 0 && cfg->gid_range.set) {
-    LP_WARN("NCCL_IB_ADDR_RANGE=%s matches no GID of %s:%d; choosing among all of them", cfg->gid_range_str,
-            nic->name, dev->port);
+    LP_WARN("NCCL_IB_ADDR_RANGE=%s matches no GID of %s:%d; choosing among all of them", cfg->gid_range_str, nic->name,
+            dev->port);
     idx = lp_gid_pick(gids, types, n, cfg->roce_version, cfg->gid_family, NULL);
   }
   if (idx >= 0) {
@@ -165,8 +165,8 @@ int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const 
     dev->link_layer = pa.link_layer;
     dev->speed_mbps = lp_port_speed_mbps(pa.active_width, pa.active_speed);
   } else if (dev->link_layer != pa.link_layer) {
-    LP_WARN("%s:%d changed its link layer (%d, was %d): it cannot carry this process's connections any more",
-            nic->name, dev->port, pa.link_layer, dev->link_layer);
+    LP_WARN("%s:%d changed its link layer (%d, was %d): it cannot carry this process's connections any more", nic->name,
+            dev->port, pa.link_layer, dev->link_layer);
     return -1;
   }
   dev->lid = pa.lid;
@@ -230,8 +230,7 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
         continue;
       }
       if (!port_usable(&pa)) {
-        LP_INFO(NCCL_INIT | NCCL_NET, "skipping %s:%d (state %d, link layer %d)", name, port, pa.state,
-                pa.link_layer);
+        LP_INFO(NCCL_INIT | NCCL_NET, "skipping %s:%d (state %d, link layer %d)", name, port, pa.state, pa.link_layer);
         continue;
       }
       if (!lp_filter_match(&cfg->hca, name, port)) {

@@ -60,8 +60,7 @@ void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
  * connection uses it: addresses can change after init.  The first call (at
  * discovery) also sets the link layer and speed, which stay as found.
  * `dev` is the caller's own copy.  0 or -1. */
-int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const struct lp_nic *nic,
-                   struct lp_dev *dev);
+int lp_dev_refresh(const struct lp_ibv *ibv, const struct lp_config *cfg, const struct lp_nic *nic, struct lp_dev *dev);
 
 /* Automatic GID choice (pure, for tests): given the table, pick the index
  * NCCL would: the preferred RoCE version with an IPv4-mapped address first,

@@ -101,11 +101,12 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   }
   if (lp_oob_pick(&p->env.cfg, &p->env.oob_addr, p->env.oob_ifname, sizeof(p->env.oob_ifname)) != 0) {
     LP_WARN("init failed: no usable network interface for the out-of-band connection%s%s%s",
-            p->env.cfg.ifname.set ? " matching NCCL_SOCKET_IFNAME=\"" : "", p->env.cfg.ifname.set ? p->env.cfg.ifname_str : "",
-            p->env.cfg.ifname.set ? "\"" : "");
+            p->env.cfg.ifname.set ? " matching NCCL_SOCKET_IFNAME=\"" : "",
+            p->env.cfg.ifname.set ? p->env.cfg.ifname_str : "", p->env.cfg.ifname.set ? "\"" : "");
     goto fail;
   }
-  if (gethostname(p->env.hostname, sizeof(p->env.hostname) - 1) != 0) snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
+  if (gethostname(p->env.hostname, sizeof(p->env.hostname) - 1) != 0)
+    snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
 
   char a[64];
   LP_INFO(NCCL_INIT | NCCL_NET, "using %s, out-of-band interface %s %s", p->env.ibv.path, p->env.oob_ifname,
@@ -113,8 +114,8 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   for (int i = 0; i < p->env.ndevs; i++) {
     const struct lp_dev *d = &p->env.devs[i];
     char g[64];
-    LP_INFO(NCCL_INIT | NCCL_NET, "device %d: %s:%d %s %d Mbps, GID index %d (%s), LID %u, PCI %s", i, d->name,
-            d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", d->speed_mbps, d->gid_index,
+    LP_INFO(NCCL_INIT | NCCL_NET, "device %d: %s:%d %s %d Mbps, GID index %d (%s), LID %u, PCI %s", i, d->name, d->port,
+            d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", d->speed_mbps, d->gid_index,
             lp_gid_str(&d->gid, g, sizeof(g)), d->lid, p->env.nics[d->nic].pci_path);
   }
   p->default_ctx.magic = LP_CTX_MAGIC;

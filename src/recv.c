@@ -30,8 +30,8 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
     return ncclSuccess;
   }
   if (kind != LP_WR_RECV || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)
-    return lp_comm_fail(&r->base, ncclInternalError, "unexpected completion (opcode %d, wr_id 0x%llx)",
-                        (int)wc->opcode, (unsigned long long)wc->wr_id);
+    return lp_comm_fail(&r->base, ncclInternalError, "unexpected completion (opcode %d, wr_id 0x%llx)", (int)wc->opcode,
+                        (unsigned long long)wc->wr_id);
   uint32_t imm = ntohl(wc->imm_data);
   uint64_t seq = lp_seq_from_imm(imm, r->oldest);
   int slot = lp_fifo_slot(seq);
@@ -85,14 +85,12 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
     if (sizes[i] > 0) {
       struct ibv_mr *mr = lp_mr_for(c, mhandles ? mhandles[i] : NULL);
       if (mr == NULL) {
-        LP_WARN("irecv: memory handle %p is not registered on %s", mhandles ? mhandles[i] : NULL,
-                link->local.dev_name);
+        LP_WARN("irecv: memory handle %p is not registered on %s", mhandles ? mhandles[i] : NULL, link->local.dev_name);
         return ncclInvalidArgument;
       }
       if ((uintptr_t)data[i] < (uintptr_t)mr->addr ||
           (uintptr_t)data[i] + sizes[i] > (uintptr_t)mr->addr + mr->length) {
-        LP_WARN("irecv: buffer %p+%zu lies outside its registration %p+%zu", data[i], sizes[i], mr->addr,
-                mr->length);
+        LP_WARN("irecv: buffer %p+%zu lies outside its registration %p+%zu", data[i], sizes[i], mr->addr, mr->length);
         return ncclInvalidArgument;
       }
       rkey = mr->rkey;
@@ -130,8 +128,8 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
                           strerror(err));
     }
   }
-  struct ibv_sge sge = {.addr = (uintptr_t)cts, .length = (uint32_t)(sizeof(*cts) * (size_t)n),
-                        .lkey = link->ctrl_mr->lkey};
+  struct ibv_sge sge = {
+      .addr = (uintptr_t)cts, .length = (uint32_t)(sizeof(*cts) * (size_t)n), .lkey = link->ctrl_mr->lkey};
   struct ibv_send_wr wr;
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE;

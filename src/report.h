@@ -19,18 +19,18 @@ enum lp_report_kind { LP_REPORT_FAILOVER = 1, LP_REPORT_FAILBACK, LP_REPORT_PATH
 
 struct lp_report {
   enum lp_report_kind kind;
-  uint64_t comm;      /* connection id, the same in both peers' logs */
-  const char *dir;    /* "send" or "recv" */
-  const char *dev;    /* where the connection was */
+  uint64_t comm;   /* connection id, the same in both peers' logs */
+  const char *dir; /* "send" or "recv" */
+  const char *dev; /* where the connection was */
   int port;
   const char *new_dev; /* where it is now (NULL for path_lost) */
   int new_port;
   const char *peer;
   const char *reason;
-  int inflight;           /* requests outstanding when it moved */
-  int replayed;           /* messages written again on the new path */
+  int inflight; /* requests outstanding when it moved */
+  int replayed; /* messages written again on the new path */
   uint64_t replayed_bytes;
-  uint64_t duration_us;   /* from the fault being seen to traffic flowing again */
+  uint64_t duration_us; /* from the fault being seen to traffic flowing again */
 };
 
 /* The line, without trailing newline.  Returns its length (as snprintf). */

@@ -174,8 +174,8 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
   return ncclSuccess;
 }
 
-ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle,
-                           struct lp_req **out, int *progress) {
+ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle, struct lp_req **out,
+                           int *progress) {
   struct lp_comm *c = &s->base;
   *out = NULL;
   *progress = 1;

@@ -27,8 +27,8 @@ struct lp_watchdog {
 
 enum lp_watchdog_verdict {
   LP_WATCHDOG_OK = 0,
-  LP_WATCHDOG_STALL,        /* move */
-  LP_WATCHDOG_STALL_AGAIN,  /* move, and the limit just doubled: every path may be slow */
+  LP_WATCHDOG_STALL,       /* move */
+  LP_WATCHDOG_STALL_AGAIN, /* move, and the limit just doubled: every path may be slow */
 };
 
 static inline void lp_watchdog_init(struct lp_watchdog *w, uint64_t limit_ns, uint64_t now) {

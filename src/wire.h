@@ -17,12 +17,12 @@
 #include "config.h"
 #include "linkpass/nccl_net.h"
 
-#define LP_PROTO_VERSION 2 /* 2: a move ends with READY (fo_wire.h) */
+#define LP_PROTO_VERSION 2                    /* 2: a move ends with READY (fo_wire.h) */
 #define LP_HANDLE_MAGIC 0x5353415050b14e4cull /* arbitrary, unlikely in garbage */
-#define LP_MSG_MAGIC 0x4d32504cu               /* "LP2M" */
+#define LP_MSG_MAGIC 0x4d32504cu              /* "LP2M" */
 
-#define LP_MAX_RECVS 8                        /* maxRecvs: sub-receives per irecv */
-#define LP_FIFO_DEPTH NCCL_NET_MAX_REQUESTS   /* CTS slots per connection */
+#define LP_MAX_RECVS 8                      /* maxRecvs: sub-receives per irecv */
+#define LP_FIFO_DEPTH NCCL_NET_MAX_REQUESTS /* CTS slots per connection */
 #define LP_HOST_MAX 64
 #define LP_WIRE_DEV_NAME 32
 
@@ -34,7 +34,7 @@ struct lp_handle {
   uint16_t port;   /* network byte order */
   uint8_t addr[16];
   uint32_t scope_id;
-  int32_t dev; /* the listener's device, for logs */
+  int32_t dev;        /* the listener's device, for logs */
   uint64_t listen_id; /* random per listen: strangers on the port are dropped */
   /* Owned by the connecting process, never sent: identifies its connect in
    * progress across calls (NCCL passes the same handle buffer each time).
@@ -113,9 +113,9 @@ int lp_msg_ready_check(const struct lp_msg_ready *m, uint64_t conn_id, char *why
 /* One per sub-receive, 64 bytes.  `seq` is last so that an entry whose seq
  * matches has been written completely (NICs write in address order). */
 struct lp_cts {
-  uint64_t addr;  /* receive buffer */
-  uint64_t size;  /* posted size */
-  uint32_t rkey;  /* of the buffer, on the receiver's NIC */
+  uint64_t addr; /* receive buffer */
+  uint64_t size; /* posted size */
+  uint32_t rkey; /* of the buffer, on the receiver's NIC */
   int32_t tag;
   uint16_t idx;   /* position within the irecv */
   uint16_t nreqs; /* n of the irecv */
