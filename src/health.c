@@ -17,7 +17,6 @@
 #define LP_POLL_DOWN_NS 100000000ull /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
-#define LP_METRICS_PERIOD_NS 1000000000ull /* the metrics file is rewritten this often, and on every change */
 
 void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id) {
   if (!h->running) return;
@@ -80,7 +79,7 @@ static void set_healthy(struct lp_health *h, int dev, int ok) {
     if (since != 0) atomic_fetch_add_explicit(&ds->degraded_ns, now - since, memory_order_relaxed);
   }
   atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
-  h->metrics_dirty = 1;
+  h->metrics.dirty = 1;
 }
 
 static void port_down(struct lp_health *h, int dev, const char *why, uint64_t now) {
@@ -102,7 +101,7 @@ static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now)
   atomic_store(&h->link_up[dev], 1);
   /* Not healthy yet, but a connection with nowhere else to go may use it. */
   atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
-  h->metrics_dirty = 1;
+  h->metrics.dirty = 1;
   LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", h->env->devs[dev].name,
           h->env->devs[dev].port, why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
@@ -134,7 +133,7 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
 static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   if (e->type != LP_EV_ASYNC) {
     if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(h, e, now);
-    if (e->type == LP_EV_CONN_MOVED) h->metrics_dirty = 1;
+    if (e->type == LP_EV_CONN_MOVED) h->metrics.dirty = 1;
     return; /* connection-level events: the connections act on them */
   }
   int nic = (int)e->nic;
@@ -200,6 +199,7 @@ int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid) {
 
 /* ---- the metrics file ---- */
 
+/* A snapshot of the counters, into the file. */
 static void metrics_write(struct lp_health *h, uint64_t now) {
   struct lp_fo_stats *st = &h->stats;
   const memory_order rx = memory_order_relaxed;
@@ -227,47 +227,16 @@ static void metrics_write(struct lp_health *h, uint64_t now) {
   m.paths_lost = atomic_load_explicit(&st->paths_lost, rx);
   m.ring_overflows = lp_ring_overflows(&h->ring);
   m.last_failover_seconds = (double)atomic_load_explicit(&st->last_failover_ns, rx) / 1e9;
-  int len = lp_metrics_format(&m, h->metrics_buf, h->metrics_cap);
-  int err = len < 0 ? -ENOBUFS : lp_metrics_write(h->metrics_path, h->metrics_buf, (size_t)len);
-  if (err != 0 && -err != h->metrics_err)
-    LP_WARN("cannot write the metrics file %s: %s (retrying every second)", h->metrics_path, strerror(-err));
-  else if (err == 0 && h->metrics_err != 0)
-    LP_INFO(NCCL_NET, "the metrics file %s is written again", h->metrics_path);
-  h->metrics_err = -err;
-  h->metrics_dirty = 0;
-  h->next_metrics_ns = now + LP_METRICS_PERIOD_NS;
-}
-
-/* Expand LINKPASS_METRICS_FILE and size the text buffer; "" disables. */
-static void metrics_setup(struct lp_health *h) {
-  h->metrics_path[0] = '\0';
-  if (h->env->cfg.metrics_file[0] == '\0') return;
-  if (lp_metrics_path(h->env->cfg.metrics_file, (int)getpid(), h->env->hostname, h->metrics_path,
-                      sizeof(h->metrics_path)) != 0) {
-    LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written",
-            h->env->cfg.metrics_file);
-    h->metrics_path[0] = '\0';
-    return;
-  }
-  /* Six lines per device of at most ~200 bytes (names are short), and the rest. */
-  h->metrics_cap = (size_t)h->env->ndevs * 6 * 256 + 4096;
-  h->metrics_buf = malloc(h->metrics_cap);
-  if (h->metrics_buf == NULL) {
-    LP_WARN("out of memory for the metrics file: none is written");
-    h->metrics_path[0] = '\0';
-    return;
-  }
-  h->metrics_dirty = 1; /* the first write comes at once */
-  LP_INFO(NCCL_INIT | NCCL_NET, "metrics file: %s (rewritten every second and on every change)", h->metrics_path);
+  lp_metrics_file_put(&h->metrics, &m, now);
 }
 
 static void *control_main(void *arg) {
   struct lp_health *h = arg;
   uint64_t reported_overflows = 0;
-  int metrics = h->metrics_path[0] != '\0';
+  int metrics = lp_metrics_file_on(&h->metrics);
   for (;;) {
     uint64_t now = lp_now_ns(), next = now + LP_POLL_DOWN_NS;
-    if (metrics && h->next_metrics_ns < next) next = h->next_metrics_ns > now ? h->next_metrics_ns : now;
+    if (metrics && h->metrics.next_ns < next) next = h->metrics.next_ns > now ? h->metrics.next_ns : now;
     for (int d = 0; d < h->env->ndevs; d++) {
       if (lp_holddown_ready(&h->hd[d], now)) {
         if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[h->env->devs[d].nic])) {
@@ -300,10 +269,10 @@ static void *control_main(void *arg) {
     if (lost != reported_overflows) {
       LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
       reported_overflows = lost;
-      h->metrics_dirty = 1;
+      h->metrics.dirty = 1;
     }
     now = lp_now_ns();
-    if (metrics && (h->metrics_dirty || now >= h->next_metrics_ns)) metrics_write(h, now);
+    if (lp_metrics_file_due(&h->metrics, now)) metrics_write(h, now);
   }
   return NULL;
 }
@@ -319,7 +288,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
     atomic_store(&h->link_up[d], 1);
   }
   h->next_poll_ns = now + LP_POLL_ALL_NS;
-  metrics_setup(h);
+  lp_metrics_file_open(&h->metrics, env->cfg.metrics_file, (int)getpid(), env->hostname, env->ndevs);
   if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) goto fail_metrics;
   h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (h->stop_fd < 0) goto fail_ring;
@@ -342,9 +311,7 @@ fail_fd:
 fail_ring:
   lp_ring_fini(&h->ring);
 fail_metrics:
-  free(h->metrics_buf);
-  h->metrics_buf = NULL;
-  h->metrics_path[0] = '\0';
+  lp_metrics_file_close(&h->metrics);
   LP_WARN("cannot start the control thread: link failover is off");
   return -1;
 }
@@ -365,6 +332,5 @@ void lp_health_stop(struct lp_health *h) {
   h->running = 0;
   close(h->stop_fd);
   lp_ring_fini(&h->ring);
-  free(h->metrics_buf);
-  h->metrics_buf = NULL;
+  lp_metrics_file_close(&h->metrics);
 }

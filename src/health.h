@@ -25,6 +25,7 @@
 #include "env.h"
 #include "event_ring.h"
 #include "holddown.h"
+#include "metrics.h"
 #include "netwatch.h"
 #include "nic.h"
 
@@ -56,14 +57,8 @@ struct lp_health {
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   uint64_t next_poll_ns;
-  /* The metrics file (LINKPASS_METRICS_FILE; metrics.h), control thread only. */
-  char metrics_path[LP_PATH_MAX]; /* "" when none is written */
-  char *metrics_buf;
-  size_t metrics_cap;
-  uint64_t next_metrics_ns;
-  int metrics_dirty;     /* something changed since the last write */
-  int metrics_err;       /* errno of the last failed write, 0 after a good one */
-  struct lp_netwatch nw; /* RoCE interfaces (netwatch.h) */
+  struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
+  struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
   struct lp_event_ring ring;
   int stop_fd; /* eventfd: wakes the async threads to exit */
   int running;

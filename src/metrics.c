@@ -5,8 +5,11 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "log.h"
 
 struct out {
   char *buf;
@@ -114,4 +117,43 @@ int lp_metrics_write(const char *path, const char *text, size_t len) {
     return -err;
   }
   return 0;
+}
+
+int lp_metrics_file_open(struct lp_metrics_file *f, const char *pattern, int pid, const char *host, int ndevs) {
+  memset(f, 0, sizeof(*f));
+  if (pattern[0] == '\0') return 0;
+  if (lp_metrics_path(pattern, pid, host, f->path, sizeof(f->path)) != 0) {
+    LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written", pattern);
+    goto fail;
+  }
+  /* Six lines per device of at most ~200 bytes (names are short), and the rest. */
+  f->cap = (size_t)ndevs * 6 * 256 + 4096;
+  f->buf = malloc(f->cap);
+  if (f->buf == NULL) {
+    LP_WARN("out of memory for the metrics file: none is written");
+    goto fail;
+  }
+  f->dirty = 1; /* the first write comes at once */
+  LP_INFO(NCCL_INIT | NCCL_NET, "metrics file: %s (rewritten every second and on every change)", f->path);
+  return 0;
+fail:
+  f->path[0] = '\0';
+  return -1;
+}
+
+void lp_metrics_file_close(struct lp_metrics_file *f) {
+  free(f->buf);
+  memset(f, 0, sizeof(*f));
+}
+
+void lp_metrics_file_put(struct lp_metrics_file *f, const struct lp_metrics *m, uint64_t now) {
+  int len = lp_metrics_format(m, f->buf, f->cap);
+  int err = len < 0 ? -ENOBUFS : lp_metrics_write(f->path, f->buf, (size_t)len);
+  if (err != 0 && -err != f->err)
+    LP_WARN("cannot write the metrics file %s: %s (retrying every second)", f->path, strerror(-err));
+  else if (err == 0 && f->err != 0)
+    LP_INFO(NCCL_NET, "the metrics file %s is written again", f->path);
+  f->err = -err;
+  f->dirty = 0;
+  f->next_ns = now + LP_METRICS_PERIOD_NS;
 }

@@ -43,4 +43,30 @@ int lp_metrics_path(const char *pattern, int pid, const char *host, char *out, s
 /* Write `text` to `path` atomically.  0 or -errno. */
 int lp_metrics_write(const char *path, const char *text, size_t len);
 
+#define LP_METRICS_PERIOD_NS 1000000000ull /* the file is rewritten this often, and on every change */
+#define LP_METRICS_PATH_MAX 4096
+
+/* The file and its writer's state: the control thread's alone. */
+struct lp_metrics_file {
+  char path[LP_METRICS_PATH_MAX]; /* "" when none is written */
+  char *buf;
+  size_t cap;
+  uint64_t next_ns; /* the next periodic rewrite */
+  int dirty;        /* something changed since the last write */
+  int err;          /* errno of the last failed write, 0 after a good one */
+};
+
+/* LINKPASS_METRICS_FILE `pattern` ("" : none) for a process with `ndevs`
+ * devices.  Warns and writes nothing when it cannot.  0, or -1. */
+int lp_metrics_file_open(struct lp_metrics_file *f, const char *pattern, int pid, const char *host, int ndevs);
+void lp_metrics_file_close(struct lp_metrics_file *f);
+static inline int lp_metrics_file_on(const struct lp_metrics_file *f) { return f->path[0] != '\0'; }
+/* Due now: something changed, or a period passed. */
+static inline int lp_metrics_file_due(const struct lp_metrics_file *f, uint64_t now) {
+  return lp_metrics_file_on(f) && (f->dirty || now >= f->next_ns);
+}
+/* Write `m` now.  A failure is warned about once until a write works again
+ * (and that is said too); the next try comes a period later. */
+void lp_metrics_file_put(struct lp_metrics_file *f, const struct lp_metrics *m, uint64_t now);
+
 #endif
