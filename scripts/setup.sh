@@ -13,6 +13,8 @@ packages=(
   rsyslog                                   # the syslog integration test starts its own rsyslogd
   autoconf automake libtool                 # tests/peers builds the reference IB plugin from ../shared/peers
   clang-format                              # tests/layers checks src/ and plugin/ against .clang-format
+  prometheus-node-exporter prometheus       # tests/ops/scrape.sh: a real scrape, promtool check metrics
+  curl jq                                   # the scrape over HTTP; JSON of linkpass-status and the dashboard
 )
 missing=()
 for p in "${packages[@]}"; do

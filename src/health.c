@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -199,8 +200,8 @@ int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid) {
 
 /* ---- the metrics file ---- */
 
-/* A snapshot of the counters, into the file. */
-static void metrics_write(struct lp_health *h, uint64_t now) {
+/* A snapshot of the counters, into the file; `running` 0 for the last. */
+static void metrics_write(struct lp_health *h, uint64_t now, int running) {
   struct lp_fo_stats *st = &h->stats;
   const memory_order rx = memory_order_relaxed;
   struct lp_metrics m;
@@ -227,6 +228,10 @@ static void metrics_write(struct lp_health *h, uint64_t now) {
   m.paths_lost = atomic_load_explicit(&st->paths_lost, rx);
   m.ring_overflows = lp_ring_overflows(&h->ring);
   m.last_failover_seconds = (double)atomic_load_explicit(&st->last_failover_ns, rx) / 1e9;
+  m.running = running;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  m.updated_seconds = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
   lp_metrics_file_put(&h->metrics, &m, now);
 }
 
@@ -261,7 +266,7 @@ static void *control_main(void *arg) {
         handle(h, &e, now);
     }
     if (stop) {
-      if (metrics) metrics_write(h, lp_now_ns()); /* the final counters */
+      if (metrics) metrics_write(h, lp_now_ns(), 0); /* the final counters */
       break;
     }
     poll_ports(h, now);
@@ -272,7 +277,7 @@ static void *control_main(void *arg) {
       h->metrics.dirty = 1;
     }
     now = lp_now_ns();
-    if (lp_metrics_file_due(&h->metrics, now)) metrics_write(h, now);
+    if (lp_metrics_file_due(&h->metrics, now)) metrics_write(h, now, 1);
   }
   return NULL;
 }

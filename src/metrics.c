@@ -70,6 +70,11 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
   family(&o, "linkpass_last_failover_duration_seconds", "gauge",
          "From the fault being seen to traffic flowing on the new path, for the latest move.");
   put(&o, "linkpass_last_failover_duration_seconds{pid=\"%d\"} %.6f\n", m->pid, m->last_failover_seconds);
+  family(&o, "linkpass_up", "gauge", "1 while the process runs; 0 once it has exited (its file stays behind).");
+  put(&o, "linkpass_up{pid=\"%d\"} %d\n", m->pid, m->running);
+  family(&o, "linkpass_metrics_updated_timestamp_seconds", "gauge",
+         "When this file was last written (Unix time): a file not rewritten for long belongs to a dead process.");
+  put(&o, "linkpass_metrics_updated_timestamp_seconds{pid=\"%d\"} %.3f\n", m->pid, m->updated_seconds);
   family(&o, "linkpass_event_ring_overflows_total", "counter", "Control events lost because the ring was full.");
   put(&o, "linkpass_event_ring_overflows_total{pid=\"%d\"} %llu\n", m->pid, (unsigned long long)m->ring_overflows);
   return o.overflow ? -1 : (int)o.off;

@@ -9,7 +9,8 @@
 
 static struct lp_metrics sample(void) {
   struct lp_metrics m = {.ndevs = 2, .replayed_requests = 5, .replayed_bytes = 4096, .paths_lost = 1,
-                         .last_failover_seconds = 0.000812, .pid = 42};
+                         .last_failover_seconds = 0.000812, .pid = 42, .running = 1,
+                         .updated_seconds = 1764633600.25};
   m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5};
   m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0};
   return m;
@@ -27,6 +28,8 @@ Test(metrics, every_series_with_labels_and_types) {
   cr_assert(strstr(buf, "linkpass_degraded_seconds_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1.500\n"));
   cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\"} 4096\n"));
   cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\"} 0.000812\n"));
+  cr_assert(strstr(buf, "linkpass_up{pid=\"42\"} 1\n"));
+  cr_assert(strstr(buf, "linkpass_metrics_updated_timestamp_seconds{pid=\"42\"} 1764633600.250\n"), "%s", buf);
   /* Every non-comment line is "name{labels} value". */
   for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] == '#') continue;

@@ -19,14 +19,14 @@ sv up "$CONFS/two-hosts-4nic.conf"
 run_perf 1M 12
 
 # Every metrics file, read over and over: complete every time.
-# A complete file: HELP/TYPE pairs of 11 families, 6 x 4 device samples and
-# 5 process samples, nothing else, ending with the last family.
+# A complete file: HELP/TYPE pairs of 13 families, 6 x 4 device samples and
+# 7 process samples, nothing else, ending with the last family.
 cat >"$tmp/valid.awk" <<'EOF'
 /^# HELP linkpass_[a-z_]+ [^ ].*$/ { next }
 /^# TYPE linkpass_[a-z_]+ (counter|gauge)$/ { types++; next }
 /^linkpass_[a-z_]+\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\} [0-9]+(\.[0-9]+)?$/ { samples++; last = $1; next }
 { bad = 1 }
-END { exit !(!bad && types == 11 && samples == 29 && last ~ /^linkpass_event_ring_overflows_total\{/) }
+END { exit !(!bad && types == 13 && samples == 31 && last ~ /^linkpass_event_ring_overflows_total\{/) }
 EOF
 (
   reads=0
@@ -48,6 +48,9 @@ pids+=("$reader")
 nfiles_is() { [ "$(find "$tmp" -maxdepth 1 -name '*.prom' | wc -l)" -eq "$1" ]; }
 sum_is() { [ "$(metric_sum "$1" "$2")" -eq "$3" ]; }
 wait_until 10 "both ranks write a metrics file" nfiles_is 2
+for f in "$tmp"/*.prom; do
+  [ "$(metric "$f" linkpass_up)" = 1 ] || fail "$f: linkpass_up is not 1 while the process runs"
+done
 # Connection ends on mlx5_0, over both processes: each one moves at a pull.
 ends=$(metric_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection uses mlx5_0 before the first pull"
@@ -92,6 +95,7 @@ for f in "$tmp"/*.prom; do
   got=$(metric "$f" linkpass_replayed_bytes_total)
   [ "$got" = "$want" ] || fail "pid $pid: linkpass_replayed_bytes_total is $got, its syslog lines say $want"
   [ "$(metric "$f" linkpass_paths_lost_total)" = 0 ] || fail "pid $pid: a path was lost"
+  [ "$(metric "$f" linkpass_up)" = 0 ] || fail "pid $pid: linkpass_up is not 0 in the file its exit left"
   [ "$(metric "$f" linkpass_event_ring_overflows_total)" = 0 ] || fail "pid $pid: the event ring overflowed"
   # The latest failover's duration is one of the durations its lines report.
   last=$(metric "$f" linkpass_last_failover_duration_seconds)

@@ -1,0 +1,368 @@
+/*
+ * linkpass-status: what linkpass is doing on this node, for a person at a
+ * terminal (or, with --json, for a tool).  It reads the metrics files the
+ * plugin's processes write (LINKPASS_METRICS_FILE, one per process) and,
+ * when it can, the event lines in syslog, and prints per process and per
+ * NIC port: whether the path is up, how many connections it carries now,
+ * the moves, flaps and degraded time, and the last events.
+ *
+ * It only reads files: no verbs, no plugin, no privileges beyond reading
+ * the metrics directory and the log.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_PROCS 256
+#define MAX_DEVS 64
+#define MAX_EVENTS 64
+#define NAME_MAX_LEN 64
+
+/* The per-port series, in the order they are printed. */
+static const char *const dev_series[] = {"linkpass_path_up",          "linkpass_connections",
+                                         "linkpass_failovers_total",  "linkpass_failbacks_total",
+                                         "linkpass_port_flaps_total", "linkpass_degraded_seconds_total"};
+enum { D_UP, D_CONNS, D_FAILOVERS, D_FAILBACKS, D_FLAPS, D_DEGRADED, D_COUNT };
+
+/* The per-process series. */
+static const char *const proc_series[] = {
+    "linkpass_replayed_requests_total",          "linkpass_replayed_bytes_total",       "linkpass_paths_lost_total",
+    "linkpass_last_failover_duration_seconds",   "linkpass_event_ring_overflows_total", "linkpass_up",
+    "linkpass_metrics_updated_timestamp_seconds"};
+enum { P_REPLAYED, P_REPLAYED_BYTES, P_LOST, P_LAST_FAILOVER, P_OVERFLOWS, P_UP, P_UPDATED, P_COUNT };
+
+struct dev {
+  char name[NAME_MAX_LEN];
+  int port;
+  double v[D_COUNT];
+};
+
+struct proc {
+  char file[4096];
+  int pid;
+  int ndevs;
+  struct dev devs[MAX_DEVS];
+  double v[P_COUNT];
+  int have[P_COUNT];
+  const char *state; /* running, exited, gone (died without a last write) */
+  double age_s;      /* since the file was last written */
+};
+
+static struct proc procs[MAX_PROCS];
+static int nprocs;
+static char events[MAX_EVENTS][1024];
+static int nevents;
+
+/* The value of label `key` in "k1=\"v1\",k2=\"v2\"" into out; 0 or -1. */
+static int label(const char *labels, const char *key, char *out, size_t len) {
+  size_t klen = strlen(key);
+  for (const char *p = labels; (p = strstr(p, key)) != NULL; p += klen) {
+    if ((p != labels && p[-1] != ',' && p[-1] != '{') || strncmp(p + klen, "=\"", 2) != 0) continue;
+    const char *v = p + klen + 2, *end = strchr(v, '"');
+    if (end == NULL || (size_t)(end - v) >= len) return -1;
+    memcpy(out, v, (size_t)(end - v));
+    out[end - v] = '\0';
+    return 0;
+  }
+  return -1;
+}
+
+static int series_index(const char *name, const char *const *list, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(name, list[i]) == 0) return i;
+  return -1;
+}
+
+static struct dev *dev_of(struct proc *p, const char *name, int port) {
+  for (int i = 0; i < p->ndevs; i++)
+    if (p->devs[i].port == port && strcmp(p->devs[i].name, name) == 0) return &p->devs[i];
+  if (p->ndevs == MAX_DEVS) return NULL;
+  struct dev *d = &p->devs[p->ndevs++];
+  memset(d, 0, sizeof(*d));
+  snprintf(d->name, sizeof(d->name), "%s", name);
+  d->port = port;
+  return d;
+}
+
+/* One metrics file.  1 when it is linkpass's, 0 when not, -1 on error. */
+static int read_file(const char *path, struct proc *p) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    fprintf(stderr, "linkpass-status: cannot read %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  memset(p, 0, sizeof(*p));
+  snprintf(p->file, sizeof(p->file), "%s", path);
+  p->pid = -1;
+  char line[2048];
+  int ours = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (line[0] == '#' || strncmp(line, "linkpass_", 9) != 0) continue;
+    char *brace = strchr(line, '{'), *close = brace ? strchr(brace, '}') : NULL;
+    if (brace == NULL || close == NULL) continue;
+    *brace = '\0';
+    *close = '\0';
+    double value = strtod(close + 1, NULL);
+    char pid[32], dev[NAME_MAX_LEN], port[16];
+    if (label(brace + 1, "pid", pid, sizeof(pid)) == 0) p->pid = atoi(pid);
+    ours = 1;
+    int k = series_index(line, dev_series, D_COUNT);
+    if (k >= 0 && label(brace + 1, "device", dev, sizeof(dev)) == 0 &&
+        label(brace + 1, "port", port, sizeof(port)) == 0) {
+      struct dev *d = dev_of(p, dev, atoi(port));
+      if (d) d->v[k] = value;
+      continue;
+    }
+    k = series_index(line, proc_series, P_COUNT);
+    if (k >= 0) {
+      p->v[k] = value;
+      p->have[k] = 1;
+    }
+  }
+  fclose(f);
+  return ours;
+}
+
+/* Running, exited (its last write says so) or gone (it died without one:
+ * killed, crashed; its file is stale and counts for nothing). */
+static void judge(struct proc *p, double now) {
+  struct stat st;
+  double written = p->have[P_UPDATED] ? p->v[P_UPDATED] : 0;
+  if (written == 0 && stat(p->file, &st) == 0) written = (double)st.st_mtim.tv_sec;
+  p->age_s = now - written;
+  if (p->have[P_UP] && p->v[P_UP] == 0) {
+    p->state = "exited";
+  } else if (p->pid > 0 && (kill(p->pid, 0) == 0 || errno == EPERM)) {
+    p->state = "running";
+  } else {
+    p->state = "gone";
+  }
+}
+
+static int by_pid(const void *a, const void *b) {
+  return ((const struct proc *)a)->pid - ((const struct proc *)b)->pid;
+}
+
+static int read_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    fprintf(stderr, "linkpass-status: cannot open the metrics directory %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && nprocs < MAX_PROCS) {
+    size_t n = strlen(e->d_name);
+    if (n < 6 || strcmp(e->d_name + n - 5, ".prom") != 0) continue;
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
+    if (read_file(path, &procs[nprocs]) == 1) nprocs++;
+  }
+  closedir(d);
+  return 0;
+}
+
+/* The last event lines linkpass sent to syslog ("... linkpass[pid]: event=..."). */
+static void read_events(const char *log, int want) {
+  FILE *f = fopen(log, "r");
+  if (f == NULL) return;
+  char line[1024];
+  while (fgets(line, sizeof(line), f)) {
+    if (strstr(line, "linkpass[") == NULL || strstr(line, "event=") == NULL) continue;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(events[nevents % MAX_EVENTS], sizeof(events[0]), "%s", line);
+    nevents++;
+  }
+  fclose(f);
+  if (want > MAX_EVENTS) want = MAX_EVENTS;
+  if (nevents > want) {
+    /* Keep the last `want`, oldest first. */
+    char keep[MAX_EVENTS][1024];
+    for (int i = 0; i < want; i++) memcpy(keep[i], events[(nevents - want + i) % MAX_EVENTS], sizeof(keep[i]));
+    memcpy(events, keep, sizeof(keep[0]) * (size_t)want);
+    nevents = want;
+  } else if (nevents > MAX_EVENTS) {
+    nevents = MAX_EVENTS;
+  }
+}
+
+/* A key=value field of an event line into out ("" when absent). */
+static const char *field(const char *line, const char *key, char *out, size_t len) {
+  out[0] = '\0';
+  size_t klen = strlen(key);
+  for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen) {
+    if ((p != line && p[-1] != ' ') || p[klen] != '=') continue;
+    const char *v = p + klen + 1;
+    size_t n = strcspn(v, " ");
+    if (n >= len) n = len - 1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+    break;
+  }
+  return out;
+}
+
+static void json_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      printf("\\u%04x", *s);
+    else
+      putchar(*s);
+  }
+  putchar('"');
+}
+
+static void print_json(void) {
+  printf("{\"processes\": [");
+  for (int i = 0; i < nprocs; i++) {
+    const struct proc *p = &procs[i];
+    printf("%s\n  {\"pid\": %d, \"file\": ", i ? "," : "", p->pid);
+    json_str(p->file);
+    printf(", \"state\": \"%s\", \"updated_age_seconds\": %.3f", p->state, p->age_s);
+    printf(", \"replayed_requests\": %.0f, \"replayed_bytes\": %.0f, \"paths_lost\": %.0f", p->v[P_REPLAYED],
+           p->v[P_REPLAYED_BYTES], p->v[P_LOST]);
+    printf(", \"last_failover_seconds\": %.6f, \"event_ring_overflows\": %.0f, \"devices\": [", p->v[P_LAST_FAILOVER],
+           p->v[P_OVERFLOWS]);
+    for (int j = 0; j < p->ndevs; j++) {
+      const struct dev *d = &p->devs[j];
+      printf("%s\n    {\"device\": ", j ? "," : "");
+      json_str(d->name);
+      printf(
+          ", \"port\": %d, \"path_up\": %s, \"connections\": %.0f, \"failovers\": %.0f, \"failbacks\": %.0f, "
+          "\"flaps\": %.0f, \"degraded_seconds\": %.3f}",
+          d->port, d->v[D_UP] != 0 ? "true" : "false", d->v[D_CONNS], d->v[D_FAILOVERS], d->v[D_FAILBACKS],
+          d->v[D_FLAPS], d->v[D_DEGRADED]);
+    }
+    printf("]}");
+  }
+  printf("\n], \"events\": [");
+  static const char *const keys[] = {"event", "comm",   "dir",      "dev",        "new_dev",
+                                     "peer",  "reason", "replayed", "duration_us"};
+  for (int i = 0; i < nevents; i++) {
+    printf("%s\n  {", i ? "," : "");
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+      char v[256];
+      printf("%s\"%s\": ", k ? ", " : "", keys[k]);
+      json_str(field(events[i], keys[k], v, sizeof(v)));
+    }
+    printf("}");
+  }
+  printf("\n]}\n");
+}
+
+static void print_table(const char *where) {
+  int running = 0;
+  for (int i = 0; i < nprocs; i++) running += strcmp(procs[i].state, "running") == 0;
+  printf("linkpass on this node: %d process%s in %s, %d running\n", nprocs, nprocs == 1 ? "" : "es", where, running);
+  for (int i = 0; i < nprocs; i++) {
+    const struct proc *p = &procs[i];
+    printf(
+        "\npid %d  %s, written %.1f s ago  replayed %.0f messages (%.1f MiB), paths lost %.0f, last failover %.2f ms\n",
+        p->pid, p->state, p->age_s, p->v[P_REPLAYED], p->v[P_REPLAYED_BYTES] / 1048576.0, p->v[P_LOST],
+        p->v[P_LAST_FAILOVER] * 1e3);
+    if (strcmp(p->state, "gone") == 0)
+      printf("  (the process is gone without a last write: these figures are its last, and count for nothing now)\n");
+    printf("  %-16s %-5s %11s %9s %9s %6s %11s\n", "port", "path", "connections", "failovers", "failbacks", "flaps",
+           "degraded_s");
+    for (int j = 0; j < p->ndevs; j++) {
+      const struct dev *d = &p->devs[j];
+      char port[NAME_MAX_LEN + 8];
+      snprintf(port, sizeof(port), "%s:%d", d->name, d->port);
+      printf("  %-16s %-5s %11.0f %9.0f %9.0f %6.0f %11.3f\n", port, d->v[D_UP] != 0 ? "up" : "DOWN", d->v[D_CONNS],
+             d->v[D_FAILOVERS], d->v[D_FAILBACKS], d->v[D_FLAPS], d->v[D_DEGRADED]);
+    }
+  }
+  if (nevents > 0) {
+    printf("\nlast events:\n");
+    for (int i = 0; i < nevents; i++) {
+      char ev[32], dev[64], nd[64], reason[64], dur[32], peer[192];
+      field(events[i], "event", ev, sizeof(ev));
+      field(events[i], "dev", dev, sizeof(dev));
+      field(events[i], "new_dev", nd, sizeof(nd));
+      field(events[i], "reason", reason, sizeof(reason));
+      field(events[i], "duration_us", dur, sizeof(dur));
+      field(events[i], "peer", peer, sizeof(peer));
+      /* The line's own prefix is its time (and host): "<12>Dec  1 10:00:00 ",
+       * "2026-12-01T10:00:00.123+00:00 node7 " as rsyslog writes it. */
+      const char *pid = strstr(events[i], "linkpass[");
+      const char *when = events[i];
+      if (*when == '<' && strchr(when, '>') != NULL && strchr(when, '>') < pid) when = strchr(when, '>') + 1;
+      int wlen = pid ? (int)(pid - when) : 0;
+      while (wlen > 0 && when[wlen - 1] == ' ') wlen--;
+      printf("  %.*s pid %.*s %-9s %s -> %s (%s, %s us) peer %s\n", wlen, when, pid ? (int)strcspn(pid + 9, "]") : 1,
+             pid ? pid + 9 : "?", ev, dev, nd[0] && strcmp(nd, "-") ? nd : "(none)", reason, dur, peer);
+    }
+  }
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: linkpass-status [--dir DIR] [--log FILE] [--events N] [--json] [FILE.prom ...]\n"
+          "  --dir DIR     metrics directory (default: that of $LINKPASS_METRICS_FILE, else\n"
+          "                /var/lib/prometheus/node-exporter, the textfile directory of Debian's node exporter)\n"
+          "  --log FILE    syslog file with linkpass's event lines (default /var/log/syslog, when readable)\n"
+          "  --events N    how many of the last event lines to show (default 8; 0: none)\n"
+          "  --json        one JSON document instead of the table\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"dir", required_argument, NULL, 'd'},    {"log", required_argument, NULL, 'l'},
+      {"events", required_argument, NULL, 'e'}, {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+  const char *dir = NULL, *log = "/var/log/syslog";
+  int json = 0, want_events = 8, c;
+  while ((c = getopt_long(argc, argv, "d:l:e:jh", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'd': dir = optarg; break;
+    case 'l': log = optarg; break;
+    case 'e': {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*optarg == '\0' || *end != '\0' || n < 0 || n > MAX_EVENTS) {
+        fprintf(stderr, "linkpass-status: --events %s: expected 0..%d\n", optarg, MAX_EVENTS);
+        return 2;
+      }
+      want_events = (int)n;
+      break;
+    }
+    case 'j': json = 1; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  char where[4096];
+  if (optind < argc) {
+    for (int i = optind; i < argc && nprocs < MAX_PROCS; i++)
+      if (read_file(argv[i], &procs[nprocs]) == 1) nprocs++;
+    snprintf(where, sizeof(where), "%d file%s", argc - optind, argc - optind == 1 ? "" : "s");
+  } else {
+    const char *pattern = getenv("LINKPASS_METRICS_FILE");
+    if (dir == NULL && pattern != NULL && strrchr(pattern, '/') != NULL) {
+      snprintf(where, sizeof(where), "%.*s", (int)(strrchr(pattern, '/') - pattern), pattern);
+      dir = where;
+    }
+    if (dir == NULL) dir = "/var/lib/prometheus/node-exporter";
+    if (dir != where) snprintf(where, sizeof(where), "%s", dir);
+    if (read_dir(dir) != 0) return 1;
+  }
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  for (int i = 0; i < nprocs; i++) judge(&procs[i], (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  qsort(procs, (size_t)nprocs, sizeof(procs[0]), by_pid);
+  if (want_events > 0) read_events(log, want_events);
+  if (json)
+    print_json();
+  else
+    print_table(where);
+  return 0;
+}
