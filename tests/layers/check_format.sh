@@ -13,4 +13,4 @@ if ((${#bad[@]})); then
   echo "format: fix with: clang-format -i ${bad[*]}" >&2
   exit 1
 fi
-echo "format: src/ and plugin/ match .clang-format"
+echo "format: src/, plugin/ and tools/ match .clang-format"
