@@ -246,7 +246,7 @@ for ev in "${schedule[@]}"; do
 done
 
 # ------------------------------------------------------------- the run
-"$sink" "$tmp/log.sock" "$tmp/syslog" &
+"$sink" "$tmp/log.sock" "$tmp/syslog" --stamp &
 sink_pid=$!
 for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
 [ -S "$tmp/log.sock" ] || { echo "demo: the syslog receiver did not start" >&2; exit 1; }
@@ -262,14 +262,33 @@ flapper() {
     now=$EPOCHREALTIME
     wait_s=$(awk -v a="$at" -v t0="$t0" -v n="$now" 'BEGIN { w = t0 + a - n; printf "%.3f", (w > 0 ? w : 0) }')
     sleep "$wait_s"
+    local t_inj=$EPOCHREALTIME # before the action: its first lines may arrive before `ip` returns
     ip netns exec "sv-$fabric-$h" ip link set "$ifname" "$what" ||
       echo "demo: could not set $h's $ifname $what" >&2
     printf '   %5.1f s  >> %s %s %s (%s)    ip netns exec sv-%s-%s ip link set %s %s\n' \
       "$at" "$([ "$what" = down ] && echo "pulled   " || echo "plugged in")" "$h" "$ifname" \
       "$(nic_of "$h" "$ifname")" "$fabric" "$h" "$ifname" "$what"
-    echo "$at $what $h $ifname" >>"$tmp/injected"
+    echo "$at $what $h $ifname $t_inj" >>"$tmp/injected"
   done
 }
+# The yardstick: the same all_reduce for a few seconds with every cable in.
+hostlist=$(IFS=,; echo "${hosts[*]}")
+run_perf() { # DURATION OUTPUT: the driver through the plugin, in the first host
+  NCCL_SOCKET_IFNAME=mgmt0 LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    "$sv" run --host "${hosts[0]}" --fabric "$fabric" -- "$perf" --fabric "$fabric" --hosts "$hostlist" \
+    -N "$ranks" --plugin "$plugin" --rendezvous-addr "$rdv_ip" --op all_reduce -e "$size" \
+    --duration "$1" --timeout "$(awk -v d="$1" 'BEGIN { print int(d) + 60 }')" --stall-timeout 20 \
+    >"$2" 2>>"$tmp/driver.log"
+}
+baseline_s=4
+echo "== a healthy baseline first: the same all_reduce for $baseline_s s with every cable in"
+baseline="n/a"
+if run_perf "$baseline_s" "$tmp/baseline.out"; then
+  baseline=$(sed -n 's/^# Avg bus bandwidth *: //p' "$tmp/baseline.out" | head -1)
+  echo "   busbw ${baseline:-?} GB/s"
+else
+  echo "   (the baseline run failed: see the driver's log at the end)"
+fi
 : >"$tmp/out"
 : >"$tmp/injected"
 flapper &
@@ -280,12 +299,7 @@ echo "== all_reduce of $size on $ranks ranks (${hosts[*]}) for $duration s, $npu
 echo "   a line per second: iterations, algbw and busbw in GB/s, wrong elements; cable actions as they happen"
 # The launcher runs in the first host: the ranks reach its rendezvous, and
 # each other, over the management network (127.0.0.1 is host-local here).
-hostlist=$(IFS=,; echo "${hosts[*]}")
-NCCL_SOCKET_IFNAME=mgmt0 LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
-  "$sv" run --host "${hosts[0]}" --fabric "$fabric" -- "$perf" --fabric "$fabric" --hosts "$hostlist" \
-  -N "$ranks" --plugin "$plugin" --rendezvous-addr "$rdv_ip" --op all_reduce -e "$size" \
-  --duration "$duration" --timeout "$(awk -v d="$duration" 'BEGIN { print int(d) + 60 }')" --stall-timeout 20 \
-  >"$tmp/out" 2>"$tmp/driver.log" &
+run_perf "$duration" "$tmp/out" &
 perf_pid=$!
 tail -n +1 -f --pid="$perf_pid" "$tmp/out" &
 tail_pid=$!
@@ -301,14 +315,30 @@ sleep 0.3 # the last datagrams
 
 # ------------------------------------------------------------------ report
 echo
-echo "== syslog: the plugin's failover and failback lines ([host rank] from the driver's rank table; comm= and peer= left out)"
-awk 'NR == FNR { if ($1 == "#" && $2 == "rank") { host[$5] = $7; rank[$5] = $3 } next }
+echo "== syslog: the plugin's lines, grouped by the cable action they follow ([host rank] from the driver's rank table; comm= and peer= left out)"
+# Every line carries its arrival time (the receiver's --stamp); each goes
+# under the latest cable action injected before it arrived.
+awk 'FILENAME == ARGV[1] { if ($1 == "#" && $2 == "rank") { host[$5] = $7; rank[$5] = $3 } next }
+     FILENAME == ARGV[2] { n++; at[n] = $5; what[n] = $2; h[n] = $3; ifn[n] = $4; t[n] = $1; next }
      /linkpass\[[0-9]+\]: event=/ {
-       line = $0; sub(/^<[0-9]+>/, "", line)
+       stamp = substr($1, 2) + 0
+       line = $0; sub(/^@[0-9.]+ /, "", line); sub(/^<[0-9]+>/, "", line)
        pid = line; sub(/^.*linkpass\[/, "", pid); sub(/\].*$/, "", pid)
-       printf "[%s r%s] %s\n", (pid in host ? host[pid] : "?"), (pid in rank ? rank[pid] : "?"), line
-     }' "$tmp/out" "$tmp/syslog" | sed 's/ comm=0x[0-9a-f]*//; s/ peer=[^ ]*//' >"$tmp/events"
-if [ -s "$tmp/events" ]; then cat "$tmp/events"; else echo "   (none)"; fi
+       g = 0
+       for (i = 1; i <= n; i++) if (at[i] <= stamp) g = i
+       out[g] = out[g] sprintf("      [%s r%s] %s\n", (pid in host ? host[pid] : "?"), (pid in rank ? rank[pid] : "?"), line)
+       cnt[g]++
+     }
+     END {
+       for (g = 0; g <= n; g++) {
+         if (g == 0 && cnt[0] == 0) continue
+         if (g == 0) print "   before the first cable action:"
+         else printf "   %5.1f s  %s %s %s: %d line%s\n", t[g], (what[g] == "down" ? "pulled" : "plugged in"), h[g], ifn[g], cnt[g], (cnt[g] == 1 ? "" : "s")
+         printf "%s", out[g]
+       }
+     }' "$tmp/out" "$tmp/injected" "$tmp/syslog" | sed 's/ comm=0x[0-9a-f]*//; s/ peer=[^ ]*//' >"$tmp/grouped"
+grep -h 'linkpass\[[0-9]*\]: event=' "$tmp/syslog" | sed 's/^@[0-9.]* //' >"$tmp/events" || true
+if [ -s "$tmp/events" ]; then cat "$tmp/grouped"; else echo "   (none)"; fi
 
 count() { grep -c -- "$1" "$tmp/events" || true; }
 field() { # a line of the driver's footer, or why there is none
@@ -332,8 +362,11 @@ if [ -n "$durations" ]; then
     printf "median %.1f ms, worst %.1f ms (fault seen -> traffic flowing)", v[int((NR + 1) / 2)] / 1e3, v[NR] / 1e3 }' <<<"$durations")"
 fi
 printf '   %-22s %s\n' "worst stall" "$(field 'Slowest iteration') (the slowest all_reduce iteration)" \
-  "busbw" "$(field 'Avg bus bandwidth') GB/s on average; lowest full second $(awk '$1 ~ /^[0-9.]+$/ && NF == 5 {
+  "busbw" "$(field 'Avg bus bandwidth') GB/s on average through the pulls; lowest full second $(awk '$1 ~ /^[0-9.]+$/ && NF == 5 {
     if (prev != "" && (m == "" || prev < m)) m = prev; prev = $4 } END { print (m == "" ? "?" : m) }' "$tmp/out") GB/s" \
+  "healthy baseline" "${baseline:-?} GB/s, the same all_reduce with every cable in ($(awk -v a="$(field 'Avg bus bandwidth')" -v b="$baseline" \
+    'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "through the pulls: %.0f%% of it", 100 * a / b; else printf "no ratio" }'))" \
+  "what limits GB/s here" "this machine's $(nproc) CPU cores: the simulated NICs copy every byte with memcpy, shared by $ranks ranks (docs/PERFORMANCE.md)" \
   "data errors" "$wrong"
 if ((rc == 0)) && [ "$wrong" = "0 OK" ]; then
   echo "== PASS: every element of every iteration was right through $pulls cable pulls"

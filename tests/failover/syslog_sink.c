@@ -2,7 +2,9 @@
  * datagram socket and appends every datagram, one per line, to a file,
  * until SIGTERM or SIGINT.  (The operator-facing test uses the real rsyslogd;
  * this one keeps the many scenario tests light.)
- * usage: syslog_sink SOCKET_PATH OUTPUT_FILE */
+ * usage: syslog_sink SOCKET_PATH OUTPUT_FILE [--stamp]
+ *   --stamp  each line starts with "@SECONDS.MICROS " (wall clock at
+ *            arrival): the demo groups the lines by the cable pull they follow */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -10,14 +12,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
 static void on_signal(int sig) { (void)sig, stop = 1; }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s SOCKET_PATH OUTPUT_FILE\n", argv[0]);
+  int stamp = argc == 4 && strcmp(argv[3], "--stamp") == 0;
+  if (argc != 3 && !stamp) {
+    fprintf(stderr, "usage: %s SOCKET_PATH OUTPUT_FILE [--stamp]\n", argv[0]);
     return 2;
   }
   struct sigaction sa = {.sa_handler = on_signal};
@@ -45,6 +49,11 @@ int main(int argc, char **argv) {
     ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
     if (n < 0) continue; /* EINTR on the stop signal */
     buf[n] = '\0';
+    if (stamp) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      fprintf(out, "@%lld.%06ld ", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+    }
     fprintf(out, "%s\n", buf);
     fflush(out);
   }
