@@ -181,7 +181,7 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 
 /* ---- where connections go ---- */
 
-int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid) {
+int lp_health_choose(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
   const struct lp_env *env = h->env;
   if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
   int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
@@ -190,7 +190,7 @@ int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid) {
       int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
       int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
       usable[d] = same_layer && ok && (round != 0 || d != avoid);
-      load[d] = atomic_load_explicit(&h->load[d], memory_order_relaxed);
+      load[d] = atomic_load_explicit(&h->load[dir][d], memory_order_relaxed);
     }
     int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);
     if (dev >= 0) return dev;
@@ -214,7 +214,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
     md->name = h->env->devs[d].name;
     md->port = h->env->devs[d].port;
     md->up = lp_health_ok(h, d);
-    md->connections = atomic_load_explicit(&h->load[d], rx);
+    md->connections = lp_health_connections(h, d);
     md->failovers = atomic_load_explicit(&ds->failovers, rx);
     md->failbacks = atomic_load_explicit(&ds->failbacks, rx);
     md->flaps = atomic_load_explicit(&ds->flaps, rx);

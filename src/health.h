@@ -46,12 +46,16 @@ struct lp_fo_stats {
   struct lp_fo_dev_stats dev[LP_MAX_DEVS];
 };
 
+/* Which end of a connection: each direction is spread on its own (a NIC's
+ * transmit and receive sides are separate), and so is counted. */
+enum lp_dir { LP_DIR_SEND = 0, LP_DIR_RECV = 1 };
+
 struct lp_health {
   const struct lp_env *env;         /* set by lp_health_start */
   _Atomic uint32_t gen;             /* bumped whenever any healthy[] changes */
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
   _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
-  _Atomic int load[LP_MAX_DEVS];    /* connections whose link is on the device */
+  _Atomic int load[2][LP_MAX_DEVS]; /* [enum lp_dir]: connection ends on the device (offers included) */
   _Atomic int fatal[LP_MAX_NICS];   /* NIC reported DEVICE_FATAL: never used again */
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
@@ -80,17 +84,23 @@ void lp_health_stop(struct lp_health *h);
  * metrics file at once); never blocks. */
 void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id);
 
-/* Where a connection whose primary device is `primary` goes: a healthy
- * device of the primary's pool with the same link layer, least loaded first,
+/* Where a `dir` end whose primary device is `primary` goes: a healthy
+ * device of the primary's pool with the same link layer, fewest ends of
+ * that direction first,
  * pool order on ties; `prefer` first when healthy.  `avoid` (the device it
  * is leaving) only when nothing else is healthy: the failure may have been
  * the peer's.  With nothing healthy at all, a port that is up again but
  * still in hold-down beats losing the path.  -1: no path on this side. */
-int lp_health_choose(struct lp_health *h, int primary, int prefer, int avoid);
+int lp_health_choose(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
 
-/* Connections on each device (the spread of lp_health_choose). */
-static inline void lp_health_load_add(struct lp_health *h, int dev, int delta) {
-  atomic_fetch_add_explicit(&h->load[dev], delta, memory_order_relaxed);
+/* Connection ends of `dir` on each device (the spread of lp_health_choose). */
+static inline void lp_health_load_add(struct lp_health *h, enum lp_dir dir, int dev, int delta) {
+  atomic_fetch_add_explicit(&h->load[dir][dev], delta, memory_order_relaxed);
+}
+/* Connection ends of both directions on a device (the metrics). */
+static inline int lp_health_connections(struct lp_health *h, int dev) {
+  return atomic_load_explicit(&h->load[LP_DIR_SEND][dev], memory_order_relaxed) +
+         atomic_load_explicit(&h->load[LP_DIR_RECV][dev], memory_order_relaxed);
 }
 static inline int lp_health_nic_fatal(struct lp_health *h, int nic) {
   return atomic_load_explicit(&h->fatal[nic], memory_order_relaxed);

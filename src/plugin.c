@@ -16,6 +16,7 @@
 static struct lp_plugin the_plugin = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .setup = {.lock = PTHREAD_MUTEX_INITIALIZER},
+    .env = {.syslog = {.fd = -1}},
 };
 
 /* Resolve an NCCL context pointer (NULL: the default one).  NULL if bogus. */
@@ -58,6 +59,7 @@ static void start_failover(struct lp_plugin *p) {
   env->syslog.enabled = env->cfg.syslog;
   env->syslog.facility = env->cfg.syslog_facility;
   snprintf(env->syslog.socket, sizeof(env->syslog.socket), "%s", env->cfg.syslog_socket);
+  lp_syslog_open(&env->syslog);
   if (lp_health_start(&p->health, env) != 0) {
     LP_WARN("link failover is off: the control plane did not start");
     return;
@@ -70,6 +72,7 @@ static void start_failover(struct lp_plugin *p) {
 __attribute__((destructor)) static void stop_threads(void) {
   lp_idle_watch_stop(&the_plugin.idle);
   lp_health_stop(&the_plugin.health);
+  lp_syslog_close(&the_plugin.env.syslog);
 }
 
 /* First successful init: configuration, verbs, devices, OOB interface. */

@@ -1,6 +1,7 @@
 /* Failover, failback and lost-path lines for syslog and NCCL's log. */
 #include "report.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,18 +45,35 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 /* One datagram per line, on a fresh socket: failovers are rare, and a
  * daemon restarted in between is then picked up without state.  A missing
  * daemon loses the line, as syslog(3) does; NCCL's log still has it. */
+/* One datagram to the syslog socket.  The socket is opened once
+ * (lp_syslog_open) and shared by every thread: sendto on an unconnected
+ * datagram socket is atomic, and naming the address each time keeps
+ * working when the syslog daemon restarts and makes its socket anew. */
 static void syslog_send(const struct lp_syslog *sl, int severity, const char *msg) {
   char dgram[1024];
   int n = lp_syslog_format(sl->facility, severity, msg, dgram, sizeof(dgram));
-  if (n < 0) return;
+  if (n < 0 || sl->fd < 0) return;
   if ((size_t)n >= sizeof(dgram)) n = (int)sizeof(dgram) - 1;
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
   struct sockaddr_un to = {.sun_family = AF_UNIX};
   snprintf(to.sun_path, sizeof(to.sun_path), "%s", sl->socket);
-  if (sendto(fd, dgram, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof(to)) < 0)
+  if (sendto(sl->fd, dgram, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof(to)) < 0)
     LP_INFO(NCCL_NET, "syslog socket %s does not take lines; the event is in this log only", sl->socket);
-  close(fd);
+}
+
+int lp_syslog_open(struct lp_syslog *sl) {
+  sl->fd = -1;
+  if (!sl->enabled) return 0;
+  sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sl->fd < 0) {
+    LP_WARN("cannot create a socket for syslog (%s): event lines go to NCCL's log only", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+void lp_syslog_close(struct lp_syslog *sl) {
+  if (sl->fd >= 0) close(sl->fd);
+  sl->fd = -1;
 }
 
 void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r) {

@@ -43,7 +43,13 @@ struct lp_syslog {
   int enabled;
   int facility; /* LOG_* value */
   char socket[108];
+  int fd; /* one datagram socket for every line, -1: none (lp_syslog_open) */
 };
+
+/* Open / close the one socket lines are sent through.  0, or -1 (warned:
+ * lines then go to NCCL's log only). */
+int lp_syslog_open(struct lp_syslog *sl);
+void lp_syslog_close(struct lp_syslog *sl);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */

@@ -123,6 +123,30 @@ flap_shorter_than_retry_budget)
   expect_event event=failover dev=mlx5_0 reason=port_down
   expect_event event=failback new_dev=mlx5_0
   ;;
+spread)
+  # 12 channels over 4 NICs: 3 send and 3 receive ends of each process on
+  # mlx5_0.  When node0's mlx5_0 goes, each process's moved ends of each
+  # direction must spread over the other three NICs, one each, not pile
+  # onto the one that was least loaded before the sweep began.  (Senders
+  # choose; receivers follow their sender's rail.)
+  run_perf 1M 4 2 all_reduce --channels 12
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0
+  groups=0
+  for pid in $(sed -n 's/.*linkpass\[\([0-9]*\)\]: event=failover .* dev=mlx5_0 .*/\1/p' "$tmp/syslog" | sort -u); do
+    for dir in send recv; do
+      counts=$(grep "linkpass\[$pid\]: event=failover .*dir=$dir dev=mlx5_0 " "$tmp/syslog" | grep -o 'new_dev=mlx5_[0-9]' |
+        sort | uniq -c | awk '{ sub(/^new_dev=/, "", $2); printf "%s:%s ", $2, $1 }')
+      echo "pid $pid moved $dir ends: $counts"
+      [ "$counts" = "mlx5_1:1 mlx5_2:1 mlx5_3:1 " ] ||
+        fail "pid $pid: the 3 $dir ends that left mlx5_0 did not spread one per NIC over the other three: $counts"
+      groups=$((groups + 1))
+    done
+  done
+  ((groups == 4)) || fail "moved ends seen for $groups (process, direction) pairs, not 4"
+  ;;
 move_is_ready_before_use)
   # At NCCL's default timeout a write that reaches a QP still in INIT is
   # resent 4.3 s later (the strict fabric does as a NIC does).  The moved

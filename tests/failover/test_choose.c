@@ -33,28 +33,28 @@ static void down(int d) {
 }
 
 Test(choose, a_healthy_preference_wins, .init = machine) {
-  cr_assert_eq(lp_health_choose(&h, 0, 2, 0), 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0), 2);
   down(2);
-  cr_assert_eq(lp_health_choose(&h, 0, 2, 0), 1, "an unhealthy preference is ignored: pool order then");
-  cr_assert_eq(lp_health_choose(&h, 0, 0, 0), 1, "the device being left is never preferred");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0), 1, "an unhealthy preference is ignored: pool order then");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 0, 0), 1, "the device being left is never preferred");
 }
 
 Test(choose, least_loaded_first_pool_order_on_ties, .init = machine) {
-  lp_health_load_add(&h, 1, 3);
-  lp_health_load_add(&h, 2, 1);
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 2, "device 2 carries fewer connections than 1");
-  lp_health_load_add(&h, 2, 2);
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 1, "a tie: device 0's pool order puts 1 first");
-  cr_assert_eq(lp_health_choose(&h, 1, -1, 1), 0, "device 1's own pool puts 0 first");
+  lp_health_load_add(&h, LP_DIR_SEND, 1, 3);
+  lp_health_load_add(&h, LP_DIR_SEND, 2, 1);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 2, "device 2 carries fewer connections than 1");
+  lp_health_load_add(&h, LP_DIR_SEND, 2, 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "a tie: device 0's pool order puts 1 first");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 1, -1, 1), 0, "device 1's own pool puts 0 first");
 }
 
 Test(choose, never_another_link_layer, .init = machine) {
   down(1);
   down(2);
   /* Only the RoCE device 3 is healthy besides the one being left. */
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 0, "the device being left, when it is all that is healthy");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 0, "the device being left, when it is all that is healthy");
   down(0);
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), -1, "RoCE cannot carry an InfiniBand connection");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), -1, "RoCE cannot carry an InfiniBand connection");
 }
 
 Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
@@ -62,21 +62,30 @@ Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
   down(1);
   down(2);
   atomic_store(&h.link_up[2], 1); /* up again, in hold-down: not healthy */
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 2);
   atomic_store(&h.fatal[2], 1);
-  cr_assert_eq(lp_health_choose(&h, 0, -1, 0), -1, "a NIC that reported DEVICE_FATAL is never used again");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), -1, "a NIC that reported DEVICE_FATAL is never used again");
 }
 
 /* Connections leaving one NIC spread over the rest within one of each
- * other, as long as each move counts itself (swap_link does). */
+ * other, as long as each move counts itself (the sender's offer does). */
 Test(choose, a_sweep_of_moves_spreads_evenly, .init = machine) {
   down(0);
   for (int k = 0; k < 101; k++) {
-    int d = lp_health_choose(&h, 0, -1, 0);
+    int d = lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0);
     cr_assert(d == 1 || d == 2, "move %d went to device %d", k, d);
-    lp_health_load_add(&h, d, 1);
+    lp_health_load_add(&h, LP_DIR_SEND, d, 1);
   }
-  int a = atomic_load(&h.load[1]), b = atomic_load(&h.load[2]);
+  int a = atomic_load(&h.load[LP_DIR_SEND][1]), b = atomic_load(&h.load[LP_DIR_SEND][2]);
   cr_assert_eq(a + b, 101);
   cr_assert_leq(abs(a - b), 1, "%d and %d connections", a, b);
+}
+
+/* Each direction is spread on its own: receive ends on a device do not
+ * push send ends away from it. */
+Test(choose, directions_are_spread_apart, .init = machine) {
+  lp_health_load_add(&h, LP_DIR_RECV, 1, 5);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "receive ends do not count against sends");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_RECV, 0, -1, 0), 2);
+  cr_assert_eq(lp_health_connections(&h, 1), 5, "the metrics count both");
 }

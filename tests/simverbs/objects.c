@@ -234,10 +234,11 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
     }
   pthread_mutex_unlock(&sv_lib.lock);
   struct sv_cq *q = &f->cqs[lc->index];
+  uint64_t ring_off = q->ring_off; /* before the slot is free for another create_cq to fill */
   sv_lock(&q->lock);
   atomic_store(&q->in_use, 0);
   sv_unlock(&q->lock);
-  sv_heap_free(f, q->ring_off);
+  sv_heap_free(f, ring_off);
   if (cq->channel) atomic_fetch_sub((_Atomic int *)&cq->channel->refcnt, 1);
   free(lc);
   return 0;

@@ -120,12 +120,15 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
     }
   pthread_mutex_lock(&lq->exec_lock); /* and no poster is executing it */
   pthread_mutex_unlock(&lq->exec_lock);
+  /* Read before the slot is given up: from then on another thread's
+   * create_qp may take the slot and write its own receive queue's offset. */
+  uint64_t rq_off = q->rq_off;
   sv_lock(&q->rq_lock);
   atomic_store(&q->state, IBV_QPS_RESET);
   atomic_store(&q->in_use, 0); /* peers now see an unreachable QP */
   sv_unlock(&q->rq_lock);
   pthread_mutex_unlock(&sv_lib.lock);
-  sv_heap_free(fab(), q->rq_off);
+  sv_heap_free(fab(), rq_off);
   free(lq->sq);
   free(lq);
   return 0;
