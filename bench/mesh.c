@@ -62,7 +62,7 @@ int perf_mesh_connect(struct perf_mesh *m, struct lp_net *net, const struct perf
     goto out;
   }
   int base = o->dev >= 0 ? o->dev : (o->local_rank >= 0 ? o->local_rank : 0);
-  for (int c = 0; c < C; c++) m->devs[c] = (base + c) % ndev;
+  for (int c = 0; c < C; c++) m->devs[c] = (base + (o->same_dev ? 0 : c)) % ndev;
 
   /* 1. listen on each receive connection; handles go out in [channel][peer] */
   for (int c = 0; c < C; c++) {

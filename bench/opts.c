@@ -224,6 +224,7 @@ enum {
   OPT_SIMVERBS,
   OPT_RANK_ENV,
   OPT_CHANNELS,
+  OPT_SAME_DEV,
   OPT_SLOTS,
   OPT_STEP_BYTES,
   OPT_REG_PAD,
@@ -260,6 +261,7 @@ static const struct option long_opts[] = {
     {"simverbs", required_argument, 0, OPT_SIMVERBS},
     {"rank-env", required_argument, 0, OPT_RANK_ENV},
     {"channels", required_argument, 0, OPT_CHANNELS},
+    {"same-dev", no_argument, 0, OPT_SAME_DEV},
     {"slots", required_argument, 0, OPT_SLOTS},
     {"step-bytes", required_argument, 0, OPT_STEP_BYTES},
     {"reg-pad", required_argument, 0, OPT_REG_PAD},
@@ -366,6 +368,7 @@ int perf_opts_parse(struct perf_opts *o, int argc, char **argv, int *help, char 
         return fail(err, errlen, "too many --rank-env options (at most %d)", PERF_MAX_RANK_ENV);
       o->rank_env[o->nrank_env++] = optarg;
       break;
+    case OPT_SAME_DEV: o->same_dev = 1; break;
     case OPT_CHANNELS:
       if (perf_parse_int(optarg, what, 1, PERF_MAX_CHANNELS, &v, err, errlen)) return -1;
       o->channels = (int)v;
@@ -482,7 +485,8 @@ void perf_opts_usage(const char *prog) {
       "                      every rank reaches (a netns fabric: the management address) [127.0.0.1]\n"
       "  --plugin PATH       plugin library (default: NCCL_NET_PLUGIN rules, then libnccl-net.so)\n"
       "  --abi 8..12         use only ncclNetPlugin_vN (default: newest exported)\n"
-      "  --channels N        connections per peer, data split over them [1]\n"
+      "  --channels N        connections per peer, data split over them, 1..1024 [1]\n"
+      "  --same-dev          every channel on the first device, not one device after another\n"
       "  --slots N           messages in flight per connection, like NCCL_STEPS [8]\n"
       "  --step-bytes SIZE   largest message, one slot [512K]\n"
       "  --reg-pad BYTES     register (and allocate) every buffer BYTES longer than its page\n"

@@ -29,7 +29,7 @@ enum perf_dtype {
 enum perf_redop { PERF_SUM, PERF_MIN, PERF_MAX, PERF_NREDOPS };
 
 #define PERF_MAX_RANKS 64
-#define PERF_MAX_CHANNELS 16
+#define PERF_MAX_CHANNELS 1024
 #define PERF_MAX_SLOTS 32 /* NCCL_NET_MAX_REQUESTS: outstanding requests per comm */
 #define PERF_MAX_RANK_ENV 8
 
@@ -48,6 +48,7 @@ struct perf_opts {
   /* how to run it */
   int nranks;                /* -N */
   int channels;              /* --channels: connections per peer, like NCCL channels */
+  int same_dev;              /* --same-dev: every channel on the first device (a NIC with many connections) */
   int slots;                 /* --slots: buffers in flight per connection (NCCL_STEPS) */
   size_t step_bytes;         /* --step-bytes: largest network message */
   size_t reg_pad;            /* --reg-pad: bytes added to every registration's length */

@@ -344,8 +344,10 @@ static int print_header(struct rank_ctx *x) {
     for (int r = 0; r < o->nranks; r++) {
       printf("#   rank %2d pid %6d on %-12s dev %d %s port %d, %d Mbps", r, all[r].pid, all[r].host, all[r].devs[0],
              all[r].dev_name, all[r].port, all[r].speed);
-      for (int c = 1; c < o->channels; c++) printf("%s%d", c == 1 ? " (channel devs: " : ",", all[r].devs[c]);
-      printf("%s\n", o->channels > 1 ? ")" : "");
+      int listed = o->channels <= 16 ? o->channels : 1; /* a thousand devices say nothing */
+      for (int c = 1; c < listed; c++) printf("%s%d", c == 1 ? " (channel devs: " : ",", all[r].devs[c]);
+      if (listed < o->channels) printf(" (%d channels%s)", o->channels, o->same_dev ? ", all on it" : "");
+      printf("%s\n", listed > 1 ? ")" : "");
     }
     fflush(stdout);
   }

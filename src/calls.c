@@ -22,14 +22,7 @@ static ncclResult_t not_now(struct lp_comm *c, int progress) {
   return rc == ncclSuccess ? lp_comm_check_peer(c) : rc;
 }
 
-ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle, void **request) {
-  (void)phandle;
-  *request = NULL;
-  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
-  if (c == NULL) {
-    LP_WARN("isend: invalid send comm %p", sendComm);
-    return ncclInvalidArgument;
-  }
+static ncclResult_t isend_entered(struct lp_comm *c, void *data, size_t size, int tag, void *mhandle, void **request) {
   if (c->error != ncclSuccess) return c->error;
   if (c->paused) return lp_comm_progress(c); /* moving: NCCL retries */
   struct lp_req *req;
@@ -39,6 +32,20 @@ ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mh
   if (req == NULL) return not_now(c, progress);
   *request = req;
   return ncclSuccess;
+}
+
+ncclResult_t lp_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle, void *phandle, void **request) {
+  (void)phandle;
+  *request = NULL;
+  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
+  if (c == NULL) {
+    LP_WARN("isend: invalid send comm %p", sendComm);
+    return ncclInvalidArgument;
+  }
+  lp_comm_enter(c); /* the idle watch may be answering a move for it (idle_watch.h) */
+  ncclResult_t rc = isend_entered(c, data, size, tag, mhandle, request);
+  lp_comm_leave(c);
+  return rc;
 }
 
 static ncclResult_t irecv_entered(struct lp_comm *c, int n, void **data, size_t *sizes, int *tags, void **mhandles,

@@ -292,6 +292,7 @@ ncclResult_t lp_setup_connect(struct lp_setup *p, int dev, int tc, void *handle,
   }
   if (done) {
     lp_fo_init(&st->comm->base);
+    if (st->comm->base.fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, &st->comm->base);
     *sendComm = st->comm;
     st->comm = NULL;
     stage_free(p, st, h);

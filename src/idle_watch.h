@@ -1,26 +1,29 @@
 /*
- * The idle-receiver watch: a receiver answers its sender's move even while
+ * The idle watch: either end of a connection answers a move even while
  * NCCL is not calling its comm.
  *
- * The sender drives every move and needs the receiver's answer (an ACK
- * naming the first message it has not completed: failover.h).  A receiver
- * reads that request while NCCL calls its comm (irecv, test).  A receiver
- * that has completed everything is not called until its next operation,
- * and that operation may wait for the sender: with a registered buffer,
- * NCCL's kernel waits for its send to complete, and the receiving rank may
- * then wait on the sending one elsewhere (an MPI barrier, another
- * collective).  The send would never complete.
+ * A receiver reads its sender's move request (REQ) and a sender its
+ * receiver's notice (NOTICE) and answer (ACK) while NCCL calls the comm
+ * (isend, irecv, test).  A comm that has completed everything is not
+ * called until its next operation, and that operation may wait for the
+ * other direction: with a registered buffer NCCL's kernel waits for a send
+ * to complete; in a ring the next send waits for data received; the rank
+ * may wait on another elsewhere (an MPI barrier).  A receiver whose port
+ * failed tells its sender, and a sender NCCL is not calling never reads
+ * that notice: both directions then wait on each other for good (seen with
+ * 256 connections a direction on one NIC, where a sweep of moves takes
+ * longer than the senders' last operations).
  *
- * So one thread polls the control sockets of the failover-enabled receive
- * comms. When a socket turns readable and NCCL has not called the comm for
- * LP_IDLE_NS, the thread takes the comm and runs one progress call: the move is
- * answered, and what the call finds (completions, errors) waits in the comm
- * for NCCL's next call. A comm NCCL is calling is left to NCCL: it reads
- * its socket within 1 ms itself.
+ * So one thread polls the control sockets of the failover-enabled comms of
+ * both kinds. When a socket turns readable and NCCL has not called the comm
+ * for LP_IDLE_NS, the thread takes the comm and runs one progress call: the
+ * move is started or answered, and what the call finds (completions,
+ * errors) waits in the comm for NCCL's next call. A comm NCCL is calling is
+ * left to NCCL: it reads its socket within 1 ms itself.
  *
  * NCCL's thread and this one take a comm with lp_comm_enter/leave (an
- * uncontended atomic exchange on the comm's own line in every irecv and
- * test of a receive comm; this thread tries and never waits).
+ * uncontended atomic exchange on the comm's own line in every isend, irecv
+ * and test; this thread tries and never waits).
  */
 #ifndef LP_IDLE_WATCH_H
 #define LP_IDLE_WATCH_H
@@ -46,8 +49,8 @@ struct lp_idle_watch {
 int lp_idle_watch_start(struct lp_idle_watch *w);
 /* Stop and join it; comms may stay on the list and are removed at close. */
 void lp_idle_watch_stop(struct lp_idle_watch *w);
-/* Watch a receive comm with failover state (c->fo) from now on / no longer
- * (before it is freed).  Both are no-ops when the watch is not running. */
+/* Watch a comm with failover state (c->fo) from now on / no longer (before
+ * it is freed).  Both are no-ops when the watch is not running. */
 void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c);
 void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c);
 
