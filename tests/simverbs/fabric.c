@@ -157,20 +157,25 @@ uint64_t sv_heap_alloc(struct sv_fabric *f, uint64_t size, int32_t owner) {
   return off;
 }
 
-static void heap_merge_free(struct sv_fabric *f) {
-  for (int merged = 1; merged;) {
-    merged = 0;
-    for (int i = 0; i < SV_MAX_HEAP_BLOCKS; i++) {
-      struct sv_heap_block *a = &f->heap_blocks[i];
-      if (!a->in_use || a->owner != -1) continue;
-      for (int j = 0; j < SV_MAX_HEAP_BLOCKS; j++) {
-        struct sv_heap_block *b = &f->heap_blocks[j];
-        if (j == i || !b->in_use || b->owner != -1 || b->off != a->off + a->size) continue;
-        a->size += b->size;
-        b->in_use = 0;
-        merged = 1;
-      }
-    }
+/* Join free block `i` with the free blocks just before and after it: one
+ * pass over the table (a full pairwise merge on every free cost O(blocks^2)
+ * and made a sweep of a thousand QP moves take seconds). */
+static void heap_merge_around(struct sv_fabric *f, int i) {
+  struct sv_heap_block *a = &f->heap_blocks[i];
+  int prev = -1, next = -1;
+  for (int j = 0; j < SV_MAX_HEAP_BLOCKS && (prev < 0 || next < 0); j++) {
+    const struct sv_heap_block *b = &f->heap_blocks[j];
+    if (j == i || !b->in_use || b->owner != -1) continue;
+    if (b->off == a->off + a->size) next = j;
+    else if (b->off + b->size == a->off) prev = j;
+  }
+  if (next >= 0) {
+    a->size += f->heap_blocks[next].size;
+    f->heap_blocks[next].in_use = 0;
+  }
+  if (prev >= 0) {
+    f->heap_blocks[prev].size += a->size;
+    a->in_use = 0;
   }
 }
 
@@ -182,10 +187,10 @@ void sv_heap_free(struct sv_fabric *f, uint64_t off) {
       b->owner = -1;
       /* Give the pages back to tmpfs: rings can be large. */
       madvise(sv_heap_ptr(f, off), b->size & ~4095ull, MADV_REMOVE);
+      heap_merge_around(f, i);
       break;
     }
   }
-  heap_merge_free(f);
   sv_unlock(&f->lock);
 }
 
@@ -307,8 +312,10 @@ static void release_proc_objects(struct sv_fabric *f, int proc) {
     if (atomic_load(&f->mrs[i].in_use) && f->mrs[i].owner == proc) atomic_store(&f->mrs[i].in_use, 0);
   sv_lock(&f->lock);
   for (int i = 0; i < SV_MAX_HEAP_BLOCKS; i++)
-    if (f->heap_blocks[i].in_use && f->heap_blocks[i].owner == proc) f->heap_blocks[i].owner = -1;
-  heap_merge_free(f);
+    if (f->heap_blocks[i].in_use && f->heap_blocks[i].owner == proc) {
+      f->heap_blocks[i].owner = -1;
+      heap_merge_around(f, i);
+    }
   sv_unlock(&f->lock);
 }
 
