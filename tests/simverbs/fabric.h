@@ -29,10 +29,10 @@
 #define SV_MAX_DEVS 64
 #define SV_MAX_PORTS 2
 #define SV_MAX_PROCS 256
-#define SV_MAX_QPS 8192
-#define SV_MAX_CQS 4096
-#define SV_MAX_MRS 16384
-#define SV_MAX_HEAP_BLOCKS 16384
+#define SV_MAX_QPS 16384 /* 14 bits of the QP number: sv_make_qpn */
+#define SV_MAX_CQS 16384
+#define SV_MAX_MRS 65536
+#define SV_MAX_HEAP_BLOCKS 65536
 #define SV_HEAP_BYTES (1ull << 30) /* sparse: tmpfs only backs touched pages */
 #define SV_NAME_LEN 64
 #define SV_NGIDS 4
@@ -320,8 +320,9 @@ void sv_rate_to_width_speed(uint32_t rate_gbps, uint8_t *width, uint8_t *speed);
 static inline uint32_t sv_make_key(uint32_t idx, uint32_t gen) { return (gen << 16) | (idx & 0xffff); }
 static inline uint32_t sv_key_index(uint32_t key) { return key & 0xffff; }
 static inline uint32_t sv_key_gen(uint32_t key) { return key >> 16; }
-static inline uint32_t sv_make_qpn(uint32_t idx, uint32_t gen) { return ((gen & 0x7ff) << 13) | (idx & 0x1fff); }
-static inline uint32_t sv_qpn_index(uint32_t qpn) { return qpn & 0x1fff; }
-static inline uint32_t sv_qpn_gen(uint32_t qpn) { return (qpn >> 13) & 0x7ff; }
+#define SV_QPN_GEN_MASK 0x3ffu /* 10 bits of generation above the 14 of the slot: a 24-bit QP number */
+static inline uint32_t sv_make_qpn(uint32_t idx, uint32_t gen) { return ((gen & SV_QPN_GEN_MASK) << 14) | (idx & 0x3fff); }
+static inline uint32_t sv_qpn_index(uint32_t qpn) { return qpn & 0x3fff; }
+static inline uint32_t sv_qpn_gen(uint32_t qpn) { return (qpn >> 14) & SV_QPN_GEN_MASK; }
 
 #endif

@@ -91,7 +91,7 @@ struct sv_qp *sv_qp_by_qpn(struct sv_fabric *f, uint32_t qpn) {
   qp = &f->qps[idx];
   if (!atomic_load_explicit(&qp->in_use, memory_order_acquire))
     return NULL;
-  if ((qp->gen & 0x7ffu) != sv_qpn_gen(qpn))
+  if ((qp->gen & SV_QPN_GEN_MASK) != sv_qpn_gen(qpn))
     return NULL;
   return qp;
 }

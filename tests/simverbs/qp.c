@@ -46,7 +46,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
     if (!atomic_load(&f->qps[i].in_use)) {
       struct sv_qp *q = &f->qps[i];
       idx = i;
-      q->gen = (q->gen + 1) & 0x7ff;
+      q->gen = (q->gen + 1) & SV_QPN_GEN_MASK;
       if (q->gen == 0) q->gen = 1; /* keeps QP numbers 0 and 1 (SMI/GSI) unused */
       q->owner = sv_lib.proc;
       q->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
