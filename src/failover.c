@@ -109,14 +109,54 @@ static void quiesce(struct lp_link *link) {
   }
 }
 
+/* Errors a path causes, which another NIC may not have.  Protection and
+ * access errors (a bad key, a buffer outside its registration, an
+ * operation the peer refuses) come from the request itself: they repeat on
+ * every NIC, and moving on them would loop for ever. */
+static int path_failure(enum ibv_wc_status st) {
+  switch (st) {
+  case IBV_WC_LOC_LEN_ERR:
+  case IBV_WC_LOC_PROT_ERR:
+  case IBV_WC_MW_BIND_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_OP_ERR:
+  case IBV_WC_LOC_ACCESS_ERR:
+  case IBV_WC_INV_EECN_ERR:
+  case IBV_WC_INV_EEC_STATE_ERR: return 0;
+  default: /* retries exhausted, flushes, fatal and general errors, a bad response */ return 1;
+  }
+}
+
+/* "completion error on mlx5_0 qp 0x2001: transport retry counter exceeded
+ * (status 12, vendor error 0x81, wr kind 2)": the error as the NIC gave it. */
+static const char *wc_desc(const struct lp_comm *c, const struct ibv_wc *wc, char *buf, size_t len) {
+  snprintf(buf, len, "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
+           c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&c->env->ibv, wc->status), (int)wc->status,
+           wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
+  return buf;
+}
+
+/* An error completion that is not the path's: fail, moving or not. */
+static ncclResult_t fail_not_path(struct lp_comm *c, const struct ibv_wc *wc) {
+  char what[256];
+  return lp_comm_fail(c, ncclSystemError,
+                      "%s: not a path failure (every NIC would refuse the request the same way), so the "
+                      "connection does not move and fails: check the buffers and their registrations",
+                      wc_desc(c, wc, what, sizeof(what)));
+}
+
 /* Act on every successful completion the old path produced before it
- * stopped; errors and flushes of the old path mean nothing any more. */
+ * stopped; its path errors and flushes mean nothing any more. */
 static ncclResult_t drain(struct lp_comm *c) {
   struct ibv_wc wcs[LP_POLL_BATCH];
   for (;;) {
     int n = ibv_poll_cq(c->link.cq, LP_POLL_BATCH, wcs);
     if (n <= 0) return ncclSuccess;
     for (int i = 0; i < n; i++) {
+      /* An access error is no flush even now: the peer refused a request
+       * (its end may have started this move on the flushes that caused). */
+      if (wcs[i].status != IBV_WC_SUCCESS && !path_failure(wcs[i].status)) return fail_not_path(c, &wcs[i]);
       if (wcs[i].status != IBV_WC_SUCCESS) continue;
       ncclResult_t rc = lp_comm_completion(c, &wcs[i]);
       if (rc != ncclSuccess) return rc;
@@ -581,44 +621,14 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
                                  : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
 
-/* Errors a path causes, which another NIC may not have.  Protection and
- * access errors (a bad key, a buffer outside its registration, an
- * operation the peer refuses) come from the request itself: they repeat on
- * every NIC, and moving on them would loop for ever. */
-static int path_failure(enum ibv_wc_status st) {
-  switch (st) {
-  case IBV_WC_LOC_LEN_ERR:
-  case IBV_WC_LOC_PROT_ERR:
-  case IBV_WC_MW_BIND_ERR:
-  case IBV_WC_REM_INV_REQ_ERR:
-  case IBV_WC_REM_ACCESS_ERR:
-  case IBV_WC_REM_OP_ERR:
-  case IBV_WC_LOC_ACCESS_ERR:
-  case IBV_WC_INV_EECN_ERR:
-  case IBV_WC_INV_EEC_STATE_ERR: return 0;
-  default: /* retries exhausted, flushes, fatal and general errors, a bad response */ return 1;
-  }
-}
-
-/* "completion error on mlx5_0 qp 0x2001: transport retry counter exceeded
- * (status 12, vendor error 0x81, wr kind 2)": the error as the NIC gave it. */
-static const char *wc_desc(const struct lp_comm *c, const struct ibv_wc *wc, char *buf, size_t len) {
-  snprintf(buf, len, "completion error on %s qp 0x%x: %s (status %d, vendor error 0x%x, wr kind %d)",
-           c->link.local.dev_name, wc->qp_num, lp_ibv_wc_status(&c->env->ibv, wc->status), (int)wc->status,
-           wc->vendor_err, (int)lp_wrid_kind(wc->wr_id));
-  return buf;
-}
-
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
   struct lp_fo *fo = c->fo;
   char what[256];
   if (fo == NULL) return lp_comm_fail(c, ncclRemoteError, "%s", wc_desc(c, wc, what, sizeof(what)));
+  /* Checked before "moving already": the peer's end may have started a move
+   * on the flushes this very refusal caused it, and it must not hide it. */
+  if (!path_failure(wc->status)) return fail_not_path(c, wc);
   if (fo->state != LP_FO_IDLE) return ncclSuccess; /* the old path's flushes */
-  if (!path_failure(wc->status))
-    return lp_comm_fail(c, ncclSystemError,
-                        "%s: not a path failure (every NIC would refuse the request the same way), so the "
-                        "connection does not move and fails: check the buffers and their registrations",
-                        wc_desc(c, wc, what, sizeof(what)));
   /* Once per move: the error that started it, as the NIC reported it (the
    * flushes that follow it say nothing more). */
   LP_WARN("%s connection to %s: %s: moving", c->kind == LP_COMM_SEND ? "send" : "recv", c->peer,
