@@ -9,8 +9,11 @@
 ncclResult_t lp_comm_progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
   uint64_t now = c->progress_ns = lp_now_ns();
-  ncclResult_t rc = lp_fo_progress(c, now);
-  if (rc == ncclSuccess) rc = lp_comm_poll(c, now, lp_fo_on_error);
+  /* The NIC before the peer: a request the peer refused completes here
+   * with its error before the peer's notice of the flushes that refusal
+   * caused it can arrive over TCP, and must decide first (fail, not move). */
+  ncclResult_t rc = lp_comm_poll(c, now, lp_fo_on_error);
+  if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
   if (rc == ncclSuccess) rc = lp_comm_advance(c, now);
   return rc;

@@ -1,10 +1,10 @@
 /*
  * One progress call on a connection: what every NCCL call that waits runs
  * (test, and isend / irecv when they cannot go ahead), and what the idle
- * watch runs for a receiver NCCL is not calling.  It composes the layers in
- * order: the move protocol's control channel and health (failover.c), the
- * completion queue (comm.c, error completions handed to failover), the
- * watchdog, then posting what waits.
+ * watch runs for a comm NCCL is not calling.  It composes the layers in
+ * order: the completion queue (comm.c, error completions handed to
+ * failover), the move protocol's control channel and health (failover.c),
+ * the watchdog, then posting what waits.
  */
 #ifndef LP_PROGRESS_H
 #define LP_PROGRESS_H

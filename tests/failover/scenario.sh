@@ -129,7 +129,10 @@ spread)
   # direction must spread over the other three NICs, one each, not pile
   # onto the one that was least loaded before the sweep began.  (Senders
   # choose; receivers follow their sender's rail.)
-  run_perf 1M 4 2 all_reduce --channels 12
+  # A 10 s watchdog: a slow (sanitizer) build must not restart a move for a
+  # stall, which chooses again; 6 s for every move to finish in the run.
+  export LINKPASS_WATCHDOG_MS=10000
+  run_perf 1M 6 2 all_reduce --channels 12
   wait_for '^ +1\.0 ' "$tmp/out"
   sv link node0:mlx5_0 down
   expect_clean_run
