@@ -158,30 +158,21 @@ ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
   return lp_mr_deregister(m);
 }
 
-/* The order matters: the idle watch may be in a receive comm until it is
- * off the list; failover state goes before the QPs it may hold. */
-static void close_comm(struct lp_comm *c) {
+/* closeSend / closeRecv.  The order matters: the idle watch may be in the
+ * comm until it is off the list; failover state goes before the QPs it may
+ * hold. */
+static ncclResult_t close_comm(void *comm, int kind, const char *call) {
+  struct lp_comm *c = lp_comm_check(comm, kind);
+  if (c == NULL) {
+    LP_WARN("%s: invalid %s comm %p", call, kind == LP_COMM_SEND ? "send" : "recv", comm);
+    return ncclInvalidArgument;
+  }
   if (c->fo != NULL && c->fo->watch != NULL) lp_idle_watch_remove(c->fo->watch, c);
   lp_fo_fini(c);
   lp_comm_destroy(c);
-}
-
-ncclResult_t lp_close_send(void *sendComm) {
-  struct lp_comm *c = lp_comm_check(sendComm, LP_COMM_SEND);
-  if (c == NULL) {
-    LP_WARN("closeSend: invalid send comm %p", sendComm);
-    return ncclInvalidArgument;
-  }
-  close_comm(c);
   return ncclSuccess;
 }
 
-ncclResult_t lp_close_recv(void *recvComm) {
-  struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
-  if (c == NULL) {
-    LP_WARN("closeRecv: invalid recv comm %p", recvComm);
-    return ncclInvalidArgument;
-  }
-  close_comm(c);
-  return ncclSuccess;
-}
+ncclResult_t lp_close_send(void *sendComm) { return close_comm(sendComm, LP_COMM_SEND, "closeSend"); }
+
+ncclResult_t lp_close_recv(void *recvComm) { return close_comm(recvComm, LP_COMM_RECV, "closeRecv"); }

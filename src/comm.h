@@ -41,7 +41,11 @@ enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
 
 struct lp_link {
   const struct lp_env *env; /* set by lp_link_open */
-  int dev;                  /* index in env->devs */
+  /* Counted on its device from open to close (the spread of moves,
+   * health.h): a sender's offered path counts before the peer answers. */
+  struct lp_health *health; /* NULL: not counted (failover off) */
+  enum lp_dir dir;
+  int dev; /* index in env->devs */
   struct ibv_cq *cq;
   int nqps;
   struct ibv_qp *qps[LP_MAX_QPS];
@@ -93,6 +97,11 @@ struct lp_comm {
    * watch answering a move for a receive comm NCCL is not calling. */
   _Atomic int in_call;
 };
+
+/* Which end of its connection the comm is. */
+static inline enum lp_dir lp_comm_dir(const struct lp_comm *c) {
+  return c->kind == LP_COMM_SEND ? LP_DIR_SEND : LP_DIR_RECV;
+}
 
 /* Enter / leave a comm: NCCL's calls into a receive comm (irecv, test),
  * which the idle watch may be in for a moment (idle_watch.h). */
@@ -164,10 +173,10 @@ ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type
 ncclResult_t lp_mr_deregister(struct lp_mr *m);
 
 /* ---- link.c ---- */
-/* Create CQ, QPs (in INIT) and register `ctrl` on device `dev`. */
-/* `remote_off`: where in `ctrl` the peer writes (advertised as ctrl_addr). */
-ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int dev, int nqps, void *ctrl,
-                          size_t ctrl_len, size_t remote_off);
+/* Create CQ, QPs (in INIT) on device `dev` for comm `c`, and register its
+ * control memory there; `remote_off`: where in it the peer writes
+ * (advertised as ctrl_addr). */
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps, size_t remote_off);
 /* Bring every QP to RTS towards `link->remote`. */
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
 void lp_link_close(struct lp_link *link);

@@ -17,8 +17,6 @@
 
 #define LP_FO_READ_EVERY_NS 1000000ull /* 1 ms */
 
-static enum lp_dir dir_of(const struct lp_comm *c) { return c->kind == LP_COMM_SEND ? LP_DIR_SEND : LP_DIR_RECV; }
-
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
 static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
 
@@ -154,10 +152,12 @@ static ncclResult_t drain(struct lp_comm *c) {
     int n = ibv_poll_cq(c->link.cq, LP_POLL_BATCH, wcs);
     if (n <= 0) return ncclSuccess;
     for (int i = 0; i < n; i++) {
-      /* An access error is no flush even now: the peer refused a request
-       * (its end may have started this move on the flushes that caused). */
-      if (wcs[i].status != IBV_WC_SUCCESS && !path_failure(wcs[i].status)) return fail_not_path(c, &wcs[i]);
-      if (wcs[i].status != IBV_WC_SUCCESS) continue;
+      if (wcs[i].status != IBV_WC_SUCCESS) {
+        /* An access error is no flush even now: the peer refused a request
+         * (its end may have started this move on the flushes that caused). */
+        if (!path_failure(wcs[i].status)) return fail_not_path(c, &wcs[i]);
+        continue;
+      }
       ncclResult_t rc = lp_comm_completion(c, &wcs[i]);
       if (rc != ncclSuccess) return rc;
     }
@@ -171,27 +171,17 @@ static size_t ctrl_remote_off(const struct lp_comm *c) {
   return (size_t)((const char *)((const struct lp_recv_comm *)c)->records - (const char *)c->ctrl);
 }
 
+/* The new path replaces the old one (each link counts on its device from
+ * open to close: lp_link_open). */
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
-  lp_health_load_add(c->health, dir_of(c), c->link.dev, -1);
   lp_link_close(&c->link);
   c->link = *next;
   memset(next, 0, sizeof(*next));
-  lp_health_load_add(c->health, dir_of(c), c->link.dev, 1);
-}
-
-/* The sender's offer counts as a connection on its NIC from the moment it
- * is made, not only once the peer answers: the moves one port-down starts
- * in a sweep then spread over the pool instead of all choosing the NIC
- * that was least loaded before any of them (health.h lp_health_choose). */
-static void offer_drop(struct lp_comm *c) {
-  struct lp_fo *fo = c->fo;
-  if (fo->next.cq != NULL) lp_health_load_add(c->health, dir_of(c), fo->next.dev, -1);
-  lp_link_close(&fo->next);
 }
 
 /* Where this connection goes (health.h): its primary's pool. */
 static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
-  return lp_health_choose(c->health, dir_of(c), c->fo->primary_dev, prefer, avoid);
+  return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid);
 }
 
 /* The event line, and the counters of the metrics file: the only place
@@ -254,7 +244,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
   begin(c, reason);
-  if (fo->state == LP_FO_REQUESTED) offer_drop(c); /* the offer is void: a newer one follows */
+  if (fo->state == LP_FO_REQUESTED) lp_link_close(&fo->next); /* the offer is void: a newer one follows */
   fo->epoch++;
   quiesce(&c->link);
   int failback = reason == LP_FO_FAILBACK;
@@ -266,8 +256,10 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       send_nack(c, reason);
       return path_lost(c, "no healthy NIC on this side");
     }
-    if (lp_link_open(&fo->next, c->env, dev, c->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
-      lp_health_load_add(c->health, dir_of(c), dev, 1); /* counted now: see offer_drop */
+    /* The offer counts on `dev` from now, not only once the peer answers:
+     * the moves one port-down starts in a sweep then spread over the pool
+     * instead of all choosing the device least loaded before any of them. */
+    if (lp_link_open(&fo->next, c, dev, c->link.nqps, ctrl_remote_off(c)) == ncclSuccess) {
       struct lp_fo_req m;
       memset(&m, 0, sizeof(m));
       hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
@@ -354,7 +346,6 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   if (rc != ncclSuccess) return rc;
   int to = fo->next.dev, replayed = 0;
   uint64_t bytes = 0;
-  lp_health_load_add(c->health, dir_of(c), fo->next.dev, -1); /* counted since the offer; swap_link counts it again */
   swap_link(c, &fo->next);
   rc = lp_fo_sender_reconcile(s, a, &replayed, &bytes);
   if (rc != ncclSuccess) return rc;
@@ -384,7 +375,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
     dev = choose_dev(c, prefer, avoid);
     if (dev < 0) break;
-    if (lp_link_open(&next, c->env, dev, m->link.nqps, c->ctrl, c->ctrl_len, ctrl_remote_off(c)) == ncclSuccess) {
+    if (lp_link_open(&next, c, dev, m->link.nqps, ctrl_remote_off(c)) == ncclSuccess) {
       next.remote = m->link;
       if (lp_link_connect(&next, c->traffic_class) == ncclSuccess) break;
       lp_link_close(&next);
@@ -650,7 +641,6 @@ void lp_fo_init(struct lp_comm *c) {
   fo->from_dev = c->link.dev;
   fo->seen_gen = lp_health_gen(c->health);
   lp_watchdog_init(&c->wd, c->env->cfg.ns.watchdog_ns, lp_now_ns());
-  lp_health_load_add(c->health, dir_of(c), c->link.dev, 1);
   /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
   size_t o = 0;
   for (const char *q = c->peer; *q && o + 1 < sizeof(c->peer_id); q++) {
@@ -663,8 +653,7 @@ void lp_fo_init(struct lp_comm *c) {
 void lp_fo_fini(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return;
-  if (c->link.cq) lp_health_load_add(c->health, dir_of(c), c->link.dev, -1);
-  offer_drop(c);
+  lp_link_close(&fo->next);
   free(fo);
   c->fo = NULL;
   c->paused = 0;

@@ -9,8 +9,10 @@
 const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &link->env->devs[link->dev]; }
 const struct lp_nic *lp_link_nic(const struct lp_link *link) { return lp_env_nic_of(link->env, link->dev); }
 
-ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int dev, int nqps, void *ctrl,
-                          size_t ctrl_len, size_t remote_off) {
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps, size_t remote_off) {
+  const struct lp_env *env = c->env;
+  void *ctrl = c->ctrl;
+  size_t ctrl_len = c->ctrl_len;
   const struct lp_ibv *ibv = &env->ibv;
   memset(link, 0, sizeof(*link));
   link->env = env;
@@ -84,6 +86,9 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, int de
   l->ctrl_rkey = link->ctrl_mr->rkey;
   l->nic_guid = nic->attr.sys_image_guid;
   snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, dcopy.name);
+  link->health = c->health;
+  link->dir = lp_comm_dir(c);
+  if (link->health != NULL) lp_health_load_add(link->health, link->dir, dev, 1);
   return ncclSuccess;
 fail:
   lp_link_close(link);
@@ -150,6 +155,8 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
 
 void lp_link_close(struct lp_link *link) {
   if (link->env == NULL) return; /* never opened */
+  if (link->health != NULL) lp_health_load_add(link->health, link->dir, link->dev, -1);
+  link->health = NULL;
   const struct lp_ibv *ibv = &link->env->ibv;
   /* QPs first: destroying them stops the NIC from touching our memory. */
   for (int q = 0; q < LP_MAX_QPS; q++) {

@@ -59,14 +59,10 @@ static inline uint64_t lp_watchdog_limit(const struct lp_watchdog *w) { return w
  * LP_WATCHDOG_BACKOFF_MAX times; a quiet spell of ten limits resets it. */
 static inline enum lp_watchdog_verdict lp_watchdog_check(struct lp_watchdog *w, uint64_t now, int outstanding) {
   uint64_t limit = lp_watchdog_limit(w);
-  if (limit == 0 || !outstanding) {
-    w->since_ns = now; /* idle: nothing to wait for */
-    if (w->scale > 1 && now - w->last_stall_ns > 10 * limit) w->scale = 1;
-    return LP_WATCHDOG_OK;
-  }
+  if (limit == 0 || !outstanding) w->since_ns = now; /* idle: nothing to wait for */
   uint64_t since = w->since_ns > w->last_cqe_ns ? w->since_ns : w->last_cqe_ns;
   /* Work posted after `now` was read (a move's replay) may set `since` later. */
-  if (now <= since || now - since <= limit) {
+  if (limit == 0 || !outstanding || now <= since || now - since <= limit) {
     if (w->scale > 1 && now - w->last_stall_ns > 10 * limit) w->scale = 1;
     return LP_WATCHDOG_OK;
   }
