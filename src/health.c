@@ -96,7 +96,7 @@ static void port_down(struct lp_health *h, int dev, const char *why, uint64_t no
 
 static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now) {
   int nic = h->env->devs[dev].nic;
-  if (!h->hd[dev].down || atomic_load(&h->fatal[nic])) return;
+  if (!h->hd[dev].down || lp_health_nic_fatal(h, nic)) return;
   if (lp_netwatch_down(&h->nw, dev)) return; /* the port says ACTIVE, its interface has no link yet */
   lp_holddown_up(&h->hd[dev], now);
   atomic_store(&h->link_up[dev], 1);
@@ -126,7 +126,7 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
    * event or polling brings it back). */
   struct ibv_port_attr pa;
   memset(&pa, 0, sizeof(pa));
-  if (h->env->ibv.query_port(h->env->nics[h->env->devs[dev].nic].ctx, (uint8_t)h->env->devs[dev].port, &pa) == 0 &&
+  if (h->env->ibv.query_port(lp_env_nic_of(h->env, dev)->ctx, (uint8_t)h->env->devs[dev].port, &pa) == 0 &&
       pa.state == IBV_PORT_ACTIVE)
     port_up(h, dev, why, now);
 }
@@ -167,8 +167,8 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
   if (all) h->next_poll_ns = now + LP_POLL_ALL_NS;
   for (int d = 0; d < h->env->ndevs; d++) {
     if (!all && !h->hd[d].down) continue;
-    const struct lp_nic *nic = &h->env->nics[h->env->devs[d].nic];
-    if (atomic_load(&h->fatal[h->env->devs[d].nic])) continue;
+    const struct lp_nic *nic = lp_env_nic_of(h->env, d);
+    if (lp_health_nic_fatal(h, h->env->devs[d].nic)) continue;
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof(pa));
     if (h->env->ibv.query_port(nic->ctx, (uint8_t)h->env->devs[d].port, &pa) != 0) continue;
@@ -244,7 +244,7 @@ static void *control_main(void *arg) {
     if (metrics && h->metrics.next_ns < next) next = h->metrics.next_ns > now ? h->metrics.next_ns : now;
     for (int d = 0; d < h->env->ndevs; d++) {
       if (lp_holddown_ready(&h->hd[d], now)) {
-        if (!lp_health_ok(h, d) && !atomic_load(&h->fatal[h->env->devs[d].nic])) {
+        if (!lp_health_ok(h, d) && !lp_health_nic_fatal(h, h->env->devs[d].nic)) {
           set_healthy(h, d, 1);
           LP_INFO(NCCL_NET, "%s:%d has been stable for its hold-down: traffic may move back", h->env->devs[d].name,
                   h->env->devs[d].port);

@@ -187,8 +187,6 @@ static void read_events(const char *log, int want) {
     for (int i = 0; i < want; i++) memcpy(keep[i], events[(nevents - want + i) % MAX_EVENTS], sizeof(keep[i]));
     memcpy(events, keep, sizeof(keep[0]) * (size_t)want);
     nevents = want;
-  } else if (nevents > MAX_EVENTS) {
-    nevents = MAX_EVENTS;
   }
 }
 
