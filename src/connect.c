@@ -112,6 +112,13 @@ static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t 
   return c;
 }
 
+/* A connection set up, either end: failover state, and the idle watch
+ * (idle_watch.h) answers its moves while NCCL is not calling it. */
+static void comm_ready(const struct lp_setup *p, struct lp_comm *c) {
+  lp_fo_init(c);
+  if (c->fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, c);
+}
+
 static void stage_unlink(struct lp_setup *p, struct lp_connect_stage *st) {
   pthread_mutex_lock(&p->lock);
   for (struct lp_connect_stage **pp = &p->stages; *pp; pp = &(*pp)->next) {
@@ -291,8 +298,7 @@ ncclResult_t lp_setup_connect(struct lp_setup *p, int dev, int tc, void *handle,
     return rc;
   }
   if (done) {
-    lp_fo_init(&st->comm->base);
-    if (st->comm->base.fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, &st->comm->base);
+    comm_ready(p, &st->comm->base);
     *sendComm = st->comm;
     st->comm = NULL;
     stage_free(p, st, h);
@@ -511,8 +517,7 @@ ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v1
     l->stage = NULL;
     if (rc == ncclSuccess) {
       *recvComm = st->comm;
-      lp_fo_init(&st->comm->base);
-      if (st->comm->base.fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, &st->comm->base);
+      comm_ready(p, &st->comm->base);
     } else {
       lp_comm_destroy(&st->comm->base);
     }
