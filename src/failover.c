@@ -184,6 +184,20 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
   return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid);
 }
 
+/* A new path for this connection on the device it claims: the claim counts
+ * from the choice until the link counts itself, so the moves of one sweep,
+ * on any thread, spread over the pool instead of all taking the device that
+ * was least loaded before any of them chose.  -1: no device left. */
+static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int avoid, int nqps,
+                        ncclResult_t *opened) {
+  enum lp_dir dir = lp_comm_dir(c);
+  int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid);
+  if (dev < 0) return -1;
+  *opened = lp_link_open(next, c, dev, nqps, ctrl_remote_off(c));
+  lp_health_load_add(c->health, dir, dev, -1);
+  return dev;
+}
+
 /* The event line, and the counters of the metrics file: the only place
  * that counts moves. */
 static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint64_t bytes) {
@@ -251,15 +265,14 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   int avoid = failback ? -1 : c->link.dev;
   int prefer = failback ? fo->primary_dev : -1;
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
-    int dev = choose_dev(c, prefer, avoid);
+    /* The offer counts on its device from now, not only once the peer answers. */
+    ncclResult_t opened;
+    int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened);
     if (dev < 0) {
       send_nack(c, reason);
       return path_lost(c, "no healthy NIC on this side");
     }
-    /* The offer counts on `dev` from now, not only once the peer answers:
-     * the moves one port-down starts in a sweep then spread over the pool
-     * instead of all choosing the device least loaded before any of them. */
-    if (lp_link_open(&fo->next, c, dev, c->link.nqps, ctrl_remote_off(c)) == ncclSuccess) {
+    if (opened == ncclSuccess) {
       struct lp_fo_req m;
       memset(&m, 0, sizeof(m));
       hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
@@ -373,9 +386,10 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   struct lp_link next;
   int dev = -1;
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
-    dev = choose_dev(c, prefer, avoid);
+    ncclResult_t opened;
+    dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
     if (dev < 0) break;
-    if (lp_link_open(&next, c, dev, m->link.nqps, ctrl_remote_off(c)) == ncclSuccess) {
+    if (opened == ncclSuccess) {
       next.remote = m->link;
       if (lp_link_connect(&next, c->traffic_class) == ncclSuccess) break;
       lp_link_close(&next);

@@ -181,9 +181,13 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 
 /* ---- where connections go ---- */
 
-int lp_health_choose(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+/* The choice, and the load the chosen device had when it was made. */
+static int pick(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, int *seen) {
   const struct lp_env *env = h->env;
-  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) return prefer;
+  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) {
+    *seen = atomic_load_explicit(&h->load[dir][prefer], memory_order_relaxed);
+    return prefer;
+  }
   int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
   for (int round = 0; round < 3; round++) {
     for (int d = 0; d < env->ndevs; d++) {
@@ -193,9 +197,30 @@ int lp_health_choose(struct lp_health *h, enum lp_dir dir, int primary, int pref
       load[d] = atomic_load_explicit(&h->load[dir][d], memory_order_relaxed);
     }
     int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);
-    if (dev >= 0) return dev;
+    if (dev >= 0) {
+      *seen = load[dev];
+      return dev;
+    }
   }
   return -1;
+}
+
+int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+  int seen;
+  return pick(h, dir, primary, prefer, avoid, &seen);
+}
+
+/* The choice holds only if no other thread claimed the chosen device since
+ * its load was read; else choose again.  Lock-free: a failed exchange means
+ * another claim (or a close) succeeded. */
+int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+  for (;;) {
+    int seen, dev = pick(h, dir, primary, prefer, avoid, &seen);
+    if (dev < 0) return -1;
+    if (atomic_compare_exchange_weak_explicit(&h->load[dir][dev], &seen, seen + 1, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return dev;
+  }
 }
 
 /* ---- the metrics file ---- */

@@ -55,7 +55,7 @@ struct lp_health {
   _Atomic uint32_t gen;             /* bumped whenever any healthy[] changes */
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
   _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
-  _Atomic int load[2][LP_MAX_DEVS]; /* [enum lp_dir]: connection ends on the device (offers included) */
+  _Atomic int load[2][LP_MAX_DEVS]; /* [enum lp_dir]: connection ends on the device (offers and claims included) */
   _Atomic int fatal[LP_MAX_NICS];   /* NIC reported DEVICE_FATAL: never used again */
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
@@ -91,7 +91,15 @@ void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_
  * is leaving) only when nothing else is healthy: the failure may have been
  * the peer's.  With nothing healthy at all, a port that is up again but
  * still in hold-down beats losing the path.  -1: no path on this side. */
-int lp_health_choose(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
+int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
+
+/* lp_health_choose, and the chosen device counts one more `dir` end at
+ * once, atomically with the choice: two threads moving connections at the
+ * same moment (NCCL's proxy thread and the idle watch) never both take the
+ * device that was least loaded before either chose.  The caller gives the
+ * claim back with lp_health_load_add(..., -1) once the link it opened there
+ * counts itself (lp_link_open), or the open failed. */
+int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
 
 /* Connection ends of `dir` on each device (the spread of lp_health_choose). */
 static inline void lp_health_load_add(struct lp_health *h, enum lp_dir dir, int dev, int delta) {
@@ -102,17 +110,17 @@ static inline int lp_health_connections(struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->load[LP_DIR_SEND][dev], memory_order_relaxed) +
          atomic_load_explicit(&h->load[LP_DIR_RECV][dev], memory_order_relaxed);
 }
-static inline int lp_health_nic_fatal(struct lp_health *h, int nic) {
+static inline int lp_health_nic_fatal(const struct lp_health *h, int nic) {
   return atomic_load_explicit(&h->fatal[nic], memory_order_relaxed);
 }
 
 static inline uint32_t lp_health_gen(struct lp_health *h) {
   return atomic_load_explicit(&h->gen, memory_order_acquire);
 }
-static inline int lp_health_ok(struct lp_health *h, int dev) {
+static inline int lp_health_ok(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->healthy[dev], memory_order_relaxed);
 }
-static inline int lp_health_link_up(struct lp_health *h, int dev) {
+static inline int lp_health_link_up(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->link_up[dev], memory_order_relaxed);
 }
 

@@ -1,6 +1,8 @@
 /* Where a connection moves (health.c lp_health_choose): from its inputs
  * alone, an environment and a health table, no threads or devices. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 #include "health.h"
@@ -88,4 +90,57 @@ Test(choose, directions_are_spread_apart, .init = machine) {
   cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "receive ends do not count against sends");
   cr_assert_eq(lp_health_choose(&h, LP_DIR_RECV, 0, -1, 0), 2);
   cr_assert_eq(lp_health_connections(&h, 1), 5, "the metrics count both");
+}
+
+/* A claim counts at once: three moves leaving device 0, with no link
+ * opened in between, take one device each. */
+Test(choose, a_claim_counts_at_once, .init = machine) {
+  env.devs[3].link_layer = IBV_LINK_LAYER_INFINIBAND;
+  down(0);
+  int got[3];
+  for (int k = 0; k < 3; k++) got[k] = lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0);
+  cr_assert(got[0] == 1 && got[1] == 2 && got[2] == 3, "claims went to %d, %d, %d", got[0], got[1], got[2]);
+  for (int d = 1; d < 4; d++) cr_assert_eq(atomic_load(&h.load[LP_DIR_SEND][d]), 1);
+  cr_assert_eq(lp_health_claim(&h, LP_DIR_SEND, 0, 2, 0), 2, "a healthy preference is claimed too");
+  cr_assert_eq(atomic_load(&h.load[LP_DIR_SEND][2]), 2);
+}
+
+/* NCCL's proxy thread and the idle watch move connections at the same
+ * time.  Rounds of 6 claims, 3 from each of two threads, over three equally
+ * loaded devices must always end 2/2/2; a choice and its count that are
+ * not one atomic step let both threads take the same device now and then.
+ * The threads meet on the round number, so they start within nanoseconds. */
+static _Atomic int round_go, round_done;
+
+static void claim_three(void) {
+  for (int k = 0; k < 3; k++) lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0);
+}
+
+static void *claim_rounds(void *arg) {
+  int rounds = *(const int *)arg;
+  for (int r = 1; r <= rounds; r++) {
+    while (atomic_load(&round_go) != r) sched_yield();
+    claim_three();
+    atomic_store(&round_done, r);
+  }
+  return NULL;
+}
+
+Test(choose, concurrent_claims_spread_evenly, .init = machine, .timeout = 60) {
+  env.devs[3].link_layer = IBV_LINK_LAYER_INFINIBAND;
+  down(0);
+  int rounds = 50000, uneven = 0;
+  atomic_store(&round_go, 0);
+  atomic_store(&round_done, 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, claim_rounds, &rounds), 0);
+  for (int r = 1; r <= rounds; r++) {
+    for (int d = 1; d < 4; d++) atomic_store(&h.load[LP_DIR_SEND][d], 0);
+    atomic_store(&round_go, r);
+    claim_three();
+    while (atomic_load(&round_done) != r) sched_yield();
+    for (int d = 1; d < 4; d++) uneven += atomic_load(&h.load[LP_DIR_SEND][d]) != 2;
+  }
+  pthread_join(t, NULL);
+  cr_assert_eq(uneven, 0, "%d device-rounds of %d did not end with 2 claims each", uneven, 3 * rounds);
 }
