@@ -9,6 +9,8 @@
 #include <limits.h>
 
 #include "comm.h"
+#include "recv.h"
+#include "send.h"
 #include "failover.h"
 #include "idle_watch.h"
 #include "linkpass.h"
@@ -133,7 +135,7 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
     LP_WARN("regMr: invalid comm %p", comm);
     return ncclInvalidArgument;
   }
-  return lp_mr_register(c, data, size, type, -1, 0, mhandle);
+  return lp_mr_register(c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, -1, 0, mhandle);
 }
 
 ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
@@ -145,7 +147,7 @@ ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uin
   }
   /* Host memory needs no dma-buf: register it the ordinary way. */
   if (type == NCCL_PTR_HOST) fd = -1;
-  return lp_mr_register(c, data, size, type, fd, offset, mhandle);
+  return lp_mr_register(c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, fd, offset, mhandle);
 }
 
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {

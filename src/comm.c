@@ -1,4 +1,4 @@
-/* Comm lifetime, requests, failure reporting, completion polling. */
+/* Comm lifetime, requests, failure reporting, posting, the peer check. */
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -55,39 +55,6 @@ void lp_comm_destroy(struct lp_comm *comm) {
   if (comm->fd >= 0) close(comm->fd);
   comm->magic = 0;
   free(comm);
-}
-
-struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle) {
-  struct lp_mr *m = mhandle;
-  if (m == NULL || m->magic != LP_MR_MAGIC) return NULL;
-  return m->mr[comm->env->devs[comm->link.dev].nic];
-}
-
-ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc) {
-  return comm->kind == LP_COMM_SEND ? lp_send_completion((struct lp_send_comm *)comm, wc)
-                                    : lp_recv_completion((struct lp_recv_comm *)comm, wc);
-}
-
-ncclResult_t lp_comm_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error) {
-  struct ibv_wc wcs[LP_POLL_BATCH];
-  for (int iter = 0; iter < 4; iter++) {
-    int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
-    if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
-    if (n > 0) lp_watchdog_fed(&comm->wd, now);
-    for (int i = 0; i < n; i++) {
-      /* An error: later completions of its QP are flushes caused by it. */
-      ncclResult_t rc = wcs[i].status == IBV_WC_SUCCESS ? lp_comm_completion(comm, &wcs[i]) : on_error(comm, &wcs[i]);
-      if (rc != ncclSuccess) return rc;
-    }
-    if (n < LP_POLL_BATCH) break;
-  }
-  return ncclSuccess;
-}
-
-ncclResult_t lp_comm_advance(struct lp_comm *comm, uint64_t now) {
-  if (comm->error != ncclSuccess) return comm->error;
-  if (comm->kind == LP_COMM_SEND) return lp_send_progress((struct lp_send_comm *)comm);
-  return lp_recv_probe((struct lp_recv_comm *)comm, now);
 }
 
 int lp_comm_busy(const struct lp_comm *comm) {

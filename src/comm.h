@@ -2,12 +2,7 @@
  * Connections.  A send comm and a recv comm are two ends of one connection;
  * both start with struct lp_comm so requests and registrations can find
  * their way back without knowing which end they belong to.
- *
- * struct lp_link holds everything the connection owns on one NIC (CQ, QPs,
- * registration of the control memory, the peer's description).  Today a
- * connection has one link; moving a connection to another NIC means
- * building a second link there and switching to it, which is why nothing
- * outside the link refers to a QP or key directly.
+ * Everything the connection owns on one NIC is its link (link.h).
  */
 #ifndef LP_COMM_H
 #define LP_COMM_H
@@ -21,16 +16,15 @@
 #include "env.h"
 #include "fifo.h"
 #include "health.h"
+#include "link.h"
 #include "linkpass/nccl_net.h"
+#include "mr.h"
 #include "watchdog.h"
 #include "wire.h"
 
 #define LP_COMM_MAGIC 0x4c50436fu
-#define LP_MR_MAGIC 0x4c504d52u
 #define LP_MAX_REQS NCCL_NET_MAX_REQUESTS
 
-#define LP_SQ_DEPTH 512              /* send WRs per QP, as NCCL */
-#define LP_RQ_DEPTH 256              /* receive WRs per QP */
 #define LP_SIGNAL_EVERY 64           /* force a signaled WR at least this often */
 #define LP_CTS_SIGNAL_EVERY 16       /* receiver: one clear-to-send in this many is signaled */
 #define LP_PROBE_AFTER_NS 1000000ull /* receiver: quiet time before its unsignaled writes get a signaled one */
@@ -38,23 +32,6 @@
 
 enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
 enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
-
-struct lp_link {
-  const struct lp_env *env; /* set by lp_link_open */
-  /* Counted on its device from open to close (the spread of moves,
-   * health.h): a sender's offered path counts before the peer answers. */
-  struct lp_health *health; /* NULL: not counted (failover off) */
-  enum lp_dir dir;
-  int dev; /* index in env->devs */
-  struct ibv_cq *cq;
-  int nqps;
-  struct ibv_qp *qps[LP_MAX_QPS];
-  int sq_free[LP_MAX_QPS];    /* send-queue slots not yet known complete */
-  int unsignaled[LP_MAX_QPS]; /* WRs posted since the last signaled one */
-  struct ibv_mr *ctrl_mr;     /* the comm's control memory on this NIC */
-  struct lp_link_info local;  /* what we told the peer */
-  struct lp_link_info remote; /* what the peer told us */
-};
 
 struct lp_comm;
 struct lp_fo;
@@ -155,34 +132,6 @@ struct lp_recv_comm {
   (sizeof(struct lp_cts) * LP_FIFO_DEPTH * LP_MAX_RECVS + sizeof(struct lp_record) * LP_FIFO_DEPTH)
 #define LP_RECV_CTRL_LEN LP_SEND_CTRL_LEN
 
-/* Registered memory handed to NCCL. */
-struct lp_mr {
-  uint32_t magic;
-  const struct lp_env *env; /* to deregister after the comm is gone */
-  uintptr_t addr;
-  size_t len;
-  struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
-};
-
-/* ---- mr.c ---- */
-/* Register `data` on the comm's NIC, and on every other NIC when failover is
- * on (a move never waits for a registration).  fd >= 0: a dma-buf. */
-ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
-                            void **mhandle);
-/* Deregister everywhere and free the handle (checked by the caller). */
-ncclResult_t lp_mr_deregister(struct lp_mr *m);
-
-/* ---- link.c ---- */
-/* Create CQ, QPs (in INIT) on device `dev` for comm `c`, and register its
- * control memory there; `remote_off`: where in it the peer writes
- * (advertised as ctrl_addr). */
-ncclResult_t lp_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps, size_t remote_off);
-/* Bring every QP to RTS towards `link->remote`. */
-ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
-void lp_link_close(struct lp_link *link);
-const struct lp_dev *lp_link_dev(const struct lp_link *link);
-const struct lp_nic *lp_link_nic(const struct lp_link *link);
-
 /* ---- comm.c ---- */
 struct lp_comm *lp_comm_check(void *comm, int kind); /* kind 0: send or recv */
 struct lp_req *lp_req_alloc(struct lp_comm *comm);
@@ -191,23 +140,21 @@ void lp_req_free(struct lp_req *req);
 ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void lp_comm_destroy(struct lp_comm *comm);
-/* Act on one successful completion (send or receive side). */
-ncclResult_t lp_comm_completion(struct lp_comm *comm, const struct ibv_wc *wc);
-/* What the layer above does with an error completion: move, or fail. */
-typedef ncclResult_t (*lp_wc_error_fn)(struct lp_comm *comm, const struct ibv_wc *wc);
-/* Poll the CQ a bounded number of batches (test() must return promptly),
- * act on each successful completion and hand each error one to `on_error`.
- * Every completion feeds the watchdog. */
-ncclResult_t lp_comm_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error);
-/* After the poll: post what waits (sender) or the probe (receiver). */
-ncclResult_t lp_comm_advance(struct lp_comm *comm, uint64_t now);
 /* 1 while any QP has signaled work outstanding (what the watchdog waits on). */
 int lp_comm_busy(const struct lp_comm *comm);
 /* 1 when the peer's end of the control socket reached end of file or an
  * error (rate-limited to one look per 100 ms; -errno or 0 in *why). */
 int lp_comm_peer_gone(struct lp_comm *comm, int *err);
-/* Look up this comm's registration of an mhandle.  NULL when invalid. */
-struct ibv_mr *lp_mr_for(struct lp_comm *comm, void *mhandle);
+/* This comm's registration of an mhandle, on its current NIC.  NULL when invalid. */
+static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle) {
+  return lp_mr_on(mhandle, comm->env->devs[comm->link.dev].nic);
+}
+
+/* Open a link for this comm on `dev` (link.h), counted as its direction. */
+static inline ncclResult_t lp_comm_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps,
+                                             size_t remote_off) {
+  return lp_link_open(link, c->env, c->health, lp_comm_dir(c), dev, nqps, c->ctrl, c->ctrl_len, remote_off);
+}
 
 /* Signaled WRs of QP q not yet known complete: those posted and not
  * returned, less the unsignaled ones since the last signaled post (a
@@ -224,20 +171,5 @@ static inline int lp_comm_signaled_outstanding(const struct lp_comm *c, int q) {
  * LINKPASS_WATCHDOG_MS failed over on its next message). */
 ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
                           uint64_t seq);
-
-/* ---- send.c / recv.c ---- */
-ncclResult_t lp_send_progress(struct lp_send_comm *s);
-ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc);
-/* Match one isend against the receiver's clear-to-sends.  *req NULL: not
- * now (NCCL retries); *progress then says whether completions may help
- * (no clear-to-send yet) or only time (no receive of this tag yet). */
-ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int tag, void *mhandle, struct lp_req **req,
-                           int *progress);
-ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
-/* Post one irecv: receives and its clear-to-send.  *req NULL: no room now,
- * completions must free some (NCCL retries). */
-ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *sizes, int *tags, void **mhandles,
-                          struct lp_req **req);
-ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
 
 #endif

@@ -151,7 +151,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   s->post_seq = 1;
   s->max_wr_bytes = (size_t)p->env->cfg.max_wr_bytes;
   s->base.conn_id = lp_random_u64();
-  rc = lp_link_open(&s->base.link, &s->base, dev, p->env->cfg.qps_per_conn, 0);
+  rc = lp_comm_link_open(&s->base.link, &s->base, dev, p->env->cfg.qps_per_conn, 0);
   if (rc != ncclSuccess) goto fail;
 
   memset(&st->to, 0, sizeof(st->to));
@@ -432,8 +432,8 @@ static ncclResult_t accept_start(struct lp_setup *p, struct lp_listen_comm *l, s
   pd->fd = -1;
   describe_peer(r->base.peer, sizeof(r->base.peer), pd->hello.host, &pd->from, &pd->hello.link);
   /* The receiver uses the sender's QP count: both ends must pair QPs 1:1. */
-  rc = lp_link_open(&r->base.link, &r->base, l->dev, pd->hello.link.nqps,
-                    (size_t)((char *)r->records - (char *)r->base.ctrl));
+  rc = lp_comm_link_open(&r->base.link, &r->base, l->dev, pd->hello.link.nqps,
+                         (size_t)((char *)r->records - (char *)r->base.ctrl));
   if (rc != ncclSuccess) goto fail;
   r->base.link.remote = pd->hello.link;
   rc = lp_link_connect(&r->base.link, r->base.traffic_class);

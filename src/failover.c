@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "comm.h"
+#include "send.h"
+#include "transport.h"
 #include "health.h"
 #include "clock.h"
 #include "log.h"
@@ -158,7 +160,7 @@ static ncclResult_t drain(struct lp_comm *c) {
         if (!path_failure(wcs[i].status)) return fail_not_path(c, &wcs[i]);
         continue;
       }
-      ncclResult_t rc = lp_comm_completion(c, &wcs[i]);
+      ncclResult_t rc = lp_transport_completion(c, &wcs[i]);
       if (rc != ncclSuccess) return rc;
     }
   }
@@ -172,7 +174,7 @@ static size_t ctrl_remote_off(const struct lp_comm *c) {
 }
 
 /* The new path replaces the old one (each link counts on its device from
- * open to close: lp_link_open). */
+ * open to close: link.h). */
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
   lp_link_close(&c->link);
   c->link = *next;
@@ -193,7 +195,7 @@ static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int
   enum lp_dir dir = lp_comm_dir(c);
   int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid);
   if (dev < 0) return -1;
-  *opened = lp_link_open(next, c, dev, nqps, ctrl_remote_off(c));
+  *opened = lp_comm_link_open(next, c, dev, nqps, ctrl_remote_off(c));
   lp_health_load_add(c->health, dir, dev, -1);
   return dev;
 }

@@ -1,18 +1,16 @@
-/* A connection's resources on one NIC: CQ, QPs, control-memory registration. */
+/* A connection's resources on one NIC (link.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
+#include "link.h"
 #include "log.h"
 
 const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &link->env->devs[link->dev]; }
 const struct lp_nic *lp_link_nic(const struct lp_link *link) { return lp_env_nic_of(link->env, link->dev); }
 
-ncclResult_t lp_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps, size_t remote_off) {
-  const struct lp_env *env = c->env;
-  void *ctrl = c->ctrl;
-  size_t ctrl_len = c->ctrl_len;
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
+                          int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off) {
   const struct lp_ibv *ibv = &env->ibv;
   memset(link, 0, sizeof(*link));
   link->env = env;
@@ -86,8 +84,8 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_comm *c, int dev
   l->ctrl_rkey = link->ctrl_mr->rkey;
   l->nic_guid = nic->attr.sys_image_guid;
   snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, dcopy.name);
-  link->health = c->health;
-  link->dir = lp_comm_dir(c);
+  link->health = health;
+  link->dir = dir;
   if (link->health != NULL) lp_health_load_add(link->health, link->dir, dev, 1);
   return ncclSuccess;
 fail:

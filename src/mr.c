@@ -1,17 +1,15 @@
-/* Memory registration.  Registrations are per NIC, not per comm (regIsGlobal
- * = 1): NCCL may use a handle with any comm on the same device. */
+/* Memory registration (mr.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "mr.h"
 #include "log.h"
 
 #define LP_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
-ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
-                            void **mhandle) {
-  const struct lp_env *env = c->env;
+ncclResult_t lp_mr_register(const struct lp_env *env, struct lp_health *health, int home, void *data, size_t size,
+                            int type, int fd, uint64_t offset, void **mhandle) {
   *mhandle = NULL;
   if (type != NCCL_PTR_HOST && fd < 0) {
     LP_WARN("regMr: pointer type %d is not supported (only host memory, NCCL_PTR_HOST)", type);
@@ -28,9 +26,8 @@ ncclResult_t lp_mr_register(struct lp_comm *c, void *data, size_t size, int type
   m->len = size ? size : 1;
   /* With failover on, every NIC gets the registration now: a move must
    * never wait for one, and the peer needs keys valid on its new NIC. */
-  int home = env->devs[c->link.dev].nic;
   for (int n = 0; n < env->nnics; n++) {
-    if (n != home && (c->health == NULL || lp_health_nic_fatal(c->health, n))) continue;
+    if (n != home && (health == NULL || lp_health_nic_fatal(health, n))) continue;
     const struct lp_nic *on = &env->nics[n];
     struct ibv_mr *mr;
     if (fd >= 0) {
@@ -73,4 +70,10 @@ ncclResult_t lp_mr_deregister(struct lp_mr *m) {
   m->magic = 0;
   free(m);
   return rc;
+}
+
+struct ibv_mr *lp_mr_on(void *mhandle, int nic) {
+  struct lp_mr *m = mhandle;
+  if (m == NULL || m->magic != LP_MR_MAGIC) return NULL;
+  return m->mr[nic];
 }

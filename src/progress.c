@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "failover.h"
+#include "transport.h"
 
 ncclResult_t lp_comm_progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
@@ -12,10 +13,10 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
   /* The NIC before the peer: a request the peer refused completes here
    * with its error before the peer's notice of the flushes that refusal
    * caused it can arrive over TCP, and must decide first (fail, not move). */
-  ncclResult_t rc = lp_comm_poll(c, now, lp_fo_on_error);
+  ncclResult_t rc = lp_transport_poll(c, now, lp_fo_on_error);
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
-  if (rc == ncclSuccess) rc = lp_comm_advance(c, now);
+  if (rc == ncclSuccess) rc = lp_transport_advance(c, now);
   return rc;
 }
 

@@ -9,7 +9,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "comm.h"
+#include "recv.h"
 #include "log.h"
 
 /* Message in `slot` fully delivered, sizes set. */

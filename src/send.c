@@ -15,7 +15,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "comm.h"
+#include "send.h"
 #include "log.h"
 
 static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int force,

@@ -1,0 +1,50 @@
+/*
+ * A connection's resources on one NIC: its CQ, QPs and the registration of
+ * its control memory, with what each end told the other.  A connection has
+ * one link at a time; a move builds a second one elsewhere and switches to
+ * it, which is why nothing outside the link refers to a QP or key directly.
+ */
+#ifndef LP_LINK_H
+#define LP_LINK_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+
+#include "env.h"
+#include "health.h"
+#include "linkpass/nccl_net.h"
+#include "wire.h"
+
+#define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
+#define LP_RQ_DEPTH 256 /* receive WRs per QP */
+
+struct lp_link {
+  const struct lp_env *env; /* set by lp_link_open */
+  /* Counted on its device from open to close (the spread of moves,
+   * health.h): a sender's offered path counts before the peer answers. */
+  struct lp_health *health; /* NULL: not counted (failover off) */
+  enum lp_dir dir;
+  int dev; /* index in env->devs */
+  struct ibv_cq *cq;
+  int nqps;
+  struct ibv_qp *qps[LP_MAX_QPS];
+  int sq_free[LP_MAX_QPS];    /* send-queue slots not yet known complete */
+  int unsignaled[LP_MAX_QPS]; /* WRs posted since the last signaled one */
+  struct ibv_mr *ctrl_mr;     /* the comm's control memory on this NIC */
+  struct lp_link_info local;  /* what we told the peer */
+  struct lp_link_info remote; /* what the peer told us */
+};
+
+/* Create CQ, QPs (in INIT) on device `dev` and register the connection's
+ * control memory `ctrl` there; `remote_off`: where in it the peer writes
+ * (advertised as ctrl_addr).  With `health`, the link counts as a `dir`
+ * end on `dev` until it is closed. */
+ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
+                          int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off);
+/* Bring every QP to RTS towards `link->remote`. */
+ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
+void lp_link_close(struct lp_link *link);
+const struct lp_dev *lp_link_dev(const struct lp_link *link);
+const struct lp_nic *lp_link_nic(const struct lp_link *link);
+
+#endif

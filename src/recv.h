@@ -1,0 +1,17 @@
+/*
+ * The receiving end's data path: posting receives and their clear-to-sends,
+ * acting on write-with-immediate completions, the probe of quiet writes.
+ */
+#ifndef LP_RECV_H
+#define LP_RECV_H
+
+#include "comm.h"
+
+ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc);
+/* Post one irecv: receives and its clear-to-send.  *req NULL: no room now,
+ * completions must free some (NCCL retries). */
+ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *sizes, int *tags, void **mhandles,
+                          struct lp_req **req);
+ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
+
+#endif
