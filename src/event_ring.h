@@ -25,9 +25,9 @@
 enum lp_event_type {
   LP_EV_NONE = 0,
   LP_EV_ASYNC, /* a NIC's async event (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL...): nic, port, status = ibv_event_type */
-  LP_EV_PORT_DOWN,  /* a device's RoCE interface lost its link: dev, status = LP_PORT_SRC_* */
-  LP_EV_PORT_UP,    /* it has its link again: dev, status = LP_PORT_SRC_* */
-  LP_EV_CONN_MOVED, /* a connection end moved or lost its path: dev = where it went, status = report kind */
+  LP_EV_PORT_DOWN,  /* a device's RoCE interface lost its link (netwatch.c): dev */
+  LP_EV_PORT_UP,    /* it has its link again: dev */
+  LP_EV_CONN_MOVED, /* a connection end moved or lost its path: the metrics file is rewritten at once */
   LP_EV_STOP,       /* the control thread is asked to finish */
   LP_EV_TYPE_COUNT
 };
@@ -110,7 +110,7 @@ uint64_t lp_ring_overflows(const struct lp_event_ring *r);
 /* Slot count given at init. */
 static inline uint32_t lp_ring_capacity(const struct lp_event_ring *r) { return r->capacity; }
 
-/* "wc_error", "port_down"...; "unknown" for a value outside the enum. */
+/* "async", "port_down"...; "unknown" for a value outside the enum. */
 const char *lp_event_type_name(uint32_t type);
 
 #endif

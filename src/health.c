@@ -107,16 +107,13 @@ static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now)
           h->env->devs[dev].port, why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
 }
 
-/* A port event from the RoCE interface watch (or polling). */
+/* A port event from the RoCE interface watch. */
 static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   int dev = (int)e->dev;
   if (dev < 0 || dev >= h->env->ndevs) return;
-  const char *ifname = e->status == LP_PORT_SRC_NETDEV ? lp_netwatch_ifname(&h->nw, dev) : NULL;
+  const char *ifname = lp_netwatch_ifname(&h->nw, dev);
   char why[64];
-  if (ifname)
-    snprintf(why, sizeof(why), "netdev %s %s", ifname, e->type == LP_EV_PORT_DOWN ? "down" : "up");
-  else
-    snprintf(why, sizeof(why), "polling");
+  snprintf(why, sizeof(why), "netdev %s %s", ifname ? ifname : "?", e->type == LP_EV_PORT_DOWN ? "down" : "up");
   if (e->type == LP_EV_PORT_DOWN) {
     port_down(h, dev, why, now);
     return;
@@ -134,8 +131,8 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
 static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   if (e->type != LP_EV_ASYNC) {
     if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(h, e, now);
-    if (e->type == LP_EV_CONN_MOVED) h->metrics.dirty = 1;
-    return; /* connection-level events: the connections act on them */
+    if (e->type == LP_EV_CONN_MOVED) h->metrics.dirty = 1; /* the moved connection already acted */
+    return;
   }
   int nic = (int)e->nic;
   const char *name = h->env->ibv.event_type_str ? h->env->ibv.event_type_str((enum ibv_event_type)e->status) : "event";

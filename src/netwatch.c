@@ -52,10 +52,7 @@ static void set_state(struct lp_netwatch *w, struct lp_netwatch_if *wi, int up, 
   } else {
     LP_WARN("netwatch: %s (%s:%d) lost its link (%s)", wi->ifname, d->name, d->port, detail);
   }
-  struct lp_event e = {.type = up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN,
-                       .dev = (uint32_t)wi->dev,
-                       .status = LP_PORT_SRC_NETDEV,
-                       .time_ns = lp_now_ns()};
+  struct lp_event e = {.type = up ? LP_EV_PORT_UP : LP_EV_PORT_DOWN, .dev = (uint32_t)wi->dev, .time_ns = lp_now_ns()};
   lp_ring_push(w->ring, &e); /* a full ring counts the loss; polling finds the port later */
 }
 

@@ -24,9 +24,6 @@
 #include "event_ring.h"
 #include "nic.h"
 
-/* Where a port event came from (lp_event.status of LP_EV_PORT_DOWN/UP). */
-enum { LP_PORT_SRC_POLL = 0, LP_PORT_SRC_NETDEV = 1 };
-
 struct nl_sock;
 
 struct lp_netwatch_if {

@@ -252,6 +252,10 @@ ack_loss | partial_write)
   # the error that started the move, once, with the NIC's own status
   grep -qE "completion error on mlx5_0 qp 0x[0-9a-f]+: .*\(status 12, vendor error 0x[0-9a-f]+, wr kind [0-9]+\): moving" \
     "$tmp/out" || fail "the completion error that started the move was not logged with its status and vendor error"
+  # and only that one: the flushes it causes on the same QP say nothing more
+  repeated=$(grep -oE "^[^ ]+ .*completion error on mlx5_[0-9] qp 0x[0-9a-f]+" "$tmp/out" | sed 's/^\([^ ]*\) .*\(completion error.*\)/\1 \2/' |
+    sed -E 's/^([^:]+:[0-9]+):[0-9]+/\1/' | sort | uniq -d)
+  [ -z "$repeated" ] || fail "a completion error was logged more than once: $repeated"
   ;;
 ack_loss_repeated | ack_loss_idle_receiver)
   # A lost acknowledgement on a sendrecv's only message of an iteration:
