@@ -168,9 +168,10 @@ static int read_dir(const char *dir) {
   return 0;
 }
 
-/* The last event lines linkpass sent to syslog ("... linkpass[pid]: event=..."). */
+/* The last event lines linkpass sent to syslog ("... linkpass[pid]: event=..."),
+ * from a file or, for "-", standard input (journalctl's output). */
 static void read_events(const char *log, int want) {
-  FILE *f = fopen(log, "r");
+  FILE *f = strcmp(log, "-") == 0 ? stdin : fopen(log, "r");
   if (f == NULL) return;
   char line[1024];
   while (fgets(line, sizeof(line), f)) {
@@ -179,7 +180,7 @@ static void read_events(const char *log, int want) {
     snprintf(events[nevents % MAX_EVENTS], sizeof(events[0]), "%s", line);
     nevents++;
   }
-  fclose(f);
+  if (f != stdin) fclose(f);
   if (want > MAX_EVENTS) want = MAX_EVENTS;
   if (nevents > want) {
     /* Keep the last `want`, oldest first. */
@@ -307,7 +308,8 @@ static void usage(FILE *out) {
           "usage: linkpass-status [--dir DIR] [--log FILE] [--events N] [--json] [FILE.prom ...]\n"
           "  --dir DIR     metrics directory (default: that of $LINKPASS_METRICS_FILE, else\n"
           "                /var/lib/prometheus/node-exporter, the textfile directory of Debian's node exporter)\n"
-          "  --log FILE    syslog file with linkpass's event lines (default /var/log/syslog, when readable)\n"
+          "  --log FILE    syslog file with linkpass's event lines (default /var/log/syslog, when readable);\n"
+          "                - reads them from standard input: journalctl -t linkpass | linkpass-status --log -\n"
           "  --events N    how many of the last event lines to show (default 8; 0: none)\n"
           "  --json        one JSON document instead of the table\n");
 }

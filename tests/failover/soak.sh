@@ -196,22 +196,16 @@ awk 'NR == FNR { if ($1 == "#" && $2 == "rank") host[$5] = $7; next }
 # The metrics agree with syslog, rank by rank.
 shopt -s nullglob
 proms=("$tmp"/metrics/*.prom)
-if ((${#proms[@]} == 0)); then
-  # TODO(metrics): the plugin does not write LINKPASS_METRICS_FILE yet (being
-  # hooked in, src/metrics.c).  Once it does, make a missing file a failure:
-  #   fail "no metrics file under $tmp/metrics"
-  echo "soak: TODO: no metrics file was written (LINKPASS_METRICS_FILE not hooked in yet): metrics check skipped"
-else
-  for f in "${proms[@]}"; do
-    pid=$(sed -n 's/.*pid="\([0-9]*\)".*/\1/p' "$f" | head -1)
-    for kind in failover failback; do
-      m=$(awk -v k="linkpass_${kind}s_total" '$1 ~ "^" k "[{]" { s += $2 } END { print s + 0 }' "$f")
-      s=$(grep -c "linkpass\[$pid\]: event=$kind " "$tmp/syslog" || true)
-      ((m == s)) || fail "rank pid $pid: ${kind}s: metrics say $m, syslog has $s lines ($(basename "$f"))"
-    done
+((${#proms[@]} == nranks)) || fail "${#proms[@]} metrics files under $tmp/metrics, not one for each of the $nranks ranks"
+for f in "${proms[@]}"; do
+  pid=$(sed -n 's/.*pid="\([0-9]*\)".*/\1/p' "$f" | head -1)
+  for kind in failover failback; do
+    m=$(awk -v k="linkpass_${kind}s_total" '$1 ~ "^" k "[{]" { s += $2 } END { print s + 0 }' "$f")
+    s=$(grep -c "linkpass\[$pid\]: event=$kind " "$tmp/syslog" || true)
+    ((m == s)) || fail "rank pid $pid: ${kind}s: metrics say $m, syslog has $s lines ($(basename "$f"))"
   done
-  echo "soak: metrics of ${#proms[@]} ranks agree with syslog"
-fi
+done
+echo "soak: metrics of ${#proms[@]} ranks agree with syslog"
 
 slowest=$(sed -n 's/^# Slowest iteration *: //p' "$tmp/out")
 echo "soak: $iters iterations, 0 wrong; $pulls cable pulls -> $failovers failovers, $failbacks failbacks," \

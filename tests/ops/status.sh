@@ -41,6 +41,10 @@ grep -qE '^  mlx5_0:1 +DOWN ' "$tmp/status.txt" || fail "the table shows no DOWN
 grep -q '^last events:' "$tmp/status.txt" || fail "the table shows no events"
 grep -qE 'failover +mlx5_0 -> mlx5_[123]' "$tmp/status.txt" || fail "no 'failover mlx5_0 -> ...' event line: $(cat "$tmp/status.txt")"
 cat "$tmp/status.txt"
+# The same events from standard input, as journalctl would hand them over.
+"$status" --log - --json <"$tmp/syslog" >"$tmp/stdin.json" || fail "linkpass-status --log - failed"
+jq -e '[.events[] | select(.event == "failover" and .dev == "mlx5_0")] | length >= 1' "$tmp/stdin.json" >/dev/null ||
+  fail "linkpass-status --log - read no failover event from standard input: $(cat "$tmp/stdin.json")"
 sv link node0:mlx5_0 up
 expect_clean_run
 "$status" --json --events 0 >"$tmp/after.json"

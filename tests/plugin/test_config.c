@@ -240,6 +240,20 @@ Test(config, watchdog_at_or_above_the_retry_budget_warns_naming_both) {
   cr_expect_eq(load(&off, &cfg), 0, "no failover, no watchdog: nothing to say");
 }
 
+Test(config, metrics_file_without_the_pid_warns) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  set(&e, "LINKPASS_METRICS_FILE", "/var/lib/prometheus/node-exporter/linkpass.prom");
+  cr_assert_eq(load(&e, &cfg), 1);
+  cr_expect(strstr(e.warnings[0], "LINKPASS_METRICS_FILE=\"/var/lib/prometheus/node-exporter/linkpass.prom\"") &&
+                strstr(e.warnings[0], "%p"),
+            "%s", e.warnings[0]);
+  cr_expect_str_eq(cfg.metrics_file, "/var/lib/prometheus/node-exporter/linkpass.prom", "the file is still written");
+  struct fake_env ok = {0};
+  set(&ok, "LINKPASS_METRICS_FILE", "/var/lib/prometheus/node-exporter/linkpass-%h-%p.prom");
+  cr_expect_eq(load(&ok, &cfg), 0, "with %%p: no warning");
+}
+
 Test(config, ib_addr_family_and_range) {
   struct fake_env e = {0};
   struct lp_config cfg;
