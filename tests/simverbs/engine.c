@@ -660,11 +660,26 @@ static uint64_t look_again(uint64_t now, uint64_t qnext) { return qnext != UINT6
 /* Progress every QP whose executor lock is free; sv_lib.lock held.  Resets
  * deferred_due_ns before looking: a poster deferring meanwhile lowers it
  * again after its enqueue, so no WR is forgotten. */
+/* Nothing for a pass to do on this QP: no fault to apply, no work queued,
+ * nothing left to flush.  Read without its locks (a poster that queues
+ * work after this look kicks or defers as usual): a pass over thousands of
+ * idle QPs (standby paths) then takes no lock at all. */
+static int qp_idle(struct sv_qp_local *lq) {
+  struct sv_fabric *f = fab();
+  struct sv_qp *q = &f->qps[lq->index];
+  enum ibv_qp_state st = atomic_load(&q->state);
+  if (atomic_load(&q->fault) != SV_QP_FAULT_NONE) return 0;
+  if (atomic_load(&f->devs[q->dev].fatal) && st != IBV_QPS_RESET && st != IBV_QPS_ERR) return 0;
+  if (atomic_load(&lq->sq_head) != atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) return 0;
+  return st != IBV_QPS_ERR || sv_rq_head(f, q) == NULL;
+}
+
 static int progress_all(uint64_t now, uint64_t *next) {
   int progress = 0;
   uint64_t due = UINT64_MAX;
   atomic_store(&sv_lib.deferred_due_ns, UINT64_MAX);
   for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next) {
+    if (qp_idle(lq)) continue;
     if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
       due = now; /* a poster is executing it right now: look again */
       continue;

@@ -219,13 +219,9 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   struct sv_cq_local *lc = (struct sv_cq_local *)cq;
   struct sv_fabric *f = fab();
   pthread_mutex_lock(&sv_lib.lock);
-  for (int i = 0; i < SV_MAX_QPS; i++) {
-    struct sv_qp *q = &f->qps[i];
-    if (atomic_load(&q->in_use) && q->owner == sv_lib.proc &&
-        (q->send_cq == lc->index || q->recv_cq == lc->index)) {
-      pthread_mutex_unlock(&sv_lib.lock);
-      return EBUSY; /* a QP still completes into it */
-    }
+  if (lc->users > 0) {
+    pthread_mutex_unlock(&sv_lib.lock);
+    return EBUSY; /* a QP still completes into it */
   }
   for (struct sv_cq_local **p = &sv_lib.cqs; *p; p = &(*p)->next)
     if (*p == lc) {

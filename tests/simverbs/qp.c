@@ -100,6 +100,8 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
   pthread_mutex_lock(&sv_lib.lock);
   lq->next = sv_lib.qps;
   sv_lib.qps = lq;
+  ((struct sv_cq_local *)attr->send_cq)->users++;
+  ((struct sv_cq_local *)attr->recv_cq)->users++;
   pthread_mutex_unlock(&sv_lib.lock);
   return &lq->qp;
 nomem:
@@ -118,6 +120,8 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
       *p = lq->next;
       break;
     }
+  ((struct sv_cq_local *)qp->send_cq)->users--;
+  ((struct sv_cq_local *)qp->recv_cq)->users--;
   pthread_mutex_lock(&lq->exec_lock); /* and no poster is executing it */
   pthread_mutex_unlock(&lq->exec_lock);
   /* Read before the slot is given up: from then on another thread's

@@ -57,6 +57,7 @@ struct sv_cq_local {
   int index;
   struct sv_cqe *ring;
   pthread_mutex_t poll_lock; /* pollers of this process among themselves */
+  int users;                 /* QPs completing into it, once per queue (sv_lib.lock): destroy_cq's EBUSY */
   struct sv_cq_local *next;
 };
 
@@ -116,6 +117,7 @@ struct sv_peer_map {
 };
 
 struct sv_window;
+struct sv_span;
 
 /* The one per-process instance of the simulated library. */
 struct sv_lib {
@@ -135,8 +137,10 @@ struct sv_lib {
   _Atomic uint64_t deferred_due_ns; /* pollers run deferred work from then on; UINT64_MAX: none */
   _Atomic uint64_t deferred_ns;    /* when a poster last left work for later */
   _Atomic uint64_t engine_wake_ns; /* when the sleeping engine wakes by itself; 0 while it runs */
-  pthread_mutex_t window_lock; /* the two tables below */
+  pthread_mutex_t window_lock; /* the tables below */
   struct sv_window *windows;   /* our registered memory, shared with peers */
+  struct sv_span *spans;       /* the pages under each live registration of ours, shared or not */
+  int nspans, spans_cap;
   struct sv_peer_map peer_maps[SV_PEER_MAPS]; /* entries never change once counted */
   int npeer_maps;
   /* by MR index: the peer map its window was last found in (a hint,

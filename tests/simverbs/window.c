@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -40,8 +41,50 @@ struct sv_window {
 static uintptr_t page_down(uintptr_t v) { return v & ~(SV_PAGE - 1); }
 static uintptr_t page_up(uintptr_t v) { return (v + SV_PAGE - 1) & ~(SV_PAGE - 1); }
 
+/* PROCMAP_QUERY (Linux 6.11, include/uapi/linux/fs.h; Debian 12's headers
+ * predate it): the memory area at an address in O(log n), where reading
+ * /proc/self/maps costs a line per area (a process with thousands of
+ * registrations has thousands of areas: registration was quadratic). */
+struct sv_procmap_query {
+  uint64_t size, query_flags, query_addr;
+  uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+  uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+  uint64_t vma_name_addr, build_id_addr;
+};
+#define SV_PROCMAP_QUERY 0xc0686611ul /* _IOWR('f', 17, struct procmap_query) */
+#define SV_VMA_READABLE 0x1
+#define SV_VMA_WRITABLE 0x2
+#define SV_VMA_EXECUTABLE 0x4
+#define SV_VMA_SHARED 0x8
+
+/* 1 or 0 as for private_anonymous; -1 when the kernel cannot answer. */
+static int private_anonymous_query(uintptr_t start, uintptr_t end) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int ok = 1;
+  for (uintptr_t covered = start; ok && covered < end;) {
+    char name[64] = "";
+    struct sv_procmap_query q = {.size = sizeof(q),
+                                 .query_addr = covered,
+                                 .vma_name_size = sizeof(name),
+                                 .vma_name_addr = (uint64_t)(uintptr_t)name};
+    if (ioctl(fd, SV_PROCMAP_QUERY, &q) != 0) {
+      ok = errno == ENOENT || errno == ENAMETOOLONG ? 0 : -1; /* a hole or a long (file) name: no */
+      break;
+    }
+    ok = q.vma_start <= covered && (q.vma_flags & (SV_VMA_READABLE | SV_VMA_WRITABLE | SV_VMA_EXECUTABLE | SV_VMA_SHARED)) ==
+                                       (SV_VMA_READABLE | SV_VMA_WRITABLE) &&
+         q.inode == 0 && q.dev_major == 0 && q.dev_minor == 0 && (!name[0] || !strcmp(name, "[heap]"));
+    covered = q.vma_end;
+  }
+  close(fd);
+  return ok;
+}
+
 /* True when [start, end) is entirely private anonymous read-write memory. */
 static int private_anonymous(uintptr_t start, uintptr_t end) {
+  int fast = private_anonymous_query(start, end);
+  if (fast >= 0) return fast;
   FILE *maps = fopen("/proc/self/maps", "r");
   if (!maps) return 0;
   char line[512];
@@ -65,19 +108,41 @@ static struct sv_window *find_window(uintptr_t start, uintptr_t end) {
   return NULL;
 }
 
+/* The pages under one live registration of this process. */
+struct sv_span {
+  uintptr_t start, end;
+};
+
 /* True when [start, end) overlaps a window, or the pages of another live
- * registration of this process. */
+ * registration of this process (sv_lib.spans: this process's own, not the
+ * fabric's whole table of registrations). */
 static int pages_taken(uintptr_t start, uintptr_t end) {
   for (struct sv_window *w = sv_lib.windows; w; w = w->next)
     if (w->start < end && start < w->end) return 1;
-  struct sv_fabric *f = sv_lib.fab;
-  for (int i = 1; i < SV_MAX_MRS; i++) {
-    struct sv_mr *m = &f->mrs[i];
-    if (!atomic_load_explicit(&m->in_use, memory_order_acquire) || m->owner != sv_lib.proc || !m->length) continue;
-    uintptr_t lo = page_down((uintptr_t)m->addr), hi = page_up((uintptr_t)(m->addr + m->length));
-    if (lo < end && start < hi) return 1;
-  }
+  for (int i = 0; i < sv_lib.nspans; i++)
+    if (sv_lib.spans[i].start < end && start < sv_lib.spans[i].end) return 1;
   return 0;
+}
+
+/* Window lock held.  Out of memory, a span is not recorded: the next
+ * registration of the same pages may then share them (as before spans). */
+static void span_add(uintptr_t start, uintptr_t end) {
+  if (sv_lib.nspans == sv_lib.spans_cap) {
+    int cap = sv_lib.spans_cap ? 2 * sv_lib.spans_cap : 64;
+    struct sv_span *n = realloc(sv_lib.spans, sizeof(*n) * (size_t)cap);
+    if (!n) return;
+    sv_lib.spans = n;
+    sv_lib.spans_cap = cap;
+  }
+  sv_lib.spans[sv_lib.nspans++] = (struct sv_span){start, end};
+}
+
+static void span_remove(uintptr_t start, uintptr_t end) {
+  for (int i = 0; i < sv_lib.nspans; i++)
+    if (sv_lib.spans[i].start == start && sv_lib.spans[i].end == end) {
+      sv_lib.spans[i] = sv_lib.spans[--sv_lib.nspans];
+      return;
+    }
 }
 
 /* Copy one page word by word without the sanitizer's checks: the bytes
@@ -143,15 +208,18 @@ void sv_window_share(struct sv_mr *m) {
     m->win_off = addr - w->start;
     m->win_len = w->end - w->start;
   }
+  span_add(start, end);
   pthread_mutex_unlock(&sv_lib.window_lock);
 }
 
 /* The memory stays mapped (it is the caller's buffer); the fd goes with the
  * last registration, and peers' mappings keep the pages alive. */
 void sv_window_release(struct sv_mr *m) {
-  if (m->win_fd < 0) return;
+  uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
+  if (!m->length || end <= start) return;
   pthread_mutex_lock(&sv_lib.window_lock);
-  for (struct sv_window **p = &sv_lib.windows; *p; p = &(*p)->next) {
+  span_remove(start, end);
+  for (struct sv_window **p = &sv_lib.windows; m->win_fd >= 0 && *p; p = &(*p)->next) {
     struct sv_window *w = *p;
     if (w->id != m->win_id) continue;
     if (--w->refs == 0) {
