@@ -150,6 +150,13 @@ static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle
   return lp_mr_on(mhandle, comm->env->devs[comm->link.dev].nic);
 }
 
+/* Where in its control memory the peer writes: the sender's CTS FIFO is at
+ * its start, the receiver's completion records follow its CTS staging. */
+static inline size_t lp_comm_ctrl_remote_off(const struct lp_comm *c) {
+  if (c->kind == LP_COMM_SEND) return 0;
+  return (size_t)((const char *)((const struct lp_recv_comm *)c)->records - (const char *)c->ctrl);
+}
+
 /* Open a link for this comm on `dev` (link.h), counted as its direction. */
 static inline ncclResult_t lp_comm_link_open(struct lp_link *link, const struct lp_comm *c, int dev, int nqps,
                                              size_t remote_off) {

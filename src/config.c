@@ -196,6 +196,8 @@ static const struct int_var int_vars[] = {
     {"LINKPASS_FAILOVER", offsetof(struct lp_config, failover), 1, 0, 1, "(0 turns link failover off)"},
     {"LINKPASS_WATCHDOG_MS", offsetof(struct lp_config, watchdog_ms), 2000, 0, 3600000, "(0 turns the watchdog off)"},
     {"LINKPASS_MOVE_TIMEOUT_MS", offsetof(struct lp_config, move_timeout_ms), 5000, 100, 600000, ""},
+    {"LINKPASS_STANDBY", offsetof(struct lp_config, standby), 1, 0, 1,
+     "(0: no standby path; a move builds its new path when it starts)"},
     {"LINKPASS_FAILBACK_HOLDDOWN_MS", offsetof(struct lp_config, failback_holddown_ms), 2000, 0, 3600000, ""},
     {"LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", offsetof(struct lp_config, failback_holddown_max_ms), 60000, 0, 86400000, ""},
     {"LINKPASS_SYSLOG", offsetof(struct lp_config, syslog), 1, 0, 1, "(0 keeps event lines in NCCL's log only)"},

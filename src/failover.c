@@ -18,6 +18,11 @@
 #include "sock.h"
 
 #define LP_FO_READ_EVERY_NS 1000000ull /* 1 ms */
+/* A standby is offered again this long after a move (the other moves of a
+ * sweep come first), or after an offer that found no device or no answer. */
+#define LP_SB_AFTER_MOVE_NS 100000000ull /* 100 ms */
+#define LP_SB_RETRY_NS 1000000000ull     /* 1 s */
+#define LP_SB_PACE_NS 2000000ull         /* 2 ms between two pieces of such work in a process */
 
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
 static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
@@ -25,8 +30,10 @@ static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev]
 /* Every state change goes through here: the transport holds new work
  * while a move is agreed. */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
+  int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
+  if (was_idle != idle) lp_health_moving_add(c->health, idle ? -1 : 1);
   c->fo->state = st;
-  c->paused = st != LP_FO_IDLE;
+  c->paused = !idle;
 }
 
 /* ---- control channel ---- */
@@ -166,19 +173,19 @@ static ncclResult_t drain(struct lp_comm *c) {
   }
 }
 
-/* Where in our control memory the peer writes: the sender's CTS FIFO is at
- * its start, the receiver's completion records follow its CTS staging. */
-static size_t ctrl_remote_off(const struct lp_comm *c) {
-  if (c->kind == LP_COMM_SEND) return 0;
-  return (size_t)((const char *)((const struct lp_recv_comm *)c)->records - (const char *)c->ctrl);
-}
-
 /* The new path replaces the old one (each link counts on its device from
  * open to close: link.h). */
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
-  lp_link_close(&c->link);
+  struct lp_fo *fo = c->fo;
+  /* Destroying QPs costs about a millisecond each on a ConnectX: the old
+   * path is destroyed later, off the critical path of a sweep (tidy()).
+   * It stops counting on its device now. */
+  lp_link_close(&fo->retired);
+  fo->retired = c->link;
+  lp_link_uncount(&fo->retired);
   c->link = *next;
   memset(next, 0, sizeof(*next));
+  fo->sb.next_ns = lp_now_ns() + LP_SB_AFTER_MOVE_NS;
 }
 
 /* Where this connection goes (health.h): its primary's pool. */
@@ -195,7 +202,7 @@ static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int
   enum lp_dir dir = lp_comm_dir(c);
   int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid);
   if (dev < 0) return -1;
-  *opened = lp_comm_link_open(next, c, dev, nqps, ctrl_remote_off(c));
+  *opened = lp_comm_link_open(next, c, dev, nqps, lp_comm_ctrl_remote_off(c));
   lp_health_load_add(c->health, dir, dev, -1);
   return dev;
 }
@@ -217,7 +224,10 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                         .inflight = fo->inflight,
                         .replayed = replayed,
                         .replayed_bytes = bytes,
-                        .duration_us = took_ns / 1000};
+                        .duration_us = took_ns / 1000,
+                        .path = kind == LP_REPORT_PATH_LOST ? NULL
+                                : fo->via_standby           ? "standby"
+                                                            : "new"};
   lp_report_emit(&c->env->syslog, &r);
   struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
@@ -250,12 +260,35 @@ static void begin(struct lp_comm *c, int reason) {
     fo->inflight = outstanding_requests(c);
     fo->reason = reason;
     fo->attempts = 0;
+    fo->via_standby = 0;
   }
 }
 
 /* ---- sender ---- */
 
-/* Start (or restart) a move: new QPs on a chosen device, REQ to the peer. */
+/* Ask the receiver to move: onto the standby `standby` both ends hold, or
+ * (0) onto a new path, whose link is `link`. */
+static ncclResult_t request(struct lp_comm *c, int reason, int avoid_rail, int rail, uint32_t standby,
+                            const struct lp_link_info *link) {
+  struct lp_fo *fo = c->fo;
+  struct lp_fo_req m;
+  memset(&m, 0, sizeof(m));
+  hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
+  m.conn_id = c->conn_id;
+  m.epoch = fo->epoch;
+  m.reason = (uint32_t)reason;
+  m.rail = rail;
+  m.avoid_rail = avoid_rail;
+  m.standby = standby;
+  m.link = *link;
+  set_state(c, LP_FO_REQUESTED);
+  fo->attempts++;
+  fo->deadline_ns = lp_now_ns() + c->env->cfg.ns.move_timeout_ns;
+  return send_msg(c, &m, sizeof(m));
+}
+
+/* Start (or restart) a move: onto the standby path when it is usable,
+ * else new QPs on a chosen device; REQ to the peer. */
 static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_rail) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
@@ -266,6 +299,9 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   int failback = reason == LP_FO_FAILBACK;
   int avoid = failback ? -1 : c->link.dev;
   int prefer = failback ? fo->primary_dev : -1;
+  if (lp_sb_usable(c, &fo->sb, avoid) && (!failback || fo->sb.link.dev == fo->primary_dev))
+    return request(c, reason, avoid_rail, fo->sb.link.dev, fo->sb.id, &fo->sb.link.local);
+  lp_sb_drop(c, &fo->sb); /* it stood by the path being left: the peer drops its side at this REQ */
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
     /* The offer counts on its device from now, not only once the peer answers. */
     ncclResult_t opened;
@@ -274,21 +310,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
       send_nack(c, reason);
       return path_lost(c, "no healthy NIC on this side");
     }
-    if (opened == ncclSuccess) {
-      struct lp_fo_req m;
-      memset(&m, 0, sizeof(m));
-      hdr(&m.hdr, LP_MSG_FO_REQ, sizeof(m));
-      m.conn_id = c->conn_id;
-      m.epoch = fo->epoch;
-      m.reason = (uint32_t)reason;
-      m.rail = failback ? -1 : dev;
-      m.avoid_rail = avoid_rail;
-      m.link = fo->next.local;
-      set_state(c, LP_FO_REQUESTED);
-      fo->attempts++;
-      fo->deadline_ns = lp_now_ns() + c->env->cfg.ns.move_timeout_ns;
-      return send_msg(c, &m, sizeof(m));
-    }
+    if (opened == ncclSuccess) return request(c, reason, avoid_rail, failback ? -1 : dev, 0, &fo->next.local);
     prefer = -1;
     avoid = dev; /* could not build there: try the next one */
   }
@@ -353,10 +375,27 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
   if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
-  fo->next.remote = a->link;
-  if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
-  ncclResult_t rc = send_ready(c);
-  if (rc != ncclSuccess) return rc;
+  ncclResult_t rc;
+  if (a->refused) { /* the receiver no longer holds the standby: a new path, as without one */
+    LP_WARN(
+        "send connection to %s: its standby path is gone at the peer (its NIC failed there): moving onto a "
+        "new path",
+        c->peer);
+    lp_sb_drop(c, &fo->sb);
+    return sender_start(s, fo->reason, -1);
+  }
+  if (a->standby != 0) { /* both ends were connected and ready since the standby's answer */
+    if (fo->sb.state != LP_SB_READY || a->standby != fo->sb.id)
+      return lp_comm_fail(c, ncclRemoteError, "the peer moved onto standby path %u, which this end does not hold",
+                          a->standby);
+    lp_sb_take(c, &fo->sb, &fo->next);
+    fo->via_standby = 1;
+  } else {
+    fo->next.remote = a->link;
+    if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
+    rc = send_ready(c);
+    if (rc != ncclSuccess) return rc;
+  }
   rc = drain(c);
   if (rc != ncclSuccess) return rc;
   int to = fo->next.dev, replayed = 0;
@@ -370,6 +409,23 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
 }
 
 /* ---- receiver ---- */
+
+/* The REQ names a standby this end no longer holds (dropped when its
+ * device failed) or cannot use now: the sender offers a new path next,
+ * and the old one stays stopped until then. */
+static ncclResult_t refuse_standby(struct lp_comm *c) {
+  lp_sb_drop(c, &c->fo->sb);
+  set_state(c, LP_FO_NOTICED);
+  struct lp_fo_ack *a = calloc(1, sizeof(*a));
+  if (a == NULL) return lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection");
+  hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(0));
+  a->conn_id = c->conn_id;
+  a->epoch = c->fo->epoch;
+  a->refused = 1;
+  ncclResult_t rc = send_msg(c, a, lp_fo_ack_len(0));
+  free(a);
+  return rc;
+}
 
 static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
   struct lp_comm *c = &r->base;
@@ -387,7 +443,14 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   int avoid = failback ? -1 : c->link.dev;
   struct lp_link next;
   int dev = -1;
-  for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
+  if (m->standby != 0) {
+    if (m->standby != fo->sb.id || !lp_sb_usable(c, &fo->sb, avoid)) return refuse_standby(c);
+    lp_sb_take(c, &fo->sb, &next);
+    dev = next.dev;
+    fo->via_standby = 1;
+  }
+  if (dev < 0) lp_sb_drop(c, &fo->sb); /* the sender dropped its side: it offers a new path */
+  for (int tries = 0; dev < 0 && tries < LP_MAX_DEVS; tries++) {
     ncclResult_t opened;
     dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
     if (dev < 0) break;
@@ -460,7 +523,9 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   swap_link(c, &next);
   hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
-  set_state(c, LP_FO_AWAIT_READY); /* the sender's new QPs may still be in INIT */
+  a->standby = m->standby;
+  /* The sender's new QPs may still be in INIT, unless they are its standby's. */
+  set_state(c, m->standby != 0 ? LP_FO_IDLE : LP_FO_AWAIT_READY);
   fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
   free(a);
@@ -477,6 +542,63 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
   set_state(c, LP_FO_NOTICED);
   quiesce(&c->link);
   return send_notice(c, reason, c->link.dev);
+}
+
+/* ---- standby paths ---- */
+
+/* The primary is healthy again on both sides: move back, onto a standby
+ * built on the primary first, so that the move itself is as short as a
+ * failover's (the connection runs on meanwhile). */
+static ncclResult_t failback(struct lp_send_comm *s) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = c->fo;
+  if (!c->env->cfg.standby || (fo->sb.state == LP_SB_READY && fo->sb.link.dev == fo->primary_dev))
+    return sender_start(s, LP_FO_FAILBACK, -1);
+  if (fo->sb.state == LP_SB_OFFERED && fo->sb.failback) return ncclSuccess; /* its answer decides */
+  struct lp_fo_sb_offer m;
+  if (lp_sb_offer(c, &fo->sb, fo->primary_dev, 1, &m) != 0) return sender_start(s, LP_FO_FAILBACK, -1);
+  return send_msg(c, &m, sizeof(m));
+}
+
+static int failback_due(const struct lp_comm *c) {
+  const struct lp_fo *fo = c->fo;
+  return c->link.dev != fo->primary_dev && lp_health_ok(c->health, fo->primary_dev) && fo->peer_primary_ok;
+}
+
+static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_sb_answer *a) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = c->fo;
+  int for_failback = fo->sb.state == LP_SB_OFFERED && fo->sb.id == a->id && fo->sb.failback;
+  if (lp_sb_on_answer(c, &fo->sb, a)) {
+    if (for_failback) fo->seen_gen--; /* re-evaluate: the failback can go now */
+    return ncclSuccess;
+  }
+  if (fo->sb.state != LP_SB_NONE) return ncclSuccess; /* a late answer to an older offer */
+  fo->sb.next_ns = lp_now_ns() + LP_SB_RETRY_NS;
+  /* No standby on the primary at the peer's end: fail back the plain way. */
+  if (for_failback && fo->state == LP_FO_IDLE && failback_due(c)) return sender_start(s, LP_FO_FAILBACK, -1);
+  return ncclSuccess;
+}
+
+/* Off the critical path of a sweep (no move of this process under way),
+ * one piece at a time for the whole process (lp_health_paced): destroy the
+ * path the last move left, or (sender) offer a standby. */
+static ncclResult_t tidy(struct lp_comm *c, uint64_t now) {
+  struct lp_fo *fo = c->fo;
+  int offer = c->kind == LP_COMM_SEND && c->env->cfg.standby && fo->sb.state == LP_SB_NONE;
+  if (fo->state != LP_FO_IDLE || now < fo->sb.next_ns || (!offer && fo->retired.env == NULL) ||
+      lp_health_moving(c->health) != 0 || !lp_health_paced(c->health, now, LP_SB_PACE_NS))
+    return ncclSuccess;
+  if (fo->retired.env != NULL) {
+    lp_link_close(&fo->retired);
+    return ncclSuccess;
+  }
+  struct lp_fo_sb_offer m;
+  if (lp_sb_offer(c, &fo->sb, fo->primary_dev, 0, &m) != 0) {
+    fo->sb.next_ns = now + LP_SB_RETRY_NS; /* no other healthy device now */
+    return ncclSuccess;
+  }
+  return send_msg(c, &m, sizeof(m));
 }
 
 /* ---- dispatch ---- */
@@ -504,8 +626,13 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
       if (n->epoch != fo->epoch || fo->state != LP_FO_IDLE) return ncclSuccess; /* already moving */
       return sender_start(s, LP_FO_PEER_NOTICE, n->failed_rail);
     }
+    if (type == LP_MSG_FO_SB_ANSWER) return standby_answered(s, buf);
   } else if (type == LP_MSG_FO_REQ) {
     return receiver_on_req((struct lp_recv_comm *)c, buf);
+  } else if (type == LP_MSG_FO_SB_OFFER) {
+    struct lp_fo_sb_answer a;
+    lp_sb_answer(c, &fo->sb, fo->primary_dev, buf, &a);
+    return send_msg(c, &a, sizeof(a));
   } else if (type == LP_MSG_FO_READY) {
     const struct lp_fo_ready *m = buf;
     if (fo->state == LP_FO_AWAIT_READY && m->epoch == fo->epoch) set_state(c, LP_FO_IDLE);
@@ -554,11 +681,11 @@ static ncclResult_t check_health(struct lp_comm *c) {
    * for a healthy one. */
   int here_ok = lp_health_ok(h, c->link.dev) ||
                 (lp_health_link_up(h, c->link.dev) && choose_dev(c, -1, c->link.dev) == c->link.dev);
+  if (fo->sb.state != LP_SB_NONE && !lp_health_ok(h, fo->sb.link.dev)) lp_sb_drop(c, &fo->sb); /* rebuilt elsewhere */
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, LP_FO_PORT_DOWN, -1);
-    if (c->link.dev != fo->primary_dev && lp_health_ok(h, fo->primary_dev) && fo->peer_primary_ok)
-      return sender_start(s, LP_FO_FAILBACK, -1);
+    if (failback_due(c)) return failback(s);
     return ncclSuccess;
   }
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
@@ -605,6 +732,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   }
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
+  if (rc == ncclSuccess) rc = tidy(c, now);
   return rc;
 }
 
@@ -670,6 +798,9 @@ void lp_fo_fini(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return;
   lp_link_close(&fo->next);
+  lp_sb_drop(c, &fo->sb);
+  lp_link_close(&fo->retired);
+  if (fo->state != LP_FO_IDLE) lp_health_moving_add(c->health, -1);
   free(fo);
   c->fo = NULL;
   c->paused = 0;

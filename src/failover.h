@@ -19,6 +19,10 @@
  *     whole when it has not, so each isend and irecv completes exactly once
  *     with the right bytes even after a partial write.
  *
+ * With a standby path (standby.h) the REQ names it: both ends take the
+ * link they connected in advance instead of building one, and no READY is
+ * needed; the rest of the move is the same.
+ *
  * Failback is the same move with reason "failback", towards the primary NIC.
  */
 #ifndef LP_FAILOVER_H
@@ -30,6 +34,7 @@
 
 #include "comm.h"
 #include "fo_wire.h"
+#include "standby.h"
 #include "linkpass/nccl_net.h"
 
 struct lp_idle_watch;
@@ -55,12 +60,15 @@ struct lp_fo {
   int attempts;         /* REQs sent for this fault; LP_FO_MAX_ATTEMPTS unanswered ones lose the path */
   int from_dev;         /* where the connection was when this move began */
   int inflight;         /* requests outstanding when it began */
+  int via_standby;      /* the move took the standby path */
   uint32_t seen_gen;
   int primary_dev;
-  int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
-  int peer_closed;       /* the control channel reached end of file */
-  uint64_t next_read_ns; /* when to look at the control channel again */
-  struct lp_link next;   /* sender: the path offered to the peer, until it answers */
+  int peer_primary_ok;    /* sender: the receiver's primary NIC can be used */
+  int peer_closed;        /* the control channel reached end of file */
+  uint64_t next_read_ns;  /* when to look at the control channel again */
+  struct lp_link next;    /* sender: the path offered to the peer, until it answers */
+  struct lp_standby sb;   /* the standby path (standby.h) */
+  struct lp_link retired; /* the path the last move left, destroyed once no move of the process is under way */
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;

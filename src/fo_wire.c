@@ -33,6 +33,8 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   case LP_MSG_FO_REQ: want = sizeof(struct lp_fo_req); break;
   case LP_MSG_FO_NACK: want = sizeof(struct lp_fo_nack); break;
   case LP_MSG_FO_READY: want = sizeof(struct lp_fo_ready); break;
+  case LP_MSG_FO_SB_OFFER: want = sizeof(struct lp_fo_sb_offer); break;
+  case LP_MSG_FO_SB_ANSWER: want = sizeof(struct lp_fo_sb_answer); break;
   case LP_MSG_FO_ACK: {
     if (len < offsetof(struct lp_fo_ack, pending)) return bad(why, whylen, "%s of %llu bytes", "truncated ack", len);
     const struct lp_fo_ack *a = buf;
@@ -47,11 +49,19 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   uint64_t id;
   memcpy(&id, (const char *)buf + sizeof(*h), sizeof(id));
   if (id != conn_id) return bad(why, whylen, "%s 0x%llx", "control message for another connection", id);
-  if (h->type == LP_MSG_FO_REQ || h->type == LP_MSG_FO_ACK) {
-    const struct lp_link_info *l =
-        h->type == LP_MSG_FO_REQ ? &((const struct lp_fo_req *)buf)->link : &((const struct lp_fo_ack *)buf)->link;
-    if (lp_link_info_check(l, nqps, why, whylen) != 0) return -1;
-  }
+  const struct lp_link_info *l = NULL; /* the link the message describes, when it counts */
+  if (h->type == LP_MSG_FO_REQ) l = &((const struct lp_fo_req *)buf)->link;
+  if (h->type == LP_MSG_FO_ACK && !((const struct lp_fo_ack *)buf)->refused) l = &((const struct lp_fo_ack *)buf)->link;
+  if (h->type == LP_MSG_FO_SB_OFFER) l = &((const struct lp_fo_sb_offer *)buf)->link;
+  if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok)
+    l = &((const struct lp_fo_sb_answer *)buf)->link;
+  if (l != NULL && lp_link_info_check(l, nqps, why, whylen) != 0) return -1;
+  if (h->type == LP_MSG_FO_ACK && ((const struct lp_fo_ack *)buf)->refused > 1)
+    return bad(why, whylen, "%s %llu", "ack with refused =", ((const struct lp_fo_ack *)buf)->refused);
+  if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok > 1)
+    return bad(why, whylen, "%s %llu", "standby answer with ok =", ((const struct lp_fo_sb_answer *)buf)->ok);
+  if (h->type == LP_MSG_FO_SB_OFFER && ((const struct lp_fo_sb_offer *)buf)->id == 0)
+    return bad(why, whylen, "%s %llu", "standby offer with id", 0);
   if (h->type == LP_MSG_FO_ACK) {
     const struct lp_fo_ack *a = buf;
     for (uint32_t i = 0; i < a->npending; i++) {

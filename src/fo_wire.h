@@ -19,6 +19,16 @@
  *           is dropped and resent only one local ACK timeout later (4.3 s at
  *           NCCL's default), which would stall the connection and set off a
  *           second move.
+ *   SB_OFFER  sender -> receiver: "a standby path": the sender's link on
+ *           another NIC, to be connected now and used by a later move.
+ *   SB_ANSWER receiver -> sender: the receiver's standby link, connected to
+ *           the offer (or "none": no healthy NIC for it here).
+ *
+ * A REQ that names a standby (its id) asks the receiver to move onto the
+ * standby both ends hold, connected and ready since its answer: nothing is
+ * created, nothing connected, and no READY is needed.  A receiver whose
+ * standby is gone or unhealthy answers with a refusing ACK, and the sender
+ * offers a new path as without a standby.
  *
  * The sender drives every move, so two sides that detect a failure at once
  * never start two moves: a NOTICE only asks the sender to start one.  Every
@@ -38,6 +48,8 @@ enum lp_fo_msg_type {
   LP_MSG_FO_ACK = 18,
   LP_MSG_FO_NACK = 19,
   LP_MSG_FO_READY = 20,
+  LP_MSG_FO_SB_OFFER = 21,
+  LP_MSG_FO_SB_ANSWER = 22,
 };
 
 /* Why a connection moves (also the syslog reason= value). */
@@ -70,6 +82,8 @@ struct lp_fo_req {
   uint32_t reason;
   int32_t rail;       /* NIC index the sender moved to: the receiver prefers the same */
   int32_t avoid_rail; /* receiver's NIC index known to be bad, -1 none */
+  uint32_t standby;   /* 0: a new path, `link`; else the id of the standby both ends hold */
+  uint32_t reserved;
   struct lp_link_info link;
 };
 
@@ -87,6 +101,8 @@ struct lp_fo_ack {
   uint32_t epoch;
   uint32_t npending;
   uint64_t resume_seq; /* every message below this one is complete here */
+  uint32_t standby;    /* the REQ's standby id, when the receiver moved onto it */
+  uint32_t refused;    /* 1: the REQ's standby is gone here; nothing else in this ACK counts */
   struct lp_link_info link;
   struct lp_fo_pending pending[LP_FIFO_DEPTH];
 };
@@ -103,6 +119,24 @@ struct lp_fo_ready {
   uint64_t conn_id;
   uint32_t epoch; /* the move whose new QPs are ready */
   uint32_t reserved;
+};
+
+struct lp_fo_sb_offer {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t id;       /* grows with every offer of the connection: a late answer names an older one */
+  int32_t rail;      /* NIC index of the sender's standby: the receiver prefers the same */
+  uint32_t failback; /* 1: for a failback: the receiver puts its standby on its primary NIC */
+  uint32_t reserved;
+  struct lp_link_info link;
+};
+
+struct lp_fo_sb_answer {
+  struct lp_msg_hdr hdr;
+  uint64_t conn_id;
+  uint32_t id; /* the offer answered */
+  uint32_t ok; /* 0: no standby here (no healthy NIC, or it could not be built) */
+  struct lp_link_info link;
 };
 
 /* Largest control message: the receive buffer size. */

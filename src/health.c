@@ -178,20 +178,24 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 
 /* ---- where connections go ---- */
 
-/* The choice, and the load the chosen device had when it was made. */
-static int pick(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, int *seen) {
+/* The choice among `loads` (one per device), and the load the chosen
+ * device had when it was made.  Round 0 takes healthy devices but `avoid`,
+ * round 1 healthy ones, round 2 ports that are up but held down; only the
+ * first `rounds` are tried. */
+static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds,
+                int *seen) {
   const struct lp_env *env = h->env;
   if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) {
-    *seen = atomic_load_explicit(&h->load[dir][prefer], memory_order_relaxed);
+    *seen = atomic_load_explicit(&loads[prefer], memory_order_relaxed);
     return prefer;
   }
   int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
-  for (int round = 0; round < 3; round++) {
+  for (int round = 0; round < rounds; round++) {
     for (int d = 0; d < env->ndevs; d++) {
       int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
       int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
       usable[d] = same_layer && ok && (round != 0 || d != avoid);
-      load[d] = atomic_load_explicit(&h->load[dir][d], memory_order_relaxed);
+      load[d] = atomic_load_explicit(&loads[d], memory_order_relaxed);
     }
     int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);
     if (dev >= 0) {
@@ -202,22 +206,31 @@ static int pick(const struct lp_health *h, enum lp_dir dir, int primary, int pre
   return -1;
 }
 
-int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
-  int seen;
-  return pick(h, dir, primary, prefer, avoid, &seen);
-}
-
 /* The choice holds only if no other thread claimed the chosen device since
  * its load was read; else choose again.  Lock-free: a failed exchange means
- * another claim (or a close) succeeded. */
-int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+ * another claim (or a release) succeeded. */
+static int claim(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds) {
   for (;;) {
-    int seen, dev = pick(h, dir, primary, prefer, avoid, &seen);
+    int seen, dev = pick(h, loads, primary, prefer, avoid, rounds, &seen);
     if (dev < 0) return -1;
-    if (atomic_compare_exchange_weak_explicit(&h->load[dir][dev], &seen, seen + 1, memory_order_relaxed,
-                                              memory_order_relaxed))
+    if (atomic_compare_exchange_weak_explicit(&loads[dev], &seen, seen + 1, memory_order_relaxed, memory_order_relaxed))
       return dev;
   }
+}
+
+int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+  int seen;
+  return pick(h, (_Atomic int *)h->load[dir], primary, prefer, avoid, 3, &seen);
+}
+
+int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+  return claim(h, h->load[dir], primary, prefer, avoid, 3);
+}
+
+/* A standby is only worth having on another device: never `from` itself,
+ * and only a healthy one (a standby is no last resort): round 0 alone. */
+int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer) {
+  return claim(h, h->standby[dir][from], primary, prefer, from, 1);
 }
 
 /* ---- the metrics file ---- */

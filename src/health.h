@@ -56,7 +56,13 @@ struct lp_health {
   _Atomic int healthy[LP_MAX_DEVS]; /* 1: may carry traffic */
   _Atomic int link_up[LP_MAX_DEVS]; /* 1: the port is up, maybe still in hold-down (a last resort) */
   _Atomic int load[2][LP_MAX_DEVS]; /* [enum lp_dir]: connection ends on the device (offers and claims included) */
-  _Atomic int fatal[LP_MAX_NICS];   /* NIC reported DEVICE_FATAL: never used again */
+  /* [enum lp_dir][from][to]: standby paths on `to` of the ends now on `from`
+   * (standby.h): when `from` fails, its ends move to their standbys, which
+   * this count spread over the pool beforehand. */
+  _Atomic int standby[2][LP_MAX_DEVS][LP_MAX_DEVS];
+  _Atomic int moving;             /* connection ends of this process with a move under way */
+  _Atomic uint64_t paced_until;   /* lp_health_paced: no paced work before this time */
+  _Atomic int fatal[LP_MAX_NICS]; /* NIC reported DEVICE_FATAL: never used again */
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
@@ -100,6 +106,37 @@ int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, in
  * claim back with lp_health_load_add(..., -1) once the link it opened there
  * counts itself (lp_link_open), or the open failed. */
 int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
+
+/* A standby path for a `dir` end now on `from` (primary `primary`): a
+ * healthy device of the pool other than `from`, with the same link layer,
+ * the fewest standbys of `from`'s ends first, pool order on ties; claimed
+ * atomically like lp_health_claim, and given back with
+ * lp_health_standby_release.  `prefer` first when healthy and not `from`.
+ * -1: none. */
+int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer);
+static inline void lp_health_standby_release(struct lp_health *h, enum lp_dir dir, int from, int to) {
+  atomic_fetch_sub_explicit(&h->standby[dir][from][to], 1, memory_order_relaxed);
+}
+
+/* Moves under way in this process: standby paths are rebuilt, and retired
+ * paths destroyed, only while it is 0, off the critical path of a sweep. */
+static inline void lp_health_moving_add(struct lp_health *h, int delta) {
+  atomic_fetch_add_explicit(&h->moving, delta, memory_order_relaxed);
+}
+static inline int lp_health_moving(struct lp_health *h) {
+  return atomic_load_explicit(&h->moving, memory_order_relaxed);
+}
+
+/* Work that is not urgent (building a standby path, destroying a retired
+ * one: about a millisecond of verbs calls each on a ConnectX) is paced over
+ * the whole process: 1 when the caller may do one piece now, the next
+ * coming `gap_ns` later at the earliest.  A thousand connections then
+ * never stall NCCL's progress thread for seconds in one go. */
+static inline int lp_health_paced(struct lp_health *h, uint64_t now, uint64_t gap_ns) {
+  uint64_t until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
+  return now >= until && atomic_compare_exchange_strong_explicit(&h->paced_until, &until, now + gap_ns,
+                                                                 memory_order_relaxed, memory_order_relaxed);
+}
 
 /* Connection ends of `dir` on each device (the spread of lp_health_choose). */
 static inline void lp_health_load_add(struct lp_health *h, enum lp_dir dir, int dev, int delta) {

@@ -151,10 +151,14 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
   return ncclSuccess;
 }
 
-void lp_link_close(struct lp_link *link) {
-  if (link->env == NULL) return; /* never opened */
+void lp_link_uncount(struct lp_link *link) {
   if (link->health != NULL) lp_health_load_add(link->health, link->dir, link->dev, -1);
   link->health = NULL;
+}
+
+void lp_link_close(struct lp_link *link) {
+  if (link->env == NULL) return; /* never opened */
+  lp_link_uncount(link);
   const struct lp_ibv *ibv = &link->env->ibv;
   /* QPs first: destroying them stops the NIC from touching our memory. */
   for (int q = 0; q < LP_MAX_QPS; q++) {

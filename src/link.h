@@ -44,6 +44,8 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
 /* Bring every QP to RTS towards `link->remote`. */
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
 void lp_link_close(struct lp_link *link);
+/* It no longer counts as an end on its device (a path being left). */
+void lp_link_uncount(struct lp_link *link);
 const struct lp_dev *lp_link_dev(const struct lp_link *link);
 const struct lp_nic *lp_link_nic(const struct lp_link *link);
 

@@ -27,10 +27,11 @@ static const char *field(const char *s) { return s && *s ? s : "-"; }
 int lp_report_format(const struct lp_report *r, char *buf, size_t len) {
   return snprintf(buf, len,
                   "event=%s comm=0x%llx dir=%s dev=%s port=%d new_dev=%s new_port=%d peer=%s reason=%s "
-                  "inflight=%d replayed=%d replayed_bytes=%llu duration_us=%llu",
+                  "inflight=%d replayed=%d replayed_bytes=%llu duration_us=%llu path=%s",
                   kind_name(r->kind), (unsigned long long)r->comm, field(r->dir), field(r->dev), r->port,
                   field(r->new_dev), r->new_dev ? r->new_port : 0, field(r->peer), field(r->reason), r->inflight,
-                  r->replayed, (unsigned long long)r->replayed_bytes, (unsigned long long)r->duration_us);
+                  r->replayed, (unsigned long long)r->replayed_bytes, (unsigned long long)r->duration_us,
+                  field(r->path));
 }
 
 int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len) {

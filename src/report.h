@@ -5,7 +5,7 @@
  *
  *   event=failover comm=0x1a2b dir=send dev=mlx5_0 port=1 new_dev=mlx5_1
  *   new_port=1 peer=node1/198.18.0.2:mlx5_0 reason=port_down inflight=4
- *   replayed=2 replayed_bytes=2097152 duration_us=812
+ *   replayed=2 replayed_bytes=2097152 duration_us=812 path=standby
  *
  * Formatting is pure and tested; emitting is the only side effect.
  */
@@ -31,6 +31,7 @@ struct lp_report {
   int replayed; /* messages written again on the new path */
   uint64_t replayed_bytes;
   uint64_t duration_us; /* from the fault being seen to traffic flowing again */
+  const char *path;     /* "standby" (it moved onto its standby path), "new" (a path built for the move) */
 };
 
 /* The line, without trailing newline.  Returns its length (as snprintf). */

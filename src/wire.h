@@ -17,7 +17,7 @@
 #include "config.h"
 #include "linkpass/nccl_net.h"
 
-#define LP_PROTO_VERSION 2                    /* 2: a move ends with READY (fo_wire.h) */
+#define LP_PROTO_VERSION 3                    /* 3: standby paths (fo_wire.h); 2: a move ends with READY */
 #define LP_HANDLE_MAGIC 0x5353415050b14e4cull /* arbitrary, unlikely in garbage */
 #define LP_MSG_MAGIC 0x4d32504cu              /* "LP2M" */
 

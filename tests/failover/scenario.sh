@@ -104,7 +104,37 @@ local_port_down_large | local_port_down_small)
   wait_for '^ +1\.0 ' "$tmp/out"
   sv link node0:mlx5_0 down
   expect_clean_run
-  expect_event event=failover dev=mlx5_0 reason=port_down
+  expect_event event=failover dev=mlx5_0 reason=port_down path=standby
+  ;;
+no_standby)
+  # LINKPASS_STANDBY=0: every move builds its new path when it starts.
+  export LINKPASS_STANDBY=0
+  run_perf 1M 4
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down path=new
+  ! grep -q "path=standby" "$tmp/syslog" || fail "a move took a standby path with LINKPASS_STANDBY=0"
+  ;;
+standby_refused)
+  # One channel: each end on mlx5_0 has its standby on rail 1.  node1's
+  # mlx5_1 goes first, so node1's ends drop their standbys while node0's
+  # still hold theirs; then node0's mlx5_0 goes.  node0's senders ask for
+  # the standby, node1 refuses it, and they move onto new paths (off rail
+  # 1 at node1's end) without losing or repeating a byte.
+  run_perf 1M 5 2 all_reduce --channels 1
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node1:mlx5_1 down
+  wait_for "mlx5_1:1 is down" "$tmp/out"
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 dir=send reason=port_down path=new
+  grep -q "its standby path is gone at the peer" "$tmp/out" || fail "no sign that the peer refused the standby"
+  # node1's ends never land on its failed mlx5_1 (its ends that had their
+  # standby there rebuilt it elsewhere, or moved onto new paths).
+  pid1=$(sed -n 's/^# *rank *1 pid *\([0-9]*\) on node1 .*/\1/p' "$tmp/out")
+  [ -n "$pid1" ] || fail "no pid for rank 1 in the driver's header"
+  ! grep -q "linkpass\[$pid1\]: event=failover .* new_dev=mlx5_1 " "$tmp/syslog" || fail "node1 moved onto its failed mlx5_1"
   ;;
 remote_port_down)
   run_perf 1M 4
@@ -339,7 +369,7 @@ failback_after_holddown)
   sv link node0:mlx5_0 up
   wait_for "event=failback" "$tmp/syslog" 20
   expect_clean_run
-  expect_event event=failback new_dev=mlx5_0 reason=failback
+  expect_event event=failback new_dev=mlx5_0 reason=failback path=standby
   ;;
 flap_storm)
   run_perf 1M 8

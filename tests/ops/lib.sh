@@ -76,7 +76,11 @@ wait_until() {
 }
 
 has_line() { grep -qE -- "$1" "$2" 2>/dev/null; }
-count_lines() { grep -cE -- "$1" "$2" 2>/dev/null || true; }
+count_lines() {
+  local n
+  n=$(grep -cE -- "$1" "$2" 2>/dev/null) || true
+  echo "${n:-0}" # 0 too while the file does not exist yet
+}
 at_least() { (($(count_lines "$1" "$2") >= $3)); }
 
 # run_perf SIZE SECONDS: the checked all_reduce, 2 ranks on node0 and node1.

@@ -46,7 +46,10 @@ for _ in $(seq 600); do
   sleep 0.05
 done
 grep -qE '^ +1\.0 ' "$tmp/out" || fail "no traffic within 30 s"
-"$SIMVERBS" status >"$tmp/status"
+# Each connection end's standby path (LINKPASS_STANDBY) is connected a
+# moment later: wait (bounded) until all 8 QPs are in RTS, main and standby.
+rts() { "$SIMVERBS" status >"$tmp/status" && (($(awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" | wc -l) >= 8)); }
+for _ in $(seq 200); do rts && break; sleep 0.05; done
 kill "$perf" 2>/dev/null
 wait "$perf" 2>/dev/null || true
 perf=""
@@ -73,10 +76,11 @@ n32=$(awk '$2 == 32 { print $1 }' <<<"$tcs")
 n106=$(awk '$2 == 106 { print $1 }' <<<"$tcs")
 others=$(awk '$2 != 32 && $2 != 106' <<<"$tcs")
 [ -z "$others" ] || fail "QPs with an unexpected traffic class: $others"
-# sendrecv on 2 ranks: each rank has one send and one receive connection, one QP each
+# sendrecv on 2 ranks: each rank has one send and one receive connection,
+# one QP each on its path and one on its standby path
 case $case_ in
-fifo_tc) [ "${n32:-0}" = 2 ] && [ "${n106:-0}" = 2 ] || fail "expected 2 QPs at tc 32 and 2 at tc 106" ;;
-tc_only | bad) [ "${n32:-0}" = 4 ] && [ -z "$n106" ] || fail "expected 4 QPs at tc 32" ;;
+fifo_tc) [ "${n32:-0}" = 4 ] && [ "${n106:-0}" = 4 ] || fail "expected 4 QPs at tc 32 and 4 at tc 106" ;;
+tc_only | bad) [ "${n32:-0}" = 8 ] && [ -z "$n106" ] || fail "expected 8 QPs at tc 32" ;;
 esac
 if [ "$case_" = bad ]; then
   grep -q 'NCCL_IB_FIFO_TC="300" is not valid: expected an integer in \[-1, 255\]' "$tmp/out" ||
