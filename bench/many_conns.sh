@@ -11,9 +11,8 @@
 #
 # usage: bench/many_conns.sh BUILD_DIR [K ...]          (default K: 1 16 128 1024)
 #   env: DURATION (s a run, default 8), NOFAULT (0: skip the runs without a
-#        pull), PULL_AFTER (s between the first per-second line and the pull,
-#        default 0: with LINKPASS_STANDBY, time for the standby paths of K
-#        connections to be built, paced at 2 ms each), FAILBACK_AFTER (s
+#        pull), PULL_AFTER (s to wait before the pull once every end has its
+#        standby path, default 0), FAILBACK_AFTER (s
 #        after the pull to plug the cable back in, with a 500 ms hold-down:
 #        the failback columns; unset: the cable stays out), BOUND_MS (exit 1 when a run's longest pause with the pull is
 #        above it: the ctest uses this)
@@ -53,8 +52,10 @@ run() {
   local k=$1 pull=$2 rc=0
   : >"$tmp/syslog"
   rm -f "$tmp/gaps"
+  rm -f "$tmp"/m-*.prom
   "$sv" up "$top/tests/simverbs/configs/two-hosts-4nic.conf" >/dev/null
-  "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv --channels "$k" \
+  local t0=$EPOCHREALTIME
+  LINKPASS_METRICS_FILE="$tmp/m-%p.prom" "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv --channels "$k" \
     --same-dev --step-bytes 4K -b $((k * 1024)) -e $((k * 1024)) --duration "$duration" --timeout $((duration + 90)) \
     --gap-log "$tmp/gaps" >"$tmp/out" 2>&1 &
   local p=$!
@@ -64,17 +65,34 @@ run() {
     kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)) || break
     sleep 0.05
   done
+  # With standby paths, the pull waits until every connection end has one
+  # (the metrics files say so), and that time is reported.
+  local ready=-
+  if ((pull)) && [ "${LINKPASS_STANDBY:-1}" != 0 ]; then
+    until standby_for_all; do
+      kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)) || break
+      sleep 0.1
+    done
+    standby_for_all && ready=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  fi
   ((pull)) && sleep "${PULL_AFTER:-0}" && "$sv" link node0:mlx5_0 down >/dev/null
   ((pull)) && [ -n "${FAILBACK_AFTER:-}" ] && sleep "$FAILBACK_AFTER" && "$sv" link node0:mlx5_0 up >/dev/null
   wait "$p" || rc=$?
   "$sv" down >/dev/null 2>&1 || true
   sleep 0.2 # the last datagrams
-  local gap moved pct wrong
+  local gap moved pct wrong back
   gap=$(awk '{ g = $3 - $2; if (g > w) w = g } END { printf "%.3f", w }' "$tmp/gaps" 2>/dev/null || echo "?")
   moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
   back=$(grep -c 'event=failback' "$tmp/syslog" || true)
   wrong=$(sed -n 's/^# Wrong elements *: *\([0-9]*\).*/\1/p' "$tmp/out")
-  echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback)"
+  echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback) $ready"
+}
+
+# Every connection end (2 K in each of the 2 processes) has a ready standby path.
+standby_for_all() {
+  local sum
+  sum=$(awk 'index($1, "linkpass_standby_paths{") == 1 { s += $2 } END { print s + 0 }' "$tmp"/m-*.prom 2>/dev/null)
+  ((${sum:-0} >= 4 * k))
 }
 
 # p50 and p99 (ms) of the duration_us of one kind of event line: "- -" if none.
@@ -86,15 +104,16 @@ percentiles() {
 
 echo "# many connections on one NIC: sendrecv, 2 processes, K channels a direction on mlx5_0, one pull of node0:mlx5_0"
 echo "# longest pause between two completions of a rank (s); moved = failover lines (4 K expected: both ends, both directions)"
-printf '%6s | %10s | %10s %9s %9s %9s %7s | %9s %9s %9s\n' K "no fault" "one pull" moved "p50 ms" "p99 ms" wrong \
-  "back" "p50 ms" "p99 ms"
+echo "# standby s: from the start until every end has a standby path (the pull waits for it; - without LINKPASS_STANDBY)"
+printf '%6s | %10s | %9s | %10s %9s %9s %9s %7s | %9s %9s %9s\n' K "no fault" "standby s" "one pull" moved "p50 ms" \
+  "p99 ms" wrong "back" "p50 ms" "p99 ms"
 status=0
 for k in "${ks[@]}"; do
   g0=- w0=0 rc0=0
   [ "${NOFAULT:-1}" = 0 ] || read -r g0 _ _ _ w0 rc0 _ <<<"$(run "$k" 0)"
-  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 <<<"$(run "$k" 1)"
-  printf '%6s | %10s | %10s %4s/%-4s %9s %9s %7s | %4s/%-4s %9s %9s\n' "$k" "$g0" "$g1" "$m1" $((4 * k)) "$p50" "$p99" \
-    "$w1" "$b1" $((4 * k)) "$bp50" "$bp99"
+  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 sb1 <<<"$(run "$k" 1)"
+  printf '%6s | %10s | %9s | %10s %4s/%-4s %9s %9s %7s | %4s/%-4s %9s %9s\n' "$k" "$g0" "$sb1" "$g1" "$m1" $((4 * k)) \
+    "$p50" "$p99" "$w1" "$b1" $((4 * k)) "$bp50" "$bp99"
   if ((rc0 || rc1)) || [ "$w0" != 0 ] || [ "$w1" != 0 ]; then
     echo "# K=$k: a run failed (exit $rc0 / $rc1, wrong $w0 / $w1); its output:" >&2
     tail -5 "$tmp/out" >&2

@@ -23,6 +23,7 @@
 #define LP_SB_AFTER_MOVE_NS 100000000ull /* 100 ms */
 #define LP_SB_RETRY_NS 1000000000ull     /* 1 s */
 #define LP_SB_PACE_NS 2000000ull         /* 2 ms between two pieces of such work in a process */
+#define LP_SB_ANSWER_NS 10000000000ull   /* 10 s: a standby offer not answered by then is made again */
 
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
 static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
@@ -299,7 +300,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   int failback = reason == LP_FO_FAILBACK;
   int avoid = failback ? -1 : c->link.dev;
   int prefer = failback ? fo->primary_dev : -1;
-  if (lp_sb_usable(c, &fo->sb, avoid) && (!failback || fo->sb.link.dev == fo->primary_dev))
+  if (lp_sb_usable(c, &fo->sb, avoid) && (!failback || fo->sb.failback))
     return request(c, reason, avoid_rail, fo->sb.link.dev, fo->sb.id, &fo->sb.link.local);
   lp_sb_drop(c, &fo->sb); /* it stood by the path being left: the peer drops its side at this REQ */
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
@@ -546,23 +547,20 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
 
 /* ---- standby paths ---- */
 
-/* The primary is healthy again on both sides: move back, onto a standby
- * built on the primary first, so that the move itself is as short as a
- * failover's (the connection runs on meanwhile). */
-static ncclResult_t failback(struct lp_send_comm *s) {
-  struct lp_comm *c = &s->base;
-  struct lp_fo *fo = c->fo;
-  if (!c->env->cfg.standby || (fo->sb.state == LP_SB_READY && fo->sb.link.dev == fo->primary_dev))
-    return sender_start(s, LP_FO_FAILBACK, -1);
-  if (fo->sb.state == LP_SB_OFFERED && fo->sb.failback) return ncclSuccess; /* its answer decides */
-  struct lp_fo_sb_offer m;
-  if (lp_sb_offer(c, &fo->sb, fo->primary_dev, 1, &m) != 0) return sender_start(s, LP_FO_FAILBACK, -1);
-  return send_msg(c, &m, sizeof(m));
-}
-
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
   return c->link.dev != fo->primary_dev && lp_health_ok(c->health, fo->primary_dev) && fo->peer_primary_ok;
+}
+
+/* The primary is healthy again on both sides: move back onto a standby on
+ * the primary, so that the move itself is as short as a failover's.  Until
+ * tidy() has built that standby, the connection runs on where it is. */
+static ncclResult_t failback(struct lp_send_comm *s) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = c->fo;
+  if (!c->env->cfg.standby || (fo->sb.state == LP_SB_READY && fo->sb.failback))
+    return sender_start(s, LP_FO_FAILBACK, -1);
+  return ncclSuccess;
 }
 
 static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_sb_answer *a) {
@@ -575,30 +573,65 @@ static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_
   }
   if (fo->sb.state != LP_SB_NONE) return ncclSuccess; /* a late answer to an older offer */
   fo->sb.next_ns = lp_now_ns() + LP_SB_RETRY_NS;
+  if (!for_failback) return ncclSuccess;
+  /* The peer's primary failed again meanwhile: wait for its NOTICE that it
+   * is usable, rather than moving back across rails. */
+  if (a->primary_down) {
+    fo->peer_primary_ok = 0;
+    return ncclSuccess;
+  }
   /* No standby on the primary at the peer's end: fail back the plain way. */
-  if (for_failback && fo->state == LP_FO_IDLE && failback_due(c)) return sender_start(s, LP_FO_FAILBACK, -1);
+  if (fo->state == LP_FO_IDLE && failback_due(c)) return sender_start(s, LP_FO_FAILBACK, -1);
   return ncclSuccess;
+}
+
+/* The piece of paced work this end has, if any (tidy). */
+enum chore { CHORE_NONE, CHORE_DESTROY, CHORE_OFFER, CHORE_ANSWER };
+
+static enum chore chore_of(const struct lp_comm *c, uint64_t now) {
+  const struct lp_fo *fo = c->fo;
+  if (fo->retired.env != NULL) return CHORE_DESTROY;
+  if (!c->env->cfg.standby) return CHORE_NONE;
+  if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED ? CHORE_ANSWER : CHORE_NONE;
+  if (fo->sb.state == LP_SB_NONE) return CHORE_OFFER;
+  /* An offer the peer never answered (its answer lost with a failed comm
+   * of its own, say) is made again, not waited for. */
+  if (fo->sb.state == LP_SB_OFFERED && now - fo->sb.offered_ns > LP_SB_ANSWER_NS) return CHORE_OFFER;
+  /* Only a standby built for it is a way back: on the primary at both ends
+   * (one that merely landed on this end's primary may not be on the peer's). */
+  if (fo->sb.state == LP_SB_READY && failback_due(c) && !fo->sb.failback) return CHORE_OFFER;
+  return CHORE_NONE;
 }
 
 /* Off the critical path of a sweep (no move of this process under way),
  * one piece at a time for the whole process (lp_health_paced): destroy the
- * path the last move left, or (sender) offer a standby. */
+ * path the last move left; or (sender) offer a standby, on the primary when
+ * failing back is due; or (receiver) build and connect its side of one. */
 static ncclResult_t tidy(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
-  int offer = c->kind == LP_COMM_SEND && c->env->cfg.standby && fo->sb.state == LP_SB_NONE;
-  if (fo->state != LP_FO_IDLE || now < fo->sb.next_ns || (!offer && fo->retired.env == NULL) ||
-      lp_health_moving(c->health) != 0 || !lp_health_paced(c->health, now, LP_SB_PACE_NS))
+  enum chore chore = chore_of(c, now);
+  if (chore == CHORE_NONE || fo->state != LP_FO_IDLE || now < fo->sb.next_ns || lp_health_moving(c->health) != 0 ||
+      !lp_health_paced(c->health, now, LP_SB_PACE_NS))
     return ncclSuccess;
-  if (fo->retired.env != NULL) {
+  ncclResult_t rc = ncclSuccess;
+  if (chore == CHORE_DESTROY) {
     lp_link_close(&fo->retired);
-    return ncclSuccess;
+  } else if (chore == CHORE_ANSWER) {
+    struct lp_fo_sb_answer a;
+    lp_sb_answer(c, &fo->sb, fo->primary_dev, &a);
+    rc = send_msg(c, &a, sizeof(a));
+  } else {
+    int back = failback_due(c);
+    struct lp_fo_sb_offer m;
+    if (lp_sb_offer(c, &fo->sb, fo->primary_dev, back, &m) == 0)
+      rc = send_msg(c, &m, sizeof(m));
+    else if (back)
+      rc = sender_start((struct lp_send_comm *)c, LP_FO_FAILBACK, -1); /* no standby there: the plain way */
+    else
+      fo->sb.next_ns = now + LP_SB_RETRY_NS; /* no other healthy device now */
   }
-  struct lp_fo_sb_offer m;
-  if (lp_sb_offer(c, &fo->sb, fo->primary_dev, 0, &m) != 0) {
-    fo->sb.next_ns = now + LP_SB_RETRY_NS; /* no other healthy device now */
-    return ncclSuccess;
-  }
-  return send_msg(c, &m, sizeof(m));
+  lp_health_paced_took(c->health, now, lp_now_ns());
+  return rc;
 }
 
 /* ---- dispatch ---- */
@@ -630,9 +663,8 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
   } else if (type == LP_MSG_FO_REQ) {
     return receiver_on_req((struct lp_recv_comm *)c, buf);
   } else if (type == LP_MSG_FO_SB_OFFER) {
-    struct lp_fo_sb_answer a;
-    lp_sb_answer(c, &fo->sb, fo->primary_dev, buf, &a);
-    return send_msg(c, &a, sizeof(a));
+    lp_sb_asked(c, &fo->sb, buf); /* answered by tidy(), paced */
+    return ncclSuccess;
   } else if (type == LP_MSG_FO_READY) {
     const struct lp_fo_ready *m = buf;
     if (fo->state == LP_FO_AWAIT_READY && m->epoch == fo->epoch) set_state(c, LP_FO_IDLE);
@@ -681,7 +713,7 @@ static ncclResult_t check_health(struct lp_comm *c) {
    * for a healthy one. */
   int here_ok = lp_health_ok(h, c->link.dev) ||
                 (lp_health_link_up(h, c->link.dev) && choose_dev(c, -1, c->link.dev) == c->link.dev);
-  if (fo->sb.state != LP_SB_NONE && !lp_health_ok(h, fo->sb.link.dev)) lp_sb_drop(c, &fo->sb); /* rebuilt elsewhere */
+  if (fo->sb.link.env != NULL && !lp_health_ok(h, fo->sb.link.dev)) lp_sb_drop(c, &fo->sb); /* rebuilt elsewhere */
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, LP_FO_PORT_DOWN, -1);

@@ -134,8 +134,10 @@ struct lp_fo_sb_offer {
 struct lp_fo_sb_answer {
   struct lp_msg_hdr hdr;
   uint64_t conn_id;
-  uint32_t id; /* the offer answered */
-  uint32_t ok; /* 0: no standby here (no healthy NIC, or it could not be built) */
+  uint32_t id;           /* the offer answered */
+  uint32_t ok;           /* 0: no standby here (no healthy NIC, or it could not be built) */
+  uint32_t primary_down; /* with ok 0, for a failback: the primary is not usable here yet (a NOTICE says when) */
+  uint32_t reserved;
   struct lp_link_info link;
 };
 

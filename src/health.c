@@ -250,6 +250,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
     md->port = h->env->devs[d].port;
     md->up = lp_health_ok(h, d);
     md->connections = lp_health_connections(h, d);
+    md->standby = atomic_load_explicit(&h->standby_ready[d], rx);
     md->failovers = atomic_load_explicit(&ds->failovers, rx);
     md->failbacks = atomic_load_explicit(&ds->failbacks, rx);
     md->flaps = atomic_load_explicit(&ds->flaps, rx);

@@ -60,9 +60,10 @@ struct lp_health {
    * (standby.h): when `from` fails, its ends move to their standbys, which
    * this count spread over the pool beforehand. */
   _Atomic int standby[2][LP_MAX_DEVS][LP_MAX_DEVS];
-  _Atomic int moving;             /* connection ends of this process with a move under way */
-  _Atomic uint64_t paced_until;   /* lp_health_paced: no paced work before this time */
-  _Atomic int fatal[LP_MAX_NICS]; /* NIC reported DEVICE_FATAL: never used again */
+  _Atomic int standby_ready[LP_MAX_DEVS]; /* standby paths connected on the device (the metrics) */
+  _Atomic int moving;                     /* connection ends of this process with a move under way */
+  _Atomic uint64_t paced_until;           /* lp_health_paced: no paced work before this time */
+  _Atomic int fatal[LP_MAX_NICS];         /* NIC reported DEVICE_FATAL: never used again */
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
@@ -136,6 +137,16 @@ static inline int lp_health_paced(struct lp_health *h, uint64_t now, uint64_t ga
   uint64_t until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
   return now >= until && atomic_compare_exchange_strong_explicit(&h->paced_until, &until, now + gap_ns,
                                                                  memory_order_relaxed, memory_order_relaxed);
+}
+
+/* The piece of paced work that began at `t0` ended at `t1`: the next one
+ * waits twice as long as this one took, if that is longer than the gap, so
+ * that paced work takes at most a third of a thread however slow the verbs
+ * calls are (a sanitizer build, a busy NIC firmware). */
+static inline void lp_health_paced_took(struct lp_health *h, uint64_t t0, uint64_t t1) {
+  uint64_t want = t1 + 2 * (t1 - t0), until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
+  while (until < want && !atomic_compare_exchange_weak_explicit(&h->paced_until, &until, want, memory_order_relaxed,
+                                                                memory_order_relaxed)) {}
 }
 
 /* Connection ends of `dir` on each device (the spread of lp_health_choose). */

@@ -169,4 +169,5 @@ void lp_link_close(struct lp_link *link) {
   link->ctrl_mr = NULL;
   if (link->cq) ibv->destroy_cq(link->cq);
   link->cq = NULL;
+  link->env = NULL; /* closed: closing it again does nothing */
 }

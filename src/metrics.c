@@ -45,6 +45,7 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       {"linkpass_failbacks_total", "counter", "Connections moved back to the NIC port once it was stable."},
       {"linkpass_port_flaps_total", "counter", "Times the NIC port went down."},
       {"linkpass_degraded_seconds_total", "counter", "Time the NIC port was not usable."},
+      {"linkpass_standby_paths", "gauge", "Standby paths connected on the NIC port, ready for a move to take."},
   };
   for (size_t f = 0; f < sizeof(per_dev) / sizeof(per_dev[0]); f++) {
     family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
@@ -57,7 +58,8 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       case 2: put(&o, "%llu\n", (unsigned long long)d->failovers); break;
       case 3: put(&o, "%llu\n", (unsigned long long)d->failbacks); break;
       case 4: put(&o, "%llu\n", (unsigned long long)d->flaps); break;
-      default: put(&o, "%.3f\n", d->degraded_seconds); break;
+      case 5: put(&o, "%.3f\n", d->degraded_seconds); break;
+      default: put(&o, "%d\n", d->standby); break;
       }
     }
   }

@@ -24,6 +24,7 @@ struct lp_metrics_dev {
   uint64_t failbacks;      /* connections moved back to it */
   uint64_t flaps;          /* times it went down */
   double degraded_seconds; /* time spent not usable */
+  int standby;             /* standby paths ready on it (LINKPASS_STANDBY) */
 };
 
 struct lp_metrics {

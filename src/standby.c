@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "clock.h"
 #include "health.h"
 #include "log.h"
 
@@ -13,6 +14,14 @@ static int open_link(struct lp_comm *c, struct lp_standby *sb, int dev, int nqps
                       lp_comm_ctrl_remote_off(c)) == ncclSuccess
              ? 0
              : -1;
+}
+
+/* READY standbys are counted on their device (the metrics file). */
+static void set_state(struct lp_comm *c, struct lp_standby *sb, enum lp_sb_state st) {
+  if ((sb->state == LP_SB_READY) != (st == LP_SB_READY))
+    atomic_fetch_add_explicit(&c->health->standby_ready[sb->link.dev], st == LP_SB_READY ? 1 : -1,
+                              memory_order_relaxed);
+  sb->state = st;
 }
 
 /* Claim a device for the standby of the path on `from`, open its link. */
@@ -37,7 +46,8 @@ int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, int failb
     lp_sb_drop(c, sb);
     return -1;
   }
-  sb->state = LP_SB_OFFERED;
+  set_state(c, sb, LP_SB_OFFERED);
+  sb->offered_ns = lp_now_ns();
   sb->id++;
   sb->failback = failback;
   memset(m, 0, sizeof(*m));
@@ -50,20 +60,37 @@ int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, int failb
   return 0;
 }
 
-void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, const struct lp_fo_sb_offer *m,
-                  struct lp_fo_sb_answer *a) {
+void lp_sb_asked(struct lp_comm *c, struct lp_standby *sb, const struct lp_fo_sb_offer *m) {
   lp_sb_drop(c, sb);
+  sb->asked = *m;
+  set_state(c, sb, LP_SB_ASKED);
+}
+
+void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, struct lp_fo_sb_answer *a) {
+  const struct lp_fo_sb_offer *m = &sb->asked;
+  set_state(c, sb, LP_SB_NONE);
   memset(a, 0, sizeof(*a));
   lp_msg_hdr_init(&a->hdr, (enum lp_msg_type)LP_MSG_FO_SB_ANSWER, sizeof(*a));
   a->conn_id = c->conn_id;
   a->id = m->id;
+  /* A way back is only worth building on the primary: not yet, if it is
+   * still down or held down here (this end says so when it is usable). */
+  if (m->failback && !lp_health_ok(c->health, primary)) {
+    a->primary_down = 1;
+    return;
+  }
   if (claim_and_open(c, sb, primary, m->failback ? primary : m->rail, m->link.nqps) != 0) return;
+  if (m->failback && sb->link.dev != primary) {
+    lp_sb_drop(c, sb);
+    a->primary_down = 1;
+    return;
+  }
   sb->link.remote = m->link;
   if (lp_link_connect(&sb->link, c->traffic_class) != ncclSuccess) {
     lp_sb_drop(c, sb);
     return;
   }
-  sb->state = LP_SB_READY;
+  set_state(c, sb, LP_SB_READY);
   sb->id = m->id;
   sb->failback = (int)m->failback;
   a->ok = 1;
@@ -81,7 +108,7 @@ int lp_sb_on_answer(struct lp_comm *c, struct lp_standby *sb, const struct lp_fo
     lp_sb_drop(c, sb);
     return 0;
   }
-  sb->state = LP_SB_READY;
+  set_state(c, sb, LP_SB_READY);
   return 1;
 }
 
@@ -91,19 +118,19 @@ int lp_sb_usable(const struct lp_comm *c, const struct lp_standby *sb, int avoid
 
 void lp_sb_take(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out) {
   enum lp_dir dir = lp_comm_dir(c);
+  set_state(c, sb, LP_SB_NONE);
   lp_health_standby_release(c->health, dir, sb->from, sb->link.dev);
   *out = sb->link;
   out->health = c->health;
   lp_health_load_add(c->health, dir, out->dev, 1);
   memset(&sb->link, 0, sizeof(sb->link));
-  sb->state = LP_SB_NONE;
 }
 
 void lp_sb_drop(struct lp_comm *c, struct lp_standby *sb) {
+  set_state(c, sb, LP_SB_NONE);
   if (sb->link.env != NULL) {
     lp_health_standby_release(c->health, lp_comm_dir(c), sb->from, sb->link.dev);
     lp_link_close(&sb->link);
     memset(&sb->link, 0, sizeof(sb->link));
   }
-  sb->state = LP_SB_NONE;
 }

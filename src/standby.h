@@ -26,16 +26,19 @@
 enum lp_sb_state {
   LP_SB_NONE = 0,
   LP_SB_OFFERED, /* sender: offered, waiting for the answer */
+  LP_SB_ASKED,   /* receiver: an offer to answer (paced, like building it) */
   LP_SB_READY,   /* connected at both ends */
 };
 
 struct lp_standby {
-  int state;           /* enum lp_sb_state */
-  uint32_t id;         /* the offer it belongs to; a sender's ids grow */
-  int from;            /* the device of the path it stands by for (its count in health.h) */
-  int failback;        /* offered on the primary, for a failback */
-  struct lp_link link; /* the standby link itself */
-  uint64_t next_ns;    /* sender: no new offer before this time */
+  int state;                   /* enum lp_sb_state */
+  uint32_t id;                 /* the offer it belongs to; a sender's ids grow */
+  int from;                    /* the device of the path it stands by for (its count in health.h) */
+  int failback;                /* offered on the primary, for a failback */
+  struct lp_link link;         /* the standby link itself */
+  uint64_t next_ns;            /* sender: no new offer before this time */
+  uint64_t offered_ns;         /* sender, OFFERED: when */
+  struct lp_fo_sb_offer asked; /* receiver, ASKED: the offer */
 };
 
 /* Sender: a new standby for the connection's current path, on another
@@ -43,10 +46,13 @@ struct lp_standby {
  * offer to send; -1: no device for one now (state stays NONE). */
 int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, int failback, struct lp_fo_sb_offer *m);
 
-/* Receiver: its side of offer `m`, built and connected (any standby it held
- * is dropped first); fills `a`, whose `ok` says whether it has one. */
-void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, const struct lp_fo_sb_offer *m,
-                  struct lp_fo_sb_answer *a);
+/* Receiver: an offer arrived; any standby it held is dropped, and the
+ * offer waits to be answered (ASKED). */
+void lp_sb_asked(struct lp_comm *c, struct lp_standby *sb, const struct lp_fo_sb_offer *m);
+
+/* Receiver, ASKED: its side of the offer, built and connected; fills `a`,
+ * whose `ok` says whether it has one. */
+void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, struct lp_fo_sb_answer *a);
 
 /* Sender: the receiver's answer.  1: the standby is ready; 0: the answer
  * is stale, or there is no standby (then the state is NONE). */

@@ -11,8 +11,8 @@ static struct lp_metrics sample(void) {
   struct lp_metrics m = {.ndevs = 2, .replayed_requests = 5, .replayed_bytes = 4096, .paths_lost = 1,
                          .last_failover_seconds = 0.000812, .pid = 42, .running = 1,
                          .updated_seconds = 1764633600.25};
-  m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5};
-  m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0};
+  m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5, 0};
+  m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0, 4};
   return m;
 }
 
@@ -25,6 +25,8 @@ Test(metrics, every_series_with_labels_and_types) {
   cr_assert(strstr(buf, "linkpass_failbacks_total{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 2\n"));
   cr_assert(strstr(buf, "linkpass_path_up{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 0\n"));
   cr_assert(strstr(buf, "linkpass_connections{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 4\n"));
+  cr_assert(strstr(buf, "# TYPE linkpass_standby_paths gauge\n"));
+  cr_assert(strstr(buf, "linkpass_standby_paths{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 4\n"), "%s", buf);
   cr_assert(strstr(buf, "linkpass_degraded_seconds_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1.500\n"));
   cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\"} 4096\n"));
   cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\"} 0.000812\n"));

@@ -19,14 +19,14 @@ sv up "$CONFS/two-hosts-4nic.conf"
 run_perf 1M 12
 
 # Every metrics file, read over and over: complete every time.
-# A complete file: HELP/TYPE pairs of 13 families, 6 x 4 device samples and
+# A complete file: HELP/TYPE pairs of 14 families, 7 x 4 device samples and
 # 7 process samples, nothing else, ending with the last family.
 cat >"$tmp/valid.awk" <<'EOF'
 /^# HELP linkpass_[a-z_]+ [^ ].*$/ { next }
 /^# TYPE linkpass_[a-z_]+ (counter|gauge)$/ { types++; next }
 /^linkpass_[a-z_]+\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\} [0-9]+(\.[0-9]+)?$/ { samples++; last = $1; next }
 { bad = 1 }
-END { exit !(!bad && types == 13 && samples == 31 && last ~ /^linkpass_event_ring_overflows_total\{/) }
+END { exit !(!bad && types == 14 && samples == 35 && last ~ /^linkpass_event_ring_overflows_total\{/) }
 EOF
 (
   reads=0
@@ -55,6 +55,10 @@ done
 ends=$(metric_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection uses mlx5_0 before the first pull"
 echo "connection ends on mlx5_0: $ends"
+# Every connection end gets a standby path on another port (LINKPASS_STANDBY).
+every_sample_sum() { awk -v n="$1{" 'index($1, n) == 1 { s += $2 } END { print s + 0 }' "$tmp"/*.prom; }
+standby_for_all() { (($(every_sample_sum linkpass_standby_paths) == $(every_sample_sum linkpass_connections))); }
+wait_until 10 "a standby path for every connection end" standby_for_all
 
 for i in $(seq "$pulls"); do
   sv link node0:mlx5_0 down

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Failover with many connections on one NIC (docs/PERFORMANCE.md, issue 13).
+# Two processes on node0 and node1 of the 4-NIC simulated fabric run a
+# checked sendrecv over K channels a direction, every channel on mlx5_0
+# (linkpass-perf --channels K --same-dev, 1 KiB a channel a message); after
+# the first second node0's mlx5_0 cable is pulled once.  Per K it prints the
+# longest pause between two completions of a rank with nothing failing and
+# with the pull, the moved connection ends against the 4 K expected, the
+# plugin's own move durations (fault seen to traffic flowing, p50 / p99 over
+# every end) and the wrong elements.
+#
+# usage: bench/many_conns.sh BUILD_DIR [K ...]          (default K: 1 16 128 1024)
+#   env: DURATION (s a run, default 8), NOFAULT (0: skip the runs without a
+#        pull), PULL_AFTER (s between the first per-second line and the pull,
+#        default 0: with LINKPASS_STANDBY, time for the standby paths of K
+#        connections to be built, paced at 2 ms each), FAILBACK_AFTER (s
+#        after the pull to plug the cable back in, with a 500 ms hold-down:
+#        the failback columns; unset: the cable stays out), BOUND_MS (exit 1 when a run's longest pause with the pull is
+#        above it: the ctest uses this)
+set -euo pipefail
+build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
+shift
+ks=("$@")
+((${#ks[@]})) || ks=(1 16 128 1024)
+top=$(cd "$(dirname "$0")/.." && pwd)
+sv="$build/simverbs/simverbs" perf="$build/bench/linkpass-perf" sink="$build/tests/failover/syslog_sink"
+plugin=${PLUGIN:-$build/lib/libnccl-net-linkpass.so}
+duration=${DURATION:-8}
+tmp=$(mktemp -d /tmp/lpmany.XXXXXX)
+export SIMVERBS_FABRIC="many$$"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  "$sv" down >/dev/null 2>&1 || true
+  echo "kept $tmp" >&2
+}
+trap cleanup EXIT
+# Short RC timers and a long hold-down (no failback inside the run, unless
+# FAILBACK_AFTER plugs the cable back in); a 10 s watchdog: the pauses
+# measured here must not trigger stall moves.
+holddown=60000
+[ -n "${FAILBACK_AFTER:-}" ] && holddown=500
+export NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=10000 LINKPASS_FAILBACK_HOLDDOWN_MS=$holddown NCCL_DEBUG=WARN
+"$sink" "$tmp/log.sock" "$tmp/syslog" &
+pids+=($!)
+for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
+export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock"
+
+# run K PULL: one run; prints "longest_gap_s moved p50_ms p99_ms wrong rc"
+run() {
+  local k=$1 pull=$2 rc=0
+  : >"$tmp/syslog"
+  rm -f "$tmp/gaps"
+  "$sv" up "$top/tests/simverbs/configs/two-hosts-4nic.conf" >/dev/null
+  "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv --channels "$k" \
+    --same-dev --step-bytes 4K -b $((k * 1024)) -e $((k * 1024)) --duration "$duration" --timeout $((duration + 90)) \
+    --gap-log "$tmp/gaps" >"$tmp/out" 2>&1 &
+  local p=$!
+  pids+=("$p")
+  local deadline=$((SECONDS + 120))
+  until grep -q '^ *1\.0 ' "$tmp/out" 2>/dev/null; do
+    kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)) || break
+    sleep 0.05
+  done
+  ((pull)) && sleep "${PULL_AFTER:-0}" && "$sv" link node0:mlx5_0 down >/dev/null
+  ((pull)) && [ -n "${FAILBACK_AFTER:-}" ] && sleep "$FAILBACK_AFTER" && "$sv" link node0:mlx5_0 up >/dev/null
+  wait "$p" || rc=$?
+  "$sv" down >/dev/null 2>&1 || true
+  sleep 0.2 # the last datagrams
+  local gap moved pct wrong
+  gap=$(awk '{ g = $3 - $2; if (g > w) w = g } END { printf "%.3f", w }' "$tmp/gaps" 2>/dev/null || echo "?")
+  moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
+  back=$(grep -c 'event=failback' "$tmp/syslog" || true)
+  wrong=$(sed -n 's/^# Wrong elements *: *\([0-9]*\).*/\1/p' "$tmp/out")
+  echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback)"
+}
+
+# p50 and p99 (ms) of the duration_us of one kind of event line: "- -" if none.
+percentiles() {
+  grep -o "event=$1 .*duration_us=[0-9]*" "$tmp/syslog" | sed 's/.*duration_us=//' | sort -n |
+    awk '{ v[NR] = $1 } END { if (!NR) { print "- -"; exit } i = int(NR * 0.99 + 0.5); if (i < 1) i = 1;
+      printf "%.1f %.1f", v[int((NR + 1) / 2)] / 1e3, v[i] / 1e3 }'
+}
+
+echo "# many connections on one NIC: sendrecv, 2 processes, K channels a direction on mlx5_0, one pull of node0:mlx5_0"
+echo "# longest pause between two completions of a rank (s); moved = failover lines (4 K expected: both ends, both directions)"
+printf '%6s | %10s | %10s %9s %9s %9s %7s | %9s %9s %9s\n' K "no fault" "one pull" moved "p50 ms" "p99 ms" wrong \
+  "back" "p50 ms" "p99 ms"
+status=0
+for k in "${ks[@]}"; do
+  g0=- w0=0 rc0=0
+  [ "${NOFAULT:-1}" = 0 ] || read -r g0 _ _ _ w0 rc0 _ <<<"$(run "$k" 0)"
+  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 <<<"$(run "$k" 1)"
+  printf '%6s | %10s | %10s %4s/%-4s %9s %9s %7s | %4s/%-4s %9s %9s\n' "$k" "$g0" "$g1" "$m1" $((4 * k)) "$p50" "$p99" \
+    "$w1" "$b1" $((4 * k)) "$bp50" "$bp99"
+  if ((rc0 || rc1)) || [ "$w0" != 0 ] || [ "$w1" != 0 ]; then
+    echo "# K=$k: a run failed (exit $rc0 / $rc1, wrong $w0 / $w1); its output:" >&2
+    tail -5 "$tmp/out" >&2
+    status=1
+  fi
+  if ((m1 != 4 * k)); then
+    echo "# K=$k: $m1 connection ends moved, not $((4 * k))" >&2
+    status=1
+  fi
+  if [ -n "${BOUND_MS:-}" ] && awk -v g="$g1" -v b="$BOUND_MS" 'BEGIN { exit !(g * 1000 > b) }'; then
+    echo "# K=$k: the longest pause with the pull, ${g1} s, is above BOUND_MS=$BOUND_MS: the moves serialize" >&2
+    status=1
+  fi
+done
+exit $status
