@@ -411,6 +411,53 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
 
 /* ---- receiver ---- */
 
+ncclResult_t lp_fo_receiver_reconcile(struct lp_recv_comm *r, int dev, struct lp_fo_ack *a, uint64_t *bytes) {
+  struct lp_comm *c = &r->base;
+  int nic = c->env->devs[dev].nic;
+  a->resume_seq = r->oldest;
+  a->npending = 0;
+  for (uint64_t seq = r->oldest; seq < r->tail; seq++) {
+    int slot = lp_fifo_slot(seq);
+    struct lp_req *req = r->slot_req[slot];
+    struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
+    if (req == NULL || req->seq != seq)
+      return lp_comm_fail(c, ncclInternalError, "message %llu is outstanding but has no request",
+                          (unsigned long long)seq);
+    for (int k = 0; k < req->nsub; k++) {
+      if (cts[k].size == 0) continue;
+      struct lp_mr *mh = r->cts_mh[slot][k];
+      struct ibv_mr *mr = mh ? mh->mr[nic] : NULL;
+      if (mr == NULL)
+        return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
+                            (unsigned long long)seq, dev_name(c, dev));
+      cts[k].rkey = mr->rkey;
+      *bytes += cts[k].size;
+    }
+    struct lp_fo_pending *pm = &a->pending[a->npending++];
+    pm->seq = seq;
+    pm->nreqs = req->nsub;
+    memcpy(pm->cts, cts, sizeof(cts[0]) * req->nsub);
+  }
+  return ncclSuccess;
+}
+
+/* Each message the ACK lists is received again on the new path, once per QP. */
+static ncclResult_t post_replays(struct lp_recv_comm *r, struct lp_link *next, const struct lp_fo_ack *a) {
+  for (uint32_t i = 0; i < a->npending; i++) {
+    uint64_t seq = a->pending[i].seq;
+    r->slot_req[lp_fifo_slot(seq)]->events = next->nqps;
+    for (int q = 0; q < next->nqps; q++) {
+      struct ibv_recv_wr wr, *bad = NULL;
+      memset(&wr, 0, sizeof(wr));
+      wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
+      int err = ibv_post_recv(next->qps[q], &wr, &bad);
+      if (err != 0)
+        return lp_comm_fail(&r->base, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
+    }
+  }
+  return ncclSuccess;
+}
+
 /* The REQ names a standby this end no longer holds (dropped when its
  * device failed) or cannot use now: the sender offers a new path next,
  * and the old one stays stopped until then. */
@@ -468,7 +515,6 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     send_nack(c, (int)m->reason);
     return path_lost(c, "no healthy NIC on this side");
   }
-  uint64_t resume = r->oldest;
   /* 17 KiB at most, once per move: not worth a place in every comm. */
   struct lp_fo_ack *a = calloc(1, sizeof(*a));
   if (a == NULL) {
@@ -477,50 +523,15 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   }
   a->conn_id = c->conn_id;
   a->epoch = fo->epoch;
-  a->resume_seq = resume;
-  int replayed = 0;
   uint64_t bytes = 0;
-  for (uint64_t seq = resume; seq < r->tail; seq++) {
-    int slot = lp_fifo_slot(seq);
-    struct lp_req *req = r->slot_req[slot];
-    struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
-    if (req == NULL || req->seq != seq) {
-      free(a);
-      lp_link_close(&next);
-      return lp_comm_fail(c, ncclInternalError, "message %llu is outstanding but has no request",
-                          (unsigned long long)seq);
-    }
-    for (int k = 0; k < req->nsub; k++) {
-      if (cts[k].size == 0) continue;
-      struct lp_mr *mh = r->cts_mh[slot][k];
-      struct ibv_mr *mr = mh ? mh->mr[c->env->devs[dev].nic] : NULL;
-      if (mr == NULL) {
-        free(a);
-        lp_link_close(&next);
-        return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
-                            (unsigned long long)seq, dev_name(c, dev));
-      }
-      cts[k].rkey = mr->rkey;
-      bytes += cts[k].size;
-    }
-    struct lp_fo_pending *pm = &a->pending[a->npending++];
-    pm->seq = seq;
-    pm->nreqs = req->nsub;
-    memcpy(pm->cts, cts, sizeof(cts[0]) * req->nsub);
-    req->events = next.nqps;
-    for (int q = 0; q < next.nqps; q++) {
-      struct ibv_recv_wr wr, *bad = NULL;
-      memset(&wr, 0, sizeof(wr));
-      wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
-      int err = ibv_post_recv(next.qps[q], &wr, &bad);
-      if (err != 0) {
-        free(a);
-        lp_link_close(&next);
-        return lp_comm_fail(c, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
-      }
-    }
-    replayed++;
+  rc = lp_fo_receiver_reconcile(r, dev, a, &bytes);
+  if (rc == ncclSuccess) rc = post_replays(r, &next, a);
+  if (rc != ncclSuccess) {
+    free(a);
+    lp_link_close(&next);
+    return rc;
   }
+  int replayed = (int)a->npending;
   swap_link(c, &next);
   hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
