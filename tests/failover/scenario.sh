@@ -92,8 +92,15 @@ expect_event() {
   done
 }
 
+# The live QPs that carry traffic (`simverbs status`: RTS, requests sent),
+# as "qpn host:dev:port": standby paths are RTS too, but idle.
+busy_qps() {
+  "$SIMVERBS" status | awk '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) print $3, $4 }' |
+    tr -d '()'
+}
+
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
-qp_on() { "$SIMVERBS" status | awk -v t="$1:1" '$1 == "qp" && $4 == t && $5 == "RTS" { print $3; exit }' | tr -d '()'; }
+qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
 sv up "$CONFS/two-hosts-4nic.conf"
 case $name in
@@ -302,7 +309,7 @@ ack_loss_repeated | ack_loss_idle_receiver)
   for round in 1 2 3 4 5 6; do
     host=node$((round % 2))
     # a NIC of that host that carries a connection now (moves change it)
-    nic=$("$SIMVERBS" status | awk -v h="$host:" '$1 == "qp" && index($4, h) == 1 && $5 == "RTS" { print $4; exit }')
+    nic=$(busy_qps | awk -v h="$host:" 'index($2, h) == 1 { print $2; exit }')
     [ -n "$nic" ] || fail "no live QP on $host"
     sv fault "${nic%:*}" ack-loss 1
     # the fault is spent once a failover names it

@@ -640,6 +640,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       break;
     }
     complete_send(lq, w, IBV_WC_SUCCESS, out.len);
+    atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
     sq_pop(lq);
   }
   return progress;

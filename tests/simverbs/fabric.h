@@ -132,6 +132,7 @@ struct sv_qp {
   uint32_t dev;
   uint32_t port;
   uint32_t qp_type;
+  _Atomic uint64_t requests; /* send requests completed successfully (`simverbs status`: req) */
   uint64_t pd_id;
   _Atomic uint32_t state; /* enum ibv_qp_state */
   uint32_t qpn;

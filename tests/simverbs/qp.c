@@ -59,6 +59,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
       q->send_cq = ((struct sv_cq_local *)attr->send_cq)->index;
       q->recv_cq = ((struct sv_cq_local *)attr->recv_cq)->index;
       atomic_store(&q->fault, SV_QP_FAULT_NONE);
+      atomic_store(&q->requests, 0);
       q->rq_size = rq_size;
       q->rq_max_sge = rq_sge;
       q->rq_stride = stride;

@@ -979,7 +979,7 @@ static void print_qps(struct sv_fabric *f, int proc) {
     printf("    qp 0x%06x (%u)  %s:%s:%u  %s  sl %u", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
            d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)), qp->ah.sl);
     if (qp->ah.is_global) printf("  tc %u", qp->ah.grh.traffic_class); /* RoCE, or a routed IB path */
-    printf("\n");
+    printf("  req %llu\n", (unsigned long long)atomic_load(&qp->requests));
   }
 }
 
