@@ -37,7 +37,7 @@ gid_no_match) export NCCL_IB_ADDR_RANGE=10.0.0.0/8 NCCL_DEBUG=INFO ;;
 esac
 "$SIMVERBS" up "$CONFS/two-hosts-roce.conf" >/dev/null
 "$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$PLUGIN" --op sendrecv -b 8K -e 8K \
-  --duration 10 --timeout 60 >"$tmp/out" 2>&1 &
+  --duration 40 --timeout 90 >"$tmp/out" 2>&1 &
 perf=$!
 # The connections are up once the first per-second line is out (bounded).
 for _ in $(seq 600); do
@@ -47,10 +47,16 @@ for _ in $(seq 600); do
 done
 grep -qE '^ +1\.0 ' "$tmp/out" || fail "no traffic within 30 s"
 # Each connection end's standby path (LINKPASS_STANDBY) is connected a
-# moment later: wait (bounded) until all 8 QPs are in RTS, main and standby.
+# moment later: wait (bounded, well inside the run) until all 8 QPs are in
+# RTS, main and standby.
 rts() { "$SIMVERBS" status >"$tmp/status" && (($(awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" | wc -l) >= 8)); }
-for _ in $(seq 200); do rts && break; sleep 0.05; done
-kill "$perf" 2>/dev/null
+deadline=$((SECONDS + 30))
+until rts; do
+  ((SECONDS < deadline)) || fail "the standby paths were not all connected within 30 s: $(cat "$tmp/status")"
+  kill -0 "$perf" 2>/dev/null || fail "the driver ended early"
+  sleep 0.05
+done
+kill "$perf" 2>/dev/null || true
 wait "$perf" 2>/dev/null || true
 perf=""
 # The GID each rank chose for its mlx5_0 (simverbs' RoCE table: [0] fe80 v1,
