@@ -12,6 +12,7 @@
 struct sv_lib sv_lib = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .window_lock = PTHREAD_MUTEX_INITIALIZER,
+    .active_lock = PTHREAD_MUTEX_INITIALIZER,
     .proc = -1,
     .host = -1,
     .deferred_due_ns = UINT64_MAX};
@@ -26,6 +27,8 @@ static void forget_parent_state(void) {
   sv_lib.ctxs = NULL;
   sv_lib.qps = NULL;
   sv_lib.cqs = NULL;
+  pthread_mutex_init(&sv_lib.active_lock, NULL);
+  sv_lib.nactive = sv_lib.nactive_spare = 0; /* the parent's QPs are not ours */
   sv_lib.engine_running = 0;
   atomic_store(&sv_lib.engine_stop, 0);
   atomic_store(&sv_lib.engine_sleeping, 0);

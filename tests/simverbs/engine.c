@@ -18,6 +18,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -675,28 +676,96 @@ static int qp_idle(struct sv_qp_local *lq) {
   return st != IBV_QPS_ERR || sv_rq_head(f, q) == NULL;
 }
 
+/* A pass looks at every QP this often at least (faults and fatal devices
+ * are set from outside the process, without a post or a state change). */
+#define SV_FULL_SCAN_NS 2000000ull
+
+void sv_qp_active(struct sv_qp_local *lq) {
+  if (atomic_exchange(&lq->listed, 1)) return;
+  pthread_mutex_lock(&sv_lib.active_lock);
+  if (sv_lib.nactive == sv_lib.active_cap) {
+    int cap = sv_lib.active_cap ? 2 * sv_lib.active_cap : 256;
+    struct sv_qp_local **n = realloc(sv_lib.active, sizeof(*n) * (size_t)cap);
+    if (n == NULL) {
+      sv_lib.scan_all = 1; /* not listed: the next pass looks at every QP */
+      atomic_store(&lq->listed, 0);
+      pthread_mutex_unlock(&sv_lib.active_lock);
+      return;
+    }
+    sv_lib.active = n;
+    sv_lib.active_cap = cap;
+  }
+  sv_lib.active[sv_lib.nactive++] = lq;
+  pthread_mutex_unlock(&sv_lib.active_lock);
+}
+
+void sv_qp_inactive(struct sv_qp_local *lq) {
+  pthread_mutex_lock(&sv_lib.active_lock);
+  for (int i = 0; i < sv_lib.nactive; i++)
+    if (sv_lib.active[i] == lq) sv_lib.active[i--] = sv_lib.active[--sv_lib.nactive];
+  pthread_mutex_unlock(&sv_lib.active_lock);
+}
+
+/* One QP of a pass: progress it unless a poster is executing it. */
+static int progress_one(struct sv_qp_local *lq, uint64_t now, uint64_t *next, uint64_t *due) {
+  if (qp_idle(lq)) return 0;
+  if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
+    *due = now; /* a poster is executing it right now: look again */
+    return 0;
+  }
+  uint64_t qnext = UINT64_MAX;
+  int progress = qp_progress(lq, now, &qnext);
+  if (atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail) && look_again(now, qnext) < *due)
+    *due = look_again(now, qnext);
+  if (qnext < *next) *next = qnext;
+  pthread_mutex_unlock(&lq->exec_lock);
+  return progress;
+}
+
+/* Progress every QP that may have work and whose executor lock is free;
+ * sv_lib.lock held.  The listed QPs are taken off the list first, and put
+ * back if they still have work: a poster that lists one meanwhile finds it
+ * unlisted (and lists it) or sees it listed by us.  Every SV_FULL_SCAN_NS
+ * the pass looks at every QP instead.  Resets deferred_due_ns before
+ * looking: a poster deferring meanwhile lowers it again after its enqueue,
+ * so no WR is forgotten. */
 static int progress_all(uint64_t now, uint64_t *next) {
   int progress = 0;
   uint64_t due = UINT64_MAX;
   atomic_store(&sv_lib.deferred_due_ns, UINT64_MAX);
-  for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next) {
-    if (qp_idle(lq)) continue;
-    if (pthread_mutex_trylock(&lq->exec_lock) != 0) {
-      due = now; /* a poster is executing it right now: look again */
-      continue;
+  pthread_mutex_lock(&sv_lib.active_lock);
+  struct sv_qp_local **work = sv_lib.active;
+  int nwork = sv_lib.nactive, cap = sv_lib.active_cap;
+  sv_lib.active = sv_lib.active_spare;
+  sv_lib.active_cap = sv_lib.active_spare_cap;
+  sv_lib.nactive = 0;
+  int full = sv_lib.scan_all || now - sv_lib.last_full_scan_ns >= SV_FULL_SCAN_NS;
+  sv_lib.scan_all = 0;
+  pthread_mutex_unlock(&sv_lib.active_lock);
+  for (int i = 0; i < nwork; i++) atomic_store(&work[i]->listed, 0);
+  if (full) {
+    sv_lib.last_full_scan_ns = now;
+    for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next) {
+      progress |= progress_one(lq, now, next, &due);
+      if (!qp_idle(lq)) sv_qp_active(lq);
     }
-    uint64_t qnext = UINT64_MAX;
-    progress |= qp_progress(lq, now, &qnext);
-    if (atomic_load(&lq->sq_head) != atomic_load(&lq->sq_tail) && look_again(now, qnext) < due)
-      due = look_again(now, qnext);
-    if (qnext < *next) *next = qnext;
-    pthread_mutex_unlock(&lq->exec_lock);
+  } else {
+    for (int i = 0; i < nwork; i++) {
+      progress |= progress_one(work[i], now, next, &due);
+      if (!qp_idle(work[i])) sv_qp_active(work[i]);
+    }
   }
+  /* The array taken is the spare for the next pass. */
+  pthread_mutex_lock(&sv_lib.active_lock);
+  sv_lib.active_spare = work;
+  sv_lib.active_spare_cap = cap;
+  pthread_mutex_unlock(&sv_lib.active_lock);
   if (due != UINT64_MAX) defer_until(due);
   return progress;
 }
 
 void sv_qp_run(struct sv_qp_local *lq, uint64_t now) {
+  sv_qp_active(lq);
   uint64_t next = now; /* busy executor: it may already be past our WR, so look again now */
   if (pthread_mutex_trylock(&lq->exec_lock) == 0) {
     next = UINT64_MAX;

@@ -123,6 +123,7 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
     }
   ((struct sv_cq_local *)qp->send_cq)->users--;
   ((struct sv_cq_local *)qp->recv_cq)->users--;
+  sv_qp_inactive(lq);
   pthread_mutex_lock(&lq->exec_lock); /* and no poster is executing it */
   pthread_mutex_unlock(&lq->exec_lock);
   /* Read before the slot is given up: from then on another thread's
@@ -227,6 +228,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
   }
   atomic_store(&q->state, to);
   qp->state = to;
+  sv_qp_active(lq); /* a new state may have work: a flush, queued WRs */
 out:
   pthread_mutex_unlock(&lq->exec_lock);
   pthread_mutex_unlock(&sv_lib.lock);
@@ -366,7 +368,10 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
   }
   pthread_mutex_unlock(&lq->recv_lock);
   if (rc) *bad = wr;
-  if (st == IBV_QPS_ERR) sv_engine_kick();
+  if (st == IBV_QPS_ERR) {
+    sv_qp_active(lq); /* flushed by the engine */
+    sv_engine_kick();
+  }
   return rc;
 }
 

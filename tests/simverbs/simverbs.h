@@ -104,6 +104,7 @@ struct sv_qp_local {
   enum sv_resend resend;
   uint64_t due_ns, resend_ns;     /* resend_ns: when it goes (went) out again; UINT64_MAX: never (timeout 0) */
   uint32_t retries, rnr_retries; /* retransmissions so far, after timeouts / after RNR NAKs */
+  _Atomic int listed;             /* in sv_lib.active (engine.c: sv_qp_active) */
   struct sv_qp_local *next;
 };
 
@@ -137,6 +138,13 @@ struct sv_lib {
   _Atomic uint64_t deferred_due_ns; /* pollers run deferred work from then on; UINT64_MAX: none */
   _Atomic uint64_t deferred_ns;    /* when a poster last left work for later */
   _Atomic uint64_t engine_wake_ns; /* when the sleeping engine wakes by itself; 0 while it runs */
+  /* The QPs that may have work (engine.c): passes look at these, and at
+   * every QP only once per SV_FULL_SCAN_NS (faults set from outside). */
+  pthread_mutex_t active_lock;
+  struct sv_qp_local **active, **active_spare;
+  int nactive, active_cap, nactive_spare, active_spare_cap;
+  int scan_all; /* a QP could not be listed (out of memory): the next pass looks at every QP */
+  uint64_t last_full_scan_ns;
   pthread_mutex_t window_lock; /* the tables below */
   struct sv_window *windows;   /* our registered memory, shared with peers */
   struct sv_span *spans;       /* the pages under each live registration of ours, shared or not */
@@ -186,5 +194,10 @@ void sv_head_reset(struct sv_qp_local *lq);
 void sv_qp_run(struct sv_qp_local *lq, uint64_t now);
 /* Run one progress pass over deferred work if nobody else is. */
 void sv_progress_deferred(void);
+/* The QP may have work now (a post, a state change): passes look at it
+ * until it is idle again.  Any thread. */
+void sv_qp_active(struct sv_qp_local *lq);
+/* Forget it (destroy_qp, sv_lib.lock held). */
+void sv_qp_inactive(struct sv_qp_local *lq);
 
 #endif
