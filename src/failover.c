@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "reconcile.h"
 #include "send.h"
 #include "transport.h"
 #include "health.h"
@@ -318,60 +319,6 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   return path_lost(c, "no NIC accepted new queue pairs");
 }
 
-/* The message will be posted again from its first byte on every QP. */
-static void restart_posting(struct lp_send_msg *m) {
-  memset(m->q_sub, 0, sizeof(m->q_sub));
-  memset(m->q_done, 0, sizeof(m->q_done));
-  memset(m->q_off, 0, sizeof(m->q_off));
-}
-
-/* Everything below resume_seq was delivered; the rest is written again. */
-ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed, uint64_t *bytes) {
-  struct lp_comm *c = &s->base;
-  uint64_t resume = a->resume_seq;
-  if (resume > s->head || resume + LP_FIFO_DEPTH < s->head)
-    return lp_comm_fail(c, ncclRemoteError, "peer resumes at message %llu, outside %llu..%llu",
-                        (unsigned long long)resume, (unsigned long long)(s->head - LP_FIFO_DEPTH),
-                        (unsigned long long)s->head);
-  /* The receiver's current CTS entries, keyed for its new NIC. */
-  for (uint32_t i = 0; i < a->npending; i++) {
-    const struct lp_fo_pending *pm = &a->pending[i];
-    struct lp_cts *slot = &s->fifo[lp_fifo_slot(pm->seq) * LP_MAX_RECVS];
-    memcpy(slot, pm->cts, sizeof(pm->cts[0]) * pm->nreqs);
-  }
-  for (int i = 0; i < LP_FIFO_DEPTH; i++) {
-    struct lp_send_msg *m = &s->msgs[i];
-    int matched = m->events > 0, partial = m->seq == s->head && m->taken;
-    if (!matched && !partial) continue;
-    if (matched && m->seq < resume) { /* landed; only the acknowledgement was lost */
-      m->events = 0;
-      for (int k = 0; k < m->nreqs; k++) m->reqs[k]->done = 1;
-      continue;
-    }
-    if (m->seq - resume >= a->npending)
-      return lp_comm_fail(c, ncclRemoteError, "peer does not list message %llu it has not completed",
-                          (unsigned long long)m->seq);
-    const struct lp_fo_pending *pm = &a->pending[m->seq - resume];
-    for (int k = 0; k < m->nreqs; k++) {
-      if (!(m->taken & (1u << k))) continue;
-      m->sub[k].raddr = pm->cts[k].addr;
-      m->sub[k].rkey = pm->cts[k].rkey;
-      struct ibv_mr *mr = m->sub[k].size ? lp_mr_for(c, m->sub[k].mh) : NULL;
-      if (m->sub[k].size && mr == NULL)
-        return lp_comm_fail(c, ncclInternalError, "message %llu's buffer is not registered on %s",
-                            (unsigned long long)m->seq, c->link.local.dev_name);
-      m->sub[k].lkey = mr ? mr->lkey : 0;
-      if (matched) *bytes += m->sub[k].size;
-    }
-    if (!matched) continue;
-    restart_posting(m);
-    m->events = c->link.nqps;
-    (*replayed)++;
-  }
-  if (resume < s->post_seq) s->post_seq = resume;
-  return ncclSuccess;
-}
-
 static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
@@ -410,53 +357,6 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
 }
 
 /* ---- receiver ---- */
-
-ncclResult_t lp_fo_receiver_reconcile(struct lp_recv_comm *r, int dev, struct lp_fo_ack *a, uint64_t *bytes) {
-  struct lp_comm *c = &r->base;
-  int nic = c->env->devs[dev].nic;
-  a->resume_seq = r->oldest;
-  a->npending = 0;
-  for (uint64_t seq = r->oldest; seq < r->tail; seq++) {
-    int slot = lp_fifo_slot(seq);
-    struct lp_req *req = r->slot_req[slot];
-    struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
-    if (req == NULL || req->seq != seq)
-      return lp_comm_fail(c, ncclInternalError, "message %llu is outstanding but has no request",
-                          (unsigned long long)seq);
-    for (int k = 0; k < req->nsub; k++) {
-      if (cts[k].size == 0) continue;
-      struct lp_mr *mh = r->cts_mh[slot][k];
-      struct ibv_mr *mr = mh ? mh->mr[nic] : NULL;
-      if (mr == NULL)
-        return lp_comm_fail(c, ncclInternalError, "receive buffer of message %llu is not registered on %s",
-                            (unsigned long long)seq, dev_name(c, dev));
-      cts[k].rkey = mr->rkey;
-      *bytes += cts[k].size;
-    }
-    struct lp_fo_pending *pm = &a->pending[a->npending++];
-    pm->seq = seq;
-    pm->nreqs = req->nsub;
-    memcpy(pm->cts, cts, sizeof(cts[0]) * req->nsub);
-  }
-  return ncclSuccess;
-}
-
-/* Each message the ACK lists is received again on the new path, once per QP. */
-static ncclResult_t post_replays(struct lp_recv_comm *r, struct lp_link *next, const struct lp_fo_ack *a) {
-  for (uint32_t i = 0; i < a->npending; i++) {
-    uint64_t seq = a->pending[i].seq;
-    r->slot_req[lp_fifo_slot(seq)]->events = next->nqps;
-    for (int q = 0; q < next->nqps; q++) {
-      struct ibv_recv_wr wr, *bad = NULL;
-      memset(&wr, 0, sizeof(wr));
-      wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
-      int err = ibv_post_recv(next->qps[q], &wr, &bad);
-      if (err != 0)
-        return lp_comm_fail(&r->base, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
-    }
-  }
-  return ncclSuccess;
-}
 
 /* The REQ names a standby this end no longer holds (dropped when its
  * device failed) or cannot use now: the sender offers a new path next,
@@ -525,7 +425,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   a->epoch = fo->epoch;
   uint64_t bytes = 0;
   rc = lp_fo_receiver_reconcile(r, dev, a, &bytes);
-  if (rc == ncclSuccess) rc = post_replays(r, &next, a);
+  if (rc == ncclSuccess) rc = lp_fo_post_replays(r, &next, a);
   if (rc != ncclSuccess) {
     free(a);
     lp_link_close(&next);

@@ -94,16 +94,4 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now);
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now);
 /* An error completion: move (returns ncclSuccess) or fail the connection. */
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);
-/* The sender's half of a move's reconciliation (exposed for unit tests):
- * everything below the ACK's resume_seq was delivered and completes; every
- * matched message from there on is keyed for the receiver's new NIC and
- * written again, whole.  Counts what is replayed. */
-ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed, uint64_t *bytes);
-/* The receiver's half (exposed for unit tests): the ACK's resume_seq (its
- * first message not complete) and the CTS entries of every message from
- * there on, keyed for device `dev`'s NIC; adds their bytes to *bytes.
- * Fails the connection when a message has no request or a buffer no key
- * on that NIC.  Posts nothing. */
-ncclResult_t lp_fo_receiver_reconcile(struct lp_recv_comm *r, int dev, struct lp_fo_ack *a, uint64_t *bytes);
-
 #endif

@@ -1,11 +1,11 @@
-/* The sender's half of a move (failover.c lp_fo_sender_reconcile): which
+/* The sender's half of a move (reconcile.c lp_fo_sender_reconcile): which
  * messages complete, which are written again and with which keys, from a
  * send comm and an ACK built in memory.  A broken reconciliation loses a
  * message (completes one the receiver never got) or repeats one. */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "failover.h"
+#include "reconcile.h"
 
 static struct lp_env env;
 static struct lp_send_comm s;

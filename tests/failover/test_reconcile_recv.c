@@ -1,4 +1,4 @@
-/* The receiver's half of a move (failover.c lp_fo_receiver_reconcile): the
+/* The receiver's half of a move (reconcile.c lp_fo_receiver_reconcile): the
  * first message it has not completed, and the CTS entries of every message
  * from there on, keyed for its new NIC, from a receive comm built in memory.
  * A broken one names a message it completed (the sender writes it again
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "failover.h"
+#include "reconcile.h"
 
 static struct lp_env env;
 static struct lp_recv_comm r;
