@@ -584,10 +584,6 @@ SV_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode o
   return 0;
 }
 
-SV_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece) { return sv_fail_errno(); }
-
-SV_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece) { return sv_fail_errno(); }
-
 SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd) { return sv_fail_ptr(); }
 
 SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle) {

@@ -13,9 +13,11 @@
  *   rate 25|50|100|200|400     (Gb/s)
  *   latency_us <0..1000000>
  *   ports 1|2
+ *   adaptive_routing on|off    plain RDMA WRITEs may land out of order
  *   host <name>                starts a host
  *   nic <name> [link=ib|roce] [rate=N] [latency_us=N] [ports=N] [numa=N]
  *       [pci=DDDD:BB:DD.F] [netdev=IF[,IF]] [ip=A.B.C.D[,A.B.C.D]]
+ *       [ar=on|off] [ece=MASK]
  *
  * Everything a real device would report and the file does not say (GUIDs,
  * LIDs, GIDs, PCI address, addresses) is derived from the position of the
@@ -48,6 +50,7 @@
  * path (ibv_create_qp, ibv_post_send, no inline). */
 #define CFG_GUID_BASE 0x0c42a10300000000ull
 #define CFG_VENDOR_ID 0x02c9u
+#define CFG_ECE_DEFAULT 0x30000002u /* the options a ConnectX RoCE NIC reports (NCCL's query_ece lines) */
 #define CFG_VENDOR_PART_ID 0xfff0u
 /* RFC 2544 benchmark range: never routed, so a GID built from it can never
  * be mistaken for a real address.  They are only GID values here. */
@@ -63,6 +66,7 @@ struct cfg_link {
   uint32_t rate_gbps;
   uint32_t latency_us;
   uint32_t nports;
+  uint32_t adaptive_routing; /* 1: plain RDMA WRITEs may land out of order */
 };
 
 /* Parser state for one file. */
@@ -90,6 +94,8 @@ struct cfg_nic {
   uint32_t nnetdevs, nips;
   char netdev[SV_MAX_PORTS][CFG_NETDEV_MAX + 1];
   uint32_t ipv4[SV_MAX_PORTS];
+  bool ece_given;
+  uint32_t ece;
 };
 
 static int cfg_err(const struct cfg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -168,6 +174,27 @@ static int parse_rate(const struct cfg *c, const char *s, uint32_t *out) {
         return 0;
       }
   return cfg_err(c, "rate '%s' is not supported: use 25, 50, 100, 200 or 400 (Gb/s)", s);
+}
+
+static int parse_on_off(const struct cfg *c, const char *key, const char *s, uint32_t *out) {
+  if (strcmp(s, "on") == 0 || strcmp(s, "off") == 0) {
+    *out = strcmp(s, "on") == 0;
+    return 0;
+  }
+  return cfg_err(c, "%s '%s' is invalid: use on or off", key, s);
+}
+
+/* ECE options: hexadecimal (0x...) or decimal, 32 bits; 0 offers no ECE. */
+static int parse_ece(const struct cfg *c, const char *s, uint32_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 0);
+  if (*s && *s != '-' && *end == '\0' && errno == 0 && v <= UINT32_MAX) {
+    *out = (uint32_t)v;
+    return 0;
+  }
+  return cfg_err(c, "ece '%s' is invalid: give the options bit mask as a 32-bit number (e.g. 0x30000002), "
+                    "or 0 for a NIC without ECE", s);
 }
 
 static int parse_latency(const struct cfg *c, const char *s, uint32_t *out) {
@@ -266,9 +293,9 @@ static int parse_ips(const struct cfg *c, char *s, struct cfg_nic *nic) {
 
 /* ---- nic lines ---- */
 
-enum nic_key { K_LINK, K_RATE, K_LATENCY, K_PORTS, K_NUMA, K_PCI, K_NETDEV, K_IP, K_COUNT };
-static const char *const nic_keys[K_COUNT] = {"link", "rate", "latency_us", "ports",
-                                              "numa", "pci",  "netdev",     "ip"};
+enum nic_key { K_LINK, K_RATE, K_LATENCY, K_PORTS, K_NUMA, K_PCI, K_NETDEV, K_IP, K_AR, K_ECE, K_COUNT };
+static const char *const nic_keys[K_COUNT] = {"link", "rate",   "latency_us", "ports", "numa",
+                                              "pci",  "netdev", "ip",         "ar",    "ece"};
 
 static int nic_option(const struct cfg *c, enum nic_key k, char *v, struct cfg_nic *nic) {
   switch (k) {
@@ -280,6 +307,8 @@ static int nic_option(const struct cfg *c, enum nic_key k, char *v, struct cfg_n
   case K_PCI: return parse_pci(c, v, nic->pci, sizeof(nic->pci));
   case K_NETDEV: return parse_netdevs(c, v, nic);
   case K_IP: return parse_ips(c, v, nic);
+  case K_AR: return parse_on_off(c, "ar", v, &nic->link.adaptive_routing);
+  case K_ECE: nic->ece_given = true; return parse_ece(c, v, &nic->ece);
   case K_COUNT: break;
   }
   return -1;
@@ -293,13 +322,13 @@ static int nic_options(const struct cfg *c, char **tok, int ntok, struct cfg_nic
     int k = 0;
     if (!eq)
       return cfg_err(c, "nic option '%s' has no value: write key=value with key link, rate, "
-                        "latency_us, ports, numa, pci, netdev or ip", tok[i]);
+                        "latency_us, ports, numa, pci, netdev, ip, ar or ece", tok[i]);
     *eq = '\0';
     while (k < K_COUNT && strcmp(tok[i], nic_keys[k]) != 0)
       k++;
     if (k == K_COUNT)
       return cfg_err(c, "unknown nic option '%s': use link, rate, latency_us, ports, numa, pci, "
-                        "netdev or ip", tok[i]);
+                        "netdev, ip, ar or ece", tok[i]);
     if (seen & (1u << k))
       return cfg_err(c, "nic option '%s' given twice: give each option at most once", tok[i]);
     seen |= 1u << k;
@@ -432,6 +461,7 @@ static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uin
   p->link_layer = nic->link.link_layer;
   p->rate_gbps = nic->link.rate_gbps;
   p->latency_ns = nic->link.latency_us * 1000u;
+  p->adaptive_routing = nic->link.adaptive_routing;
   port_gids(p, port_guid);
   atomic_store(&p->state, IBV_PORT_ACTIVE);
   c->host_ports++;
@@ -476,6 +506,8 @@ static int nic_add(struct cfg *c, const struct cfg_nic *nic) {
   d->nports = nic->link.nports;
   d->vendor_id = CFG_VENDOR_ID;
   d->vendor_part_id = CFG_VENDOR_PART_ID;
+  /* ECE is negotiated on RoCE connections: RoCE NICs offer it by default. */
+  d->ece = nic->ece_given ? nic->ece : nic->link.link_layer == IBV_LINK_LAYER_ETHERNET ? CFG_ECE_DEFAULT : 0;
   for (uint32_t p = 0; p < d->nports; p++)
     if (port_fill(c, nic, p, d->node_guid + p, &d->ports[p]))
       goto fail;
@@ -563,12 +595,12 @@ static int do_directive(struct cfg *c, char **tok, int ntok) {
   const char *d = tok[0];
   bool one_arg = strcmp(d, "fabric") == 0 || strcmp(d, "host") == 0 || strcmp(d, "link") == 0 ||
                  strcmp(d, "rate") == 0 || strcmp(d, "latency_us") == 0 || strcmp(d, "ports") == 0 ||
-                 strcmp(d, "netns") == 0;
+                 strcmp(d, "netns") == 0 || strcmp(d, "adaptive_routing") == 0;
   if (strcmp(d, "nic") == 0)
     return do_nic(c, tok, ntok);
   if (!one_arg)
-    return cfg_err(c, "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, host "
-                      "or nic", d);
+    return cfg_err(c, "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, "
+                      "adaptive_routing, host or nic", d);
   if (ntok != 2)
     return cfg_err(c, "'%s' takes exactly one value: %s <value>", d, d);
   if (strcmp(d, "fabric") == 0)
@@ -583,6 +615,8 @@ static int do_directive(struct cfg *c, char **tok, int ntok) {
     return parse_rate(c, tok[1], &c->defaults.rate_gbps);
   if (strcmp(d, "latency_us") == 0)
     return parse_latency(c, tok[1], &c->defaults.latency_us);
+  if (strcmp(d, "adaptive_routing") == 0)
+    return parse_on_off(c, "adaptive_routing", tok[1], &c->defaults.adaptive_routing);
   return parse_ports(c, tok[1], &c->defaults.nports);
 }
 

@@ -204,7 +204,7 @@ static char *direct_ptr(struct sv_fabric *f, struct sv_mr *m, void *remote) {
 
 /* Resolve an rkey range on the destination QP; 0 on access violation. */
 static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len, uint32_t need, struct iovec *out,
-                        char **direct, pid_t *pid) {
+                        char **direct, pid_t *pid, uint32_t *mr_access) {
   struct sv_fabric *f = fab();
   struct sv_mr *m = sv_mr_lookup(f, rkey);
   if (!m || m->pd_id != d->pd_id || !(m->access & need) || !(d->access & need)) return 0;
@@ -213,7 +213,39 @@ static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len,
   out->iov_len = len;
   *direct = direct_ptr(f, m, out->iov_base);
   *pid = f->procs[m->owner].pid;
+  *mr_access = m->access;
   return 1;
+}
+
+/* Write bytes [from, from + n) of the transfer into the remote segments. */
+static void copy_span(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t from, size_t n) {
+  size_t li = 0, loff = from, r = 0, roff = from;
+  while (li < (size_t)x->nlocal && loff >= x->local[li].iov_len) loff -= x->local[li++].iov_len;
+  while (r < (size_t)nremote && roff >= remote[r].iov_len) roff -= remote[r++].iov_len;
+  while (n && li < (size_t)x->nlocal && r < (size_t)nremote) {
+    size_t k = x->local[li].iov_len - loff;
+    if (k > remote[r].iov_len - roff) k = remote[r].iov_len - roff;
+    if (k > n) k = n;
+    memcpy(direct[r] + roff, (char *)x->local[li].iov_base + loff, k);
+    n -= k;
+    loff += k;
+    roff += k;
+    if (loff == x->local[li].iov_len) li++, loff = 0;
+    if (roff == remote[r].iov_len) r++, roff = 0;
+  }
+}
+
+/* A write whose packets are routed adaptively, or that lands in memory
+ * registered with relaxed ordering, is placed out of order: one packet
+ * (`mtu` bytes) at a time from the last to the first, the worst order a
+ * consumer that reads before the completion could meet. */
+static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit,
+                          size_t mtu) {
+  size_t last = (limit - 1) / mtu * mtu;
+  for (size_t off = last;; off -= mtu) {
+    copy_span(x, remote, direct, nremote, off, limit - off < mtu ? limit - off : mtu);
+    if (off == 0) break;
+  }
 }
 
 /* memcpy between our gather list and directly reachable remote segments.
@@ -266,13 +298,16 @@ static int peer_alive(int owner, pid_t pid, uint64_t now) {
 /* Copy between our gather list and the peer's memory.  Returns bytes moved,
  * or -1 when the peer process is gone. */
 static ssize_t move_bytes(int owner, pid_t pid, struct xfer *x, struct iovec *remote, char **direct, int nremote,
-                          size_t limit, int read, uint64_t now) {
+                          size_t limit, int read, size_t ooo_mtu, uint64_t now) {
   if (limit == 0) return 0;
   int all_direct = 1;
   for (int i = 0; i < nremote; i++) all_direct &= direct[i] != NULL;
   if (all_direct) {
     if (!peer_alive(owner, pid, now)) return -1; /* a window outlives its process */
-    copy_direct(x, remote, direct, nremote, limit, read);
+    if (ooo_mtu && !read)
+      copy_reversed(x, remote, direct, nremote, limit, ooo_mtu);
+    else
+      copy_direct(x, remote, direct, nremote, limit, read);
     return (ssize_t)limit;
   }
   struct iovec local[SV_MAX_SGE + 1];
@@ -348,7 +383,9 @@ static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct 
     out->status = IBV_WC_LOC_LEN_ERR; /* the result buffer is one 8-byte word */
     return EXEC_FAIL;
   }
-  if (!remote_range(d, w->rkey, w->remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &remote, &direct, &pid)) {
+  uint32_t mr_access;
+  if (!remote_range(d, w->rkey, w->remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &remote, &direct, &pid,
+                    &mr_access)) {
     fail_responder(d, SV_QP_FAULT_ACCESS);
     out->status = IBV_WC_REM_ACCESS_ERR;
     return EXEC_FAIL;
@@ -361,11 +398,11 @@ static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct 
   uint64_t old = 0, val;
   struct xfer word = {.local = {{.iov_base = &old, .iov_len = sizeof(old)}}, .nlocal = 1, .len = sizeof(old)};
   sv_lock(&f->devs[d->dev].atomic_lock);
-  ssize_t got = move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(old), 1, now);
+  ssize_t got = move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(old), 1, 0, now);
   val = w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? old + w->compare_add : old == w->compare_add ? w->swap : old;
   uint64_t found = old;
   word.local[0].iov_base = &val;
-  ssize_t put = got == sizeof(old) && val != old ? move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(val), 0, now)
+  ssize_t put = got == sizeof(old) && val != old ? move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(val), 0, 0, now)
                                                  : got;
   sv_unlock(&f->devs[d->dev].atomic_lock);
   if (got != sizeof(old) || put != sizeof(val)) return EXEC_PATH_DOWN; /* the responder's process is gone */
@@ -392,9 +429,10 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   char *direct[SV_MAX_SGE];
   int nremote = 1;
   pid_t pid = 0;
+  uint32_t mr_access = 0;
   if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || is_read) {
     uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-    if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, direct, &pid)) {
+    if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, direct, &pid, &mr_access)) {
       fail_responder(d, SV_QP_FAULT_ACCESS);
       out->status = IBV_WC_REM_ACCESS_ERR;
       return EXEC_FAIL;
@@ -425,7 +463,15 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       }
     }
   }
-  ssize_t moved = x.len ? move_bytes(d->owner, pid, &x, remote, direct, nremote, limit, is_read, now) : 0;
+  /* Out-of-order placement: a plain WRITE over adaptively routed ports, or
+   * any write into a relaxed-ordering registration (the PCIe writes may
+   * pass each other).  Receives and their immediates stay in order. */
+  size_t mtu = 128u << q->path_mtu; /* enum ibv_mtu: 1 is 256 bytes */
+  int ooo = !is_read && ((w->opcode == IBV_WR_RDMA_WRITE && f->devs[q->dev].ports[q->port - 1].adaptive_routing) ||
+                         (mr_access & IBV_ACCESS_RELAXED_ORDERING));
+  if (ooo && limit > mtu) atomic_fetch_add_explicit(&q->ooo_writes, 1, memory_order_relaxed);
+  ssize_t moved =
+      x.len ? move_bytes(d->owner, pid, &x, remote, direct, nremote, limit, is_read, ooo ? mtu : 0, now) : 0;
   if (moved < 0 || (size_t)moved != limit) {
     if (r) sv_unlock(&d->rq_lock);
     if (moved < 0 && errno == EFAULT) { /* registered memory was unmapped under the MR */

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 6 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault */
+#define SV_VERSION 7 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -54,6 +54,10 @@ struct sv_port {
   uint32_t gid_types[SV_NGIDS]; /* enum ibv_gid_type (IBV_GID_TYPE_IB/ROCE_V1/ROCE_V2) */
   uint32_t ipv4;                /* RoCE: address in the IPv4-mapped GIDs, host order */
   char netdev[16];              /* backing network interface, "" when none */
+  /* The switches route this port's plain RDMA WRITEs adaptively (the subnet
+   * manager's choice, as on an InfiniBand fabric with AR): their packets may
+   * land out of order.  Packets carrying an immediate or a SEND stay in order. */
+  uint32_t adaptive_routing;
   /* Faults.  A blackholed port stays ACTIVE but drops everything (a broken
    * switch path): no event anywhere, only retries that run out. */
   _Atomic uint32_t blackhole;
@@ -79,6 +83,7 @@ struct sv_device {
   int32_t numa_node;
   uint32_t nports;
   uint32_t vendor_id, vendor_part_id;
+  uint32_t ece; /* Enhanced Connection Establishment options the device offers; 0: ibv_query_ece unsupported */
   _Atomic uint32_t fatal; /* device fatal injected: every QP errors, opens fail */
   /* Serialises the atomic operations that target this NIC's memory: as
    * IBV_ATOMIC_HCA promises, they are atomic among themselves, not with
@@ -133,6 +138,9 @@ struct sv_qp {
   uint32_t port;
   uint32_t qp_type;
   _Atomic uint64_t requests; /* send requests completed successfully (`simverbs status`: req) */
+  _Atomic uint64_t inline_wrs; /* send requests posted with IBV_SEND_INLINE (`simverbs status`: inl) */
+  _Atomic uint64_t ooo_writes; /* writes whose payload landed out of order (`simverbs status`: ooo) */
+  uint32_t ece;                /* the ECE options in force (ibv_set_ece / ibv_query_ece) */
   uint64_t pd_id;
   _Atomic uint32_t state; /* enum ibv_qp_state */
   uint32_t qpn;

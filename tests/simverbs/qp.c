@@ -60,6 +60,9 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
       q->recv_cq = ((struct sv_cq_local *)attr->recv_cq)->index;
       atomic_store(&q->fault, SV_QP_FAULT_NONE);
       atomic_store(&q->requests, 0);
+      atomic_store(&q->inline_wrs, 0);
+      atomic_store(&q->ooo_writes, 0);
+      q->ece = f->devs[q->dev].ece;
       q->rq_size = rq_size;
       q->rq_max_sge = rq_sge;
       q->rq_stride = stride;
@@ -215,6 +218,10 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
   if (mask & IBV_QP_RNR_RETRY) q->rnr_retry = a->rnr_retry;
   if (mask & IBV_QP_SQ_PSN) q->sq_psn = a->sq_psn;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q->max_rd_atomic = a->max_rd_atomic;
+  if (to == IBV_QPS_RTR && lq->ece_pending) {
+    q->ece = lq->ece_request & fab()->devs[q->dev].ece; /* the device keeps what both ends offer */
+    lq->ece_pending = 0;
+  }
   if (to == IBV_QPS_RESET) {
     /* Reset discards both queues without completions. */
     atomic_store(&lq->sq_head, atomic_load(&lq->sq_tail));
@@ -234,6 +241,33 @@ out:
   pthread_mutex_unlock(&sv_lib.lock);
   if (!rc && to == IBV_QPS_ERR) sv_engine_kick(); /* the engine flushes */
   return rc;
+}
+
+/* Enhanced Connection Establishment, as rdma-core's mlx5 provider: the
+ * vendor must be Mellanox's PCI id, a device without ECE answers
+ * EOPNOTSUPP, and a request takes effect with the move to RTR (a request
+ * made later is kept but never applied). */
+#define SV_ECE_VENDOR 0x15b3u
+
+SV_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece) {
+  struct sv_qp *q = shared_qp((struct sv_qp_local *)qp);
+  if (fab()->devs[q->dev].ece == 0) return EOPNOTSUPP;
+  memset(ece, 0, sizeof(*ece));
+  ece->vendor_id = SV_ECE_VENDOR;
+  ece->options = q->ece;
+  return 0;
+}
+
+SV_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece) {
+  struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+  struct sv_qp *q = shared_qp(lq);
+  if (ece->comp_mask != 0 || ece->vendor_id != SV_ECE_VENDOR) return EINVAL;
+  if (fab()->devs[q->dev].ece == 0) return EOPNOTSUPP;
+  pthread_mutex_lock(&lq->exec_lock);
+  lq->ece_request = ece->options;
+  lq->ece_pending = 1;
+  pthread_mutex_unlock(&lq->exec_lock);
+  return 0;
 }
 
 SV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init) {
@@ -312,6 +346,7 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, ui
       w->inline_len += wr->sg_list[i].length;
     }
     w->num_sge = 0;
+    atomic_fetch_add_explicit(&shared_qp(lq)->inline_wrs, 1, memory_order_relaxed);
   } else if (wr->num_sge) { /* sg_list may be NULL when there is nothing to gather */
     memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
   }

@@ -95,6 +95,10 @@ struct sv_qp_local {
   struct sv_swqe *sq;
   uint32_t sq_size, max_inline, max_send_sge, max_recv_sge;
   int sig_all;
+  /* ibv_set_ece's request: applied, reduced to what the device offers, when
+   * the QP moves to RTR (as mlx5 passes it with the next modify). */
+  int ece_pending;
+  uint32_t ece_request;
   pthread_mutex_t post_lock; /* posters among themselves */
   pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
   pthread_mutex_t recv_lock; /* posters of receives among themselves */

@@ -909,6 +909,8 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
     printf("  lid %u", p->lid);
   else
     printf("  %s %u.%u.%u.%u", p->netdev, p->ipv4 >> 24, (p->ipv4 >> 16) & 0xff, (p->ipv4 >> 8) & 0xff, p->ipv4 & 0xff);
+  if (p->adaptive_routing)
+    printf("  ar");
   printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
          (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
          (unsigned long long)atomic_load(&p->rx_wrs));
@@ -934,9 +936,12 @@ static void print_devices(struct sv_fabric *f) {
       struct sv_device *dv = &f->devs[d];
       if (!dv->in_use || dv->host != h)
         continue;
-      printf("    %-10s %-4s %3u Gb/s  pci %s  events %llu%s\n", dv->name,
+      printf("    %-10s %-4s %3u Gb/s  pci %s  events %llu", dv->name,
              dv->ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", dv->ports[0].rate_gbps, dv->pci,
-             (unsigned long long)atomic_load(&dv->event_seq), atomic_load(&dv->fatal) ? "  DEVICE FATAL" : "");
+             (unsigned long long)atomic_load(&dv->event_seq));
+      if (dv->ece)
+        printf("  ece 0x%08x", dv->ece);
+      printf("%s\n", atomic_load(&dv->fatal) ? "  DEVICE FATAL" : "");
       for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++)
         print_port(f, &dv->ports[p], p + 1);
     }
@@ -945,7 +950,7 @@ static void print_devices(struct sv_fabric *f) {
 
 /* Objects per owning process, from the shared tables. */
 struct obj_counts {
-  int qps[SV_MAX_PROCS], cqs[SV_MAX_PROCS], mrs[SV_MAX_PROCS];
+  int qps[SV_MAX_PROCS], cqs[SV_MAX_PROCS], mrs[SV_MAX_PROCS], mrs_ro[SV_MAX_PROCS];
   int qp_total, cq_total, mr_total;
 };
 
@@ -964,8 +969,11 @@ static void count_objects(struct sv_fabric *f, struct obj_counts *c) {
     if (atomic_load(&f->cqs[i].in_use))
       count_one(f->cqs[i].owner, c->cqs, &c->cq_total);
   for (int i = 0; i < SV_MAX_MRS; i++)
-    if (atomic_load(&f->mrs[i].in_use))
+    if (atomic_load(&f->mrs[i].in_use)) {
       count_one(f->mrs[i].owner, c->mrs, &c->mr_total);
+      if ((f->mrs[i].access & IBV_ACCESS_RELAXED_ORDERING) && f->mrs[i].owner >= 0 && f->mrs[i].owner < SV_MAX_PROCS)
+        c->mrs_ro[f->mrs[i].owner]++;
+    }
 }
 
 /* The QPs of one process, with the QPN `simverbs fault qp` takes. */
@@ -979,7 +987,11 @@ static void print_qps(struct sv_fabric *f, int proc) {
     printf("    qp 0x%06x (%u)  %s:%s:%u  %s  sl %u", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
            d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)), qp->ah.sl);
     if (qp->ah.is_global) printf("  tc %u", qp->ah.grh.traffic_class); /* RoCE, or a routed IB path */
-    printf("  req %llu\n", (unsigned long long)atomic_load(&qp->requests));
+    printf("  req %llu  inl %llu  ooo %llu", (unsigned long long)atomic_load(&qp->requests),
+           (unsigned long long)atomic_load(&qp->inline_wrs), (unsigned long long)atomic_load(&qp->ooo_writes));
+    if (d->ece)
+      printf("  ece 0x%08x", qp->ece);
+    putchar('\n');
   }
 }
 
@@ -993,8 +1005,8 @@ static void print_procs(struct sv_fabric *f) {
     if (!atomic_load(&p->in_use))
       continue;
     live++;
-    printf("  pid %-8d host %-12s %d QPs, %d CQs, %d MRs\n", (int)p->pid,
-           p->host < f->nhosts ? f->hosts[p->host].name : "?", c.qps[i], c.cqs[i], c.mrs[i]);
+    printf("  pid %-8d host %-12s %d QPs, %d CQs, %d MRs (%d relaxed-ordering)\n", (int)p->pid,
+           p->host < f->nhosts ? f->hosts[p->host].name : "?", c.qps[i], c.cqs[i], c.mrs[i], c.mrs_ro[i]);
     print_qps(f, i);
   }
   if (!live)

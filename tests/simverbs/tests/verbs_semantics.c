@@ -730,3 +730,95 @@ Test(bad_input, unsupported_qp_types_and_huge_queues_fail_cleanly) {
   cr_assert_null(ibv_create_cq(A.ctx, 0, NULL, NULL, 0));
   cr_assert_null(ibv_reg_mr(A.pd, A.buf, 64, IBV_ACCESS_REMOTE_WRITE), "remote write needs local write");
 }
+
+/* ---- adaptive routing, relaxed ordering, ECE ---------------------------- */
+
+static struct sv_qp *shared(struct end *e) { return &fab->qps[e->qp->handle]; }
+
+/* Over adaptively routed ports a plain WRITE's packets may land in any
+ * order; a WRITE_WITH_IMM's stay in order.  Either way every byte is there
+ * once the completion is. */
+Test(data, adaptive_routing_places_plain_writes_out_of_order) {
+  fab->devs[shared(&A)->dev].ports[0].adaptive_routing = 1;
+  fill(A.buf, BUF_SIZE, 4);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 65536, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(memcmp(A.buf, B.buf, 65536), 0);
+  cr_assert_eq(atomic_load(&shared(&A)->ooo_writes), 1);
+  post_recv(&B, 2, 0, 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE_WITH_IMM, 3, 65536, 65536, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(expect_wc(B.cq).opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  cr_assert_eq(memcmp(A.buf + 65536, B.buf + 65536, 65536), 0);
+  cr_assert_eq(atomic_load(&shared(&A)->ooo_writes), 1, "a write with immediate is not adaptively routed");
+}
+
+/* Memory registered with relaxed ordering takes any write out of order,
+ * immediate or not: the PCIe writes may pass each other. */
+Test(data, relaxed_ordering_registration_takes_writes_out_of_order) {
+  char *ro = calloc(1, BUF_SIZE);
+  struct ibv_mr *m = ibv_reg_mr_iova2(B.pd, ro, BUF_SIZE, (uintptr_t)ro,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+  cr_assert_not_null(m);
+  struct end to = B;
+  to.buf = ro;
+  fill(A.buf, BUF_SIZE, 5);
+  post_recv(&B, 2, 0, 0);
+  cr_assert_eq(post_write(&A, &to, IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 65536, m->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(expect_wc(B.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(memcmp(A.buf, ro, 65536), 0);
+  cr_assert_eq(atomic_load(&shared(&A)->ooo_writes), 1);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 3, 0, 65536, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(atomic_load(&shared(&A)->ooo_writes), 1, "a strictly ordered registration keeps the order");
+  ibv_dereg_mr(m);
+  free(ro);
+}
+
+static void recreate_qp(struct end *e) {
+  cr_assert_eq(ibv_destroy_qp(e->qp), 0);
+  struct ibv_qp_init_attr ia = {.send_cq = e->cq,
+                                .recv_cq = e->cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4}};
+  e->qp = ibv_create_qp(e->pd, &ia);
+  cr_assert_not_null(e->qp);
+}
+
+/* As rdma-core's mlx5 provider: no ECE on a device without it, Mellanox's
+ * vendor id only, and a request takes effect, reduced to what the device
+ * offers, when the QP moves to RTR. */
+Test(bad_input, ece_is_negotiated_at_rtr_and_checked) {
+  struct ibv_ece ece = {.vendor_id = 0x15b3, .options = 0x30000002};
+  cr_assert_eq(ibv_query_ece(A.qp, &ece), EOPNOTSUPP, "this InfiniBand test fabric offers no ECE");
+  cr_assert_eq(ibv_set_ece(A.qp, &ece), EOPNOTSUPP);
+  fab->devs[shared(&A)->dev].ece = 0x30000002;
+  fab->devs[shared(&B)->dev].ece = 0x10000002;
+  recreate_qp(&A);
+  recreate_qp(&B);
+  struct ibv_ece a, b;
+  cr_assert_eq(ibv_query_ece(A.qp, &a), 0);
+  cr_assert_eq(a.vendor_id, 0x15b3);
+  cr_assert_eq(a.options, 0x30000002);
+  cr_assert_eq(a.comp_mask, 0);
+  struct ibv_ece bad = {.vendor_id = 0x02c9, .options = 1};
+  cr_assert_eq(ibv_set_ece(A.qp, &bad), EINVAL, "the PCI vendor id, not the IB one");
+  bad = (struct ibv_ece){.vendor_id = 0x15b3, .options = 1, .comp_mask = 1};
+  cr_assert_eq(ibv_set_ece(A.qp, &bad), EINVAL);
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(ibv_set_ece(B.qp, &a), 0); /* the responder takes the requester's offer */
+  cr_assert_eq(to_rtr(&B, &A), 0);
+  cr_assert_eq(ibv_query_ece(B.qp, &b), 0);
+  cr_assert_eq(b.options, 0x10000002, "reduced to what both offer");
+  cr_assert_eq(ibv_set_ece(A.qp, &b), 0); /* and the requester the responder's answer */
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(ibv_query_ece(A.qp, &a), 0);
+  cr_assert_eq(a.options, 0x10000002);
+  struct ibv_ece late = {.vendor_id = 0x15b3, .options = 0};
+  cr_assert_eq(ibv_set_ece(A.qp, &late), 0);
+  cr_assert_eq(to_rts(&A, 8, 7), 0);
+  cr_assert_eq(ibv_query_ece(A.qp, &a), 0);
+  cr_assert_eq(a.options, 0x10000002, "a request after RTR never takes effect");
+}
