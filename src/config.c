@@ -190,6 +190,16 @@ static const struct int_var int_vars[] = {
     {"NCCL_IB_TIMEOUT", offsetof(struct lp_config, timeout), 20, 1, 31, ""},
     {"NCCL_IB_RETRY_CNT", offsetof(struct lp_config, retry_cnt), 7, 0, 7, ""},
     {"NCCL_IB_QPS_PER_CONNECTION", offsetof(struct lp_config, qps_per_conn), 1, 1, LP_MAX_QPS, ""},
+    {"NCCL_IB_USE_INLINE", offsetof(struct lp_config, use_inline), 0, 0, 1, "(1: clear-to-sends go inline)"},
+    {"NCCL_IB_PCI_RELAXED_ORDERING", offsetof(struct lp_config, pci_ro), 2, 0, 2,
+     "(0 off, 1 on, 2 on where libibverbs has ibv_reg_mr_iova2)"},
+    {"NCCL_IB_ADAPTIVE_ROUTING", offsetof(struct lp_config, adaptive_routing), -2, -2, 1,
+     "(-2: on for InfiniBand ports only, 0 off, 1 on)"},
+    {"NCCL_IB_AR_THRESHOLD", offsetof(struct lp_config, ar_threshold), LP_AR_THRESHOLD_DEFAULT, -2, 2147483647,
+     "(bytes; negative: the default, 8192)"},
+    {"NCCL_IB_ECE_ENABLE", offsetof(struct lp_config, ece_enable), 1, 0, 1, ""},
+    {"NCCL_IB_DEVICE_PCI_ORDER", offsetof(struct lp_config, device_pci_order), 1, 0, 1,
+     "(1: devices in PCI address order)"},
     {"LINKPASS_SETUP_TIMEOUT_MS", offsetof(struct lp_config, setup_timeout_ms), 120000, 0, 86400000,
      "(0 waits forever)"},
     {"LINKPASS_MAX_WR_BYTES", offsetof(struct lp_config, max_wr_bytes), 1 << 30, 4096, 1 << 30, ""},
@@ -241,6 +251,7 @@ static void derive(struct lp_config *cfg) {
   cfg->ns.holddown_ns = (uint64_t)cfg->failback_holddown_ms * ms;
   cfg->ns.holddown_max_ns = (uint64_t)cfg->failback_holddown_max_ms * ms;
   cfg->ns.retry_budget_ns = retry_budget_ns(cfg->timeout, cfg->retry_cnt);
+  cfg->ar_threshold_bytes = cfg->ar_threshold < 0 ? LP_AR_THRESHOLD_DEFAULT : (uint64_t)cfg->ar_threshold;
 }
 
 void lp_config_defaults(struct lp_config *cfg) {

@@ -15,10 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LP_MAX_QPS 16         /* NCCL_IB_QPS_PER_CONNECTION upper bound */
-#define LP_FILTER_MAX 32      /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
-#define LP_FILTER_NAME_MAX 64 /* bytes of one entry's name, NUL included */
-#define LP_CONFIG_STR_MAX 512 /* raw string variables kept for the log */
+#define LP_MAX_QPS 16                /* NCCL_IB_QPS_PER_CONNECTION upper bound */
+#define LP_FILTER_MAX 32             /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
+#define LP_FILTER_NAME_MAX 64        /* bytes of one entry's name, NUL included */
+#define LP_CONFIG_STR_MAX 512        /* raw string variables kept for the log */
+#define LP_AR_THRESHOLD_DEFAULT 8192 /* NCCL_IB_AR_THRESHOLD when unset or negative, as NCCL */
 
 /* A name filter with NCCL's syntax: "[^][=]name[:port][,name[:port]...]".
  * '^' keeps everything that does NOT match, '=' asks for exact names instead
@@ -75,6 +76,12 @@ struct lp_config {
   int timeout;          /* NCCL_IB_TIMEOUT */
   int retry_cnt;        /* NCCL_IB_RETRY_CNT */
   int qps_per_conn;     /* NCCL_IB_QPS_PER_CONNECTION */
+  int use_inline;       /* NCCL_IB_USE_INLINE: clear-to-sends posted with IBV_SEND_INLINE */
+  int pci_ro;           /* NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 on where the library can */
+  int adaptive_routing; /* NCCL_IB_ADAPTIVE_ROUTING: -2 on InfiniBand only, 0 off, else on */
+  int ar_threshold;     /* NCCL_IB_AR_THRESHOLD: larger messages split for adaptive routing, negative: 8192 */
+  int ece_enable;       /* NCCL_IB_ECE_ENABLE: negotiate Enhanced Connection Establishment */
+  int device_pci_order; /* NCCL_IB_DEVICE_PCI_ORDER: devices sorted by PCI address */
   struct lp_filter hca; /* NCCL_IB_HCA */
   /* out-of-band sockets */
   struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */
@@ -105,6 +112,7 @@ struct lp_config {
     uint64_t holddown_ns, holddown_max_ns;
     uint64_t retry_budget_ns; /* how long an RC QP retries a silent path before its error completion */
   } ns;
+  uint64_t ar_threshold_bytes; /* NCCL_IB_AR_THRESHOLD, its default applied */
 };
 
 /* Reads one variable; NULL when unset. */

@@ -21,6 +21,10 @@
 struct lp_env {
   struct lp_config cfg;
   struct lp_ibv ibv;
+  /* NCCL_IB_PCI_RELAXED_ORDERING in force: data registrations (never the
+   * control memory, whose order the protocol needs) take
+   * IBV_ACCESS_RELAXED_ORDERING, through ibv_reg_mr_iova2. */
+  int relaxed_ordering;
   int nnics;
   struct lp_nic nics[LP_MAX_NICS];
   int ndevs;

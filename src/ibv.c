@@ -42,6 +42,8 @@ static const struct sym syms[] = {
     OPT(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8"),
     OPT(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12"),
     OPT(query_gid_ex, "_ibv_query_gid_ex", "IBVERBS_1.11"),
+    OPT(query_ece, "ibv_query_ece", "IBVERBS_1.10"),
+    OPT(set_ece, "ibv_set_ece", "IBVERBS_1.10"),
 };
 
 int lp_ibv_load(struct lp_ibv *ibv, const char *override, char *why, size_t whylen) {

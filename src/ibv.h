@@ -44,6 +44,8 @@ struct lp_ibv {
   struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access);
   int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *entry,
                       uint32_t flags, size_t entry_size);
+  int (*query_ece)(struct ibv_qp *qp, struct ibv_ece *ece);
+  int (*set_ece)(struct ibv_qp *qp, struct ibv_ece *ece);
 };
 
 /* Load the library.  `override` is $NCCL_IBVERBS_LIB ("" or NULL: default

@@ -9,6 +9,27 @@
 const struct lp_dev *lp_link_dev(const struct lp_link *link) { return &link->env->devs[link->dev]; }
 const struct lp_nic *lp_link_nic(const struct lp_link *link) { return lp_env_nic_of(link->env, link->dev); }
 
+/* NCCL_IB_ECE_ENABLE: what QP `q` offers (before RTR) or agreed (after),
+ * into link->local.  A device or library without ECE offers none. */
+static void query_ece(struct lp_link *link, int q) {
+  const struct lp_ibv *ibv = &link->env->ibv;
+  struct lp_link_info *l = &link->local;
+  l->ece_supported = 0;
+  if (!link->env->cfg.ece_enable || ibv->query_ece == NULL || ibv->set_ece == NULL) return;
+  struct ibv_ece ece;
+  memset(&ece, 0, sizeof(ece));
+  int err = ibv->query_ece(link->qps[q], &ece);
+  if (err == EOPNOTSUPP || err == ENOTSUP) return;
+  if (err != 0) {
+    LP_WARN("ibv_query_ece(%s:%u, qp 0x%x) failed: %s; connecting without ECE", l->dev_name, l->port,
+            link->qps[q]->qp_num, strerror(err));
+    return;
+  }
+  l->ece_supported = 1;
+  l->ece_vendor = ece.vendor_id;
+  l->ece_options = ece.options;
+}
+
 ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
                           int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off) {
   const struct lp_ibv *ibv = &env->ibv;
@@ -41,6 +62,8 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
     ia.cap.max_recv_wr = LP_RQ_DEPTH;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
+    /* Only a receiver posts small writes worth inlining: its clear-to-sends. */
+    if (env->cfg.use_inline && dir == LP_DIR_RECV) ia.cap.max_inline_data = LP_INLINE_CTS_BYTES;
     link->qps[q] = ibv->create_qp(nic->pd, &ia);
     if (link->qps[q] == NULL) {
       LP_WARN("ibv_create_qp(%s:%d) failed: %s", dcopy.name, dcopy.port, strerror(errno));
@@ -48,6 +71,7 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
     }
     /* create_qp grants at least what was asked; we never use more. */
     link->sq_free[q] = LP_SQ_DEPTH;
+    link->max_inline = (int)ia.cap.max_inline_data;
 
     struct ibv_qp_attr qa;
     memset(&qa, 0, sizeof(qa));
@@ -84,6 +108,9 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
   l->ctrl_rkey = link->ctrl_mr->rkey;
   l->nic_guid = nic->attr.sys_image_guid;
   snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, dcopy.name);
+  query_ece(link, 0);
+  link->adaptive =
+      env->cfg.adaptive_routing == -2 ? dcopy.link_layer == IBV_LINK_LAYER_INFINIBAND : env->cfg.adaptive_routing != 0;
   link->health = health;
   link->dir = dir;
   if (link->health != NULL) lp_health_load_add(link->health, link->dir, dev, 1);
@@ -103,7 +130,19 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
             r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
     return ncclSystemError;
   }
+  int ece = l->ece_supported && r->ece_supported;
   for (int q = 0; q < link->nqps; q++) {
+    if (ece) {
+      struct ibv_ece offer = {.vendor_id = r->ece_vendor, .options = r->ece_options, .comp_mask = 0};
+      int err = ibv->set_ece(link->qps[q], &offer);
+      if (err != 0) {
+        LP_WARN(
+            "ibv_set_ece(%s:%u, qp 0x%x, the peer's vendor 0x%x options 0x%x) failed: %s; NCCL_IB_ECE_ENABLE=0 "
+            "connects without ECE",
+            l->dev_name, l->port, l->qpn[q], r->ece_vendor, r->ece_options, strerror(err));
+        return ncclSystemError;
+      }
+    }
     struct ibv_qp_attr qa;
     memset(&qa, 0, sizeof(qa));
     qa.qp_state = IBV_QPS_RTR;
@@ -147,6 +186,12 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
       LP_WARN("ibv_modify_qp(%s:%u, qp 0x%x, RTS) failed: %s", l->dev_name, l->port, l->qpn[q], strerror(err));
       return ncclSystemError;
     }
+  }
+  if (ece) {
+    uint32_t offered = link->local.ece_options;
+    query_ece(link, 0);
+    LP_INFO(NCCL_NET, "%s:%u ECE: offered 0x%x, the peer's %s:%u 0x%x, agreed 0x%x", l->dev_name, l->port, offered,
+            r->dev_name, r->port, r->ece_options, link->local.ece_options);
   }
   return ncclSuccess;
 }

@@ -17,6 +17,10 @@
 
 #define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
 #define LP_RQ_DEPTH 256 /* receive WRs per QP */
+/* NCCL_IB_USE_INLINE: inline room asked for on a receiver's QPs, enough for
+ * the clear-to-sends of an irecv of up to four sub-receives (a larger one
+ * goes through the control memory's key as without the setting). */
+#define LP_INLINE_CTS_BYTES (4 * sizeof(struct lp_cts))
 
 struct lp_link {
   const struct lp_env *env; /* set by lp_link_open */
@@ -31,6 +35,8 @@ struct lp_link {
   int sq_free[LP_MAX_QPS];    /* send-queue slots not yet known complete */
   int unsignaled[LP_MAX_QPS]; /* WRs posted since the last signaled one */
   struct ibv_mr *ctrl_mr;     /* the comm's control memory on this NIC */
+  int max_inline;             /* bytes a WR may carry inline (NCCL_IB_USE_INLINE), 0: none */
+  int adaptive;               /* NCCL_IB_ADAPTIVE_ROUTING on this port: large messages split */
   struct lp_link_info local;  /* what we told the peer */
   struct lp_link_info remote; /* what the peer told us */
 };
@@ -41,7 +47,9 @@ struct lp_link {
  * end on `dev` until it is closed. */
 ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
                           int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off);
-/* Bring every QP to RTS towards `link->remote`. */
+/* Bring every QP to RTS towards `link->remote`; with ECE offered by both
+ * ends, each QP first takes the peer's offer (the device keeps what both
+ * support) and `link->local` then says what was agreed. */
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
 void lp_link_close(struct lp_link *link);
 /* It no longer counts as an end on its device (a path being left). */

@@ -24,6 +24,9 @@ ncclResult_t lp_mr_register(const struct lp_env *env, struct lp_health *health, 
   m->env = env;
   m->addr = (uintptr_t)data;
   m->len = size ? size : 1;
+  /* Payload only: the receiver reads it after the completion, which the NIC
+   * orders behind every write of the message. */
+  int access = LP_MR_ACCESS | (env->relaxed_ordering ? IBV_ACCESS_RELAXED_ORDERING : 0);
   /* With failover on, every NIC gets the registration now: a move must
    * never wait for one, and the peer needs keys valid on its new NIC. */
   for (int n = 0; n < env->nnics; n++) {
@@ -35,9 +38,11 @@ ncclResult_t lp_mr_register(const struct lp_env *env, struct lp_health *health, 
         LP_WARN("regMrDmaBuf: this libibverbs has no ibv_reg_dmabuf_mr");
         goto fail;
       }
-      mr = env->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, LP_MR_ACCESS);
+      mr = env->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, access);
+    } else if (env->relaxed_ordering) {
+      mr = env->ibv.reg_mr_iova2(on->pd, (void *)m->addr, m->len, m->addr, (unsigned)access);
     } else {
-      mr = env->ibv.reg_mr(on->pd, (void *)m->addr, m->len, LP_MR_ACCESS);
+      mr = env->ibv.reg_mr(on->pd, (void *)m->addr, m->len, access);
     }
     if (mr == NULL) {
       LP_WARN("ibv_reg_mr(%s, %p, %zu bytes) failed: %s%s", on->name, (void *)m->addr, m->len, strerror(errno),

@@ -264,7 +264,31 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
     nic->ctx = NULL;
   }
   ibv->free_device_list(list);
+  if (cfg->device_pci_order) lp_dev_sort_pci(devs, ndevs, nics);
   return ndevs;
+}
+
+long long lp_pci_path_id(const char *path) {
+  const char *last = strrchr(path, '/');
+  last = last ? last + 1 : path;
+  unsigned domain, bus, dev, fn;
+  int n = 0;
+  if (sscanf(last, "%4x:%2x:%2x.%1x%n", &domain, &bus, &dev, &fn, &n) != 4 || last[n] != '\0') return -1;
+  return (long long)domain << 16 | bus << 8 | dev << 3 | fn;
+}
+
+void lp_dev_sort_pci(struct lp_dev *devs, int ndevs, const struct lp_nic *nics) {
+  for (int i = 1; i < ndevs; i++) {
+    struct lp_dev d = devs[i];
+    long long id = lp_pci_path_id(nics[d.nic].pci_path);
+    int j = i;
+    for (; j > 0; j--) {
+      long long before = lp_pci_path_id(nics[devs[j - 1].nic].pci_path);
+      if (id < 0 || (before >= 0 && before <= id)) break;
+      devs[j] = devs[j - 1];
+    }
+    devs[j] = d;
+  }
 }
 
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics) {

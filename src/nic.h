@@ -53,6 +53,15 @@ int lp_port_speed_mbps(uint8_t active_width, uint8_t active_speed);
 int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struct lp_nic *nics, int *nnics,
                     struct lp_dev *devs, int max_devs);
 
+/* A PCI path's last component, DDDD:BB:DD.F, as one number that orders
+ * addresses; -1 when the path does not end with one. */
+long long lp_pci_path_id(const char *path);
+
+/* NCCL_IB_DEVICE_PCI_ORDER: devices in their NICs' PCI address order (a
+ * stable sort: a NIC's ports keep their order; unknown addresses last), so
+ * that device numbers mean the same NIC on every node. */
+void lp_dev_sort_pci(struct lp_dev *devs, int ndevs, const struct lp_nic *nics);
+
 /* Close everything discover opened. */
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
 

@@ -76,6 +76,21 @@ __attribute__((destructor)) static void stop_threads(void) {
 }
 
 /* First successful init: configuration, verbs, devices, OOB interface. */
+/* NCCL_IB_PCI_RELAXED_ORDERING: 1 asks for it, 2 (the default) takes it
+ * where the library can register with it (ibv_reg_mr_iova2), as NCCL. */
+static int relaxed_ordering(const struct lp_config *cfg, const struct lp_ibv *ibv) {
+  if (cfg->pci_ro == 0) return 0;
+  if (ibv->reg_mr_iova2 == NULL) {
+    if (cfg->pci_ro == 1)
+      LP_WARN(
+          "NCCL_IB_PCI_RELAXED_ORDERING=1, but %s has no ibv_reg_mr_iova2 (rdma-core 29 or later): registering "
+          "without relaxed ordering",
+          ibv->path);
+    return 0;
+  }
+  return 1;
+}
+
 static ncclResult_t bring_up(struct lp_plugin *p) {
   char why[640];
   /* A failed init is retried by the next one; warn and describe once. */
@@ -95,6 +110,7 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
     LP_WARN("init failed: %s", why);
     return ncclSystemError;
   }
+  p->env.relaxed_ordering = relaxed_ordering(&p->env.cfg, &p->env.ibv);
   p->env.ndevs = lp_nic_discover(&p->env.ibv, &p->env.cfg, p->env.nics, &p->env.nnics, p->env.devs, LP_MAX_DEVS);
   if (p->env.ndevs == 0) {
     LP_WARN("init failed: no ACTIVE InfiniBand or RoCE port found%s%s%s (library %s)",
@@ -112,8 +128,8 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
     snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
 
   char a[64];
-  LP_INFO(NCCL_INIT | NCCL_NET, "using %s, out-of-band interface %s %s", p->env.ibv.path, p->env.oob_ifname,
-          lp_sockaddr_str(&p->env.oob_addr, a, sizeof(a)));
+  LP_INFO(NCCL_INIT | NCCL_NET, "using %s%s, out-of-band interface %s %s", p->env.ibv.path,
+          p->env.relaxed_ordering ? " [RO]" : "", p->env.oob_ifname, lp_sockaddr_str(&p->env.oob_addr, a, sizeof(a)));
   for (int i = 0; i < p->env.ndevs; i++) {
     const struct lp_dev *d = &p->env.devs[i];
     char g[64];

@@ -135,6 +135,7 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.sg_list = &sge;
   wr.num_sge = 1;
+  if (sge.length <= (uint32_t)link->max_inline) wr.send_flags = IBV_SEND_INLINE; /* NCCL_IB_USE_INLINE */
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * LP_MAX_RECVS * sizeof(struct lp_cts);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
   /* one in LP_CTS_SIGNAL_EVERY signaled: the receiver's probe covers the

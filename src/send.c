@@ -26,10 +26,13 @@ static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, 
 /* A message of one sub-receive on a one-QP connection goes out whole in a
  * single WRITE_WITH_IMM of its payload, the size in the immediate (fifo.h):
  * half the work requests of a data write plus a record, which is what
- * small-message latency is made of. */
+ * small-message latency is made of.  With adaptive routing, a message above
+ * NCCL_IB_AR_THRESHOLD goes as plain WRITEs, which the fabric may route
+ * packet by packet, and a final write with the immediate, as NCCL does. */
 static int is_compact(const struct lp_send_comm *s, const struct lp_send_msg *m) {
-  return s->base.link.nqps == 1 && m->nreqs == 1 && m->sub[0].size <= LP_COMPACT_MAX_SIZE &&
-         m->sub[0].size <= s->max_wr_bytes;
+  const struct lp_link *link = &s->base.link;
+  return link->nqps == 1 && m->nreqs == 1 && m->sub[0].size <= LP_COMPACT_MAX_SIZE &&
+         m->sub[0].size <= s->max_wr_bytes && (!link->adaptive || m->sub[0].size <= link->env->cfg.ar_threshold_bytes);
 }
 
 static ncclResult_t post_compact(struct lp_send_comm *s, struct lp_send_msg *m) {

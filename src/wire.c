@@ -106,6 +106,10 @@ int lp_link_info_check(const struct lp_link_info *l, int nqps_expect, char *why,
     snprintf(why, whylen, "unterminated device name");
     return -1;
   }
+  if (l->ece_supported > 1) {
+    snprintf(why, whylen, "ECE flag %u", l->ece_supported);
+    return -1;
+  }
   return 0;
 }
 

@@ -17,7 +17,7 @@
 #include "config.h"
 #include "linkpass/nccl_net.h"
 
-#define LP_PROTO_VERSION 3                    /* 3: standby paths (fo_wire.h); 2: a move ends with READY */
+#define LP_PROTO_VERSION 4 /* 4: ECE in lp_link_info; 3: standby paths (fo_wire.h); 2: a move ends with READY */
 #define LP_HANDLE_MAGIC 0x5353415050b14e4cull /* arbitrary, unlikely in garbage */
 #define LP_MSG_MAGIC 0x4d32504cu              /* "LP2M" */
 
@@ -70,13 +70,15 @@ struct lp_link_info {
   uint8_t port;
   uint8_t nqps;
   uint8_t gid_index;
-  uint8_t reserved0;
+  uint8_t ece_supported; /* 1: ece_vendor/ece_options are this side's ibv_query_ece (NCCL_IB_ECE_ENABLE) */
   uint32_t qpn[LP_MAX_QPS];
   uint64_t ctrl_addr; /* sender: CTS FIFO; receiver: completion records */
   uint32_t ctrl_rkey;
-  uint32_t reserved1;
+  uint32_t ece_options;
   uint64_t nic_guid;
   char dev_name[LP_WIRE_DEV_NAME];
+  uint32_t ece_vendor;
+  uint32_t reserved;
 };
 
 struct lp_msg_hello {

@@ -8,8 +8,20 @@
 #   gid_inet6     NCCL_IB_ADDR_FAMILY=AF_INET6: the automatic GID is the IPv6 one (index 1)
 #   gid_range     NCCL_IB_ADDR_RANGE=198.18.0.0/16: the IPv4-mapped RoCE v2 GID (index 3)
 #   gid_no_match  NCCL_IB_ADDR_RANGE=10.0.0.0/8: a WARN per port, and the choice without it
+#   inline        NCCL_IB_USE_INLINE=1: clear-to-sends inline, from the receivers' QPs only
+#   ece           node1's mlx5_0 offers ECE 0x10000002, the rest 0x30000002: both ends of
+#                 every mlx5_0 QP agree on 0x10000002, mlx5_1 QPs keep 0x30000002
+#   ece_off       NCCL_IB_ECE_ENABLE=0: every QP keeps its device's own options
+#   pci_order     mlx5_1 has the lower PCI address: it is device 0
+#   pci_order_off NCCL_IB_DEVICE_PCI_ORDER=0: libibverbs order, mlx5_0 is device 0
+#   ar            InfiniBand with adaptive routing, 64 KiB messages: plain WRITEs, out of order
+#   ar_off        NCCL_IB_ADAPTIVE_ROUTING=0: one WRITE_WITH_IMM each, nothing out of order
+#   ar_threshold  NCCL_IB_AR_THRESHOLD=1M: 64 KiB messages are not split
+#   ro            the default NCCL_IB_PCI_RELAXED_ORDERING=2: data registrations relaxed
+#   ro_off        NCCL_IB_PCI_RELAXED_ORDERING=0: none
+# (every run checks the data it moved: linkpass-perf -c 1)
 set -euo pipefail
-case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_inet6|gid_range|gid_no_match}
+case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_*|inline|ece|ece_off|pci_order|pci_order_off|ar|ar_off|ar_threshold|ro|ro_off}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 tmp=$(mktemp -d /tmp/lpenv.XXXXXX)
 export SIMVERBS_FABRIC="env$$"
@@ -26,6 +38,10 @@ fail() {
   exit 1
 }
 export NCCL_IB_TC=32 NCCL_DEBUG=WARN
+conf=$CONFS/two-hosts-roce.conf
+size=8K
+# A fabric file derived from a shipped one by a sed program.
+derived() { sed "$2" "$CONFS/$1" >"$tmp/fabric.conf" && conf=$tmp/fabric.conf; }
 case $case_ in
 fifo_tc) export NCCL_IB_FIFO_TC=106 ;;
 tc_only) unset NCCL_IB_FIFO_TC ;;
@@ -33,10 +49,27 @@ bad) export NCCL_IB_FIFO_TC=300 ;;
 gid_inet6) export NCCL_IB_ADDR_FAMILY=AF_INET6 NCCL_DEBUG=INFO ;;
 gid_range) export NCCL_IB_ADDR_RANGE=198.18.0.0/16 NCCL_DEBUG=INFO ;;
 gid_no_match) export NCCL_IB_ADDR_RANGE=10.0.0.0/8 NCCL_DEBUG=INFO ;;
+inline) export NCCL_IB_USE_INLINE=1 NCCL_IB_FIFO_TC=106 ;;
+ece | ece_off) derived two-hosts-roce.conf '/^host node1/,$ s/^nic mlx5_0 .*/& ece=0x10000002/' ;;&
+ece_off) export NCCL_IB_ECE_ENABLE=0 ;;
+pci_order | pci_order_off)
+  derived two-hosts-roce.conf 's/pci=0000:17:00.0/pci=0000:c3:00.0/'
+  export NCCL_DEBUG=INFO
+  ;;&
+pci_order_off) export NCCL_IB_DEVICE_PCI_ORDER=0 ;;
+ar | ar_off | ar_threshold)
+  derived two-hosts-ib.conf 's/^link ib$/&\nadaptive_routing on/'
+  export NCCL_IB_PCI_RELAXED_ORDERING=0 # relaxed ordering would place writes out of order too
+  size=64K
+  ;;&
+ar_off) export NCCL_IB_ADAPTIVE_ROUTING=0 ;;
+ar_threshold) export NCCL_IB_AR_THRESHOLD=1048576 ;;
+ro_off) export NCCL_IB_PCI_RELAXED_ORDERING=0 ;;
+ece | pci_order | ar | ro) ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
-"$SIMVERBS" up "$CONFS/two-hosts-roce.conf" >/dev/null
-"$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$PLUGIN" --op sendrecv -b 8K -e 8K \
+"$SIMVERBS" up "$conf" >/dev/null
+"$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$PLUGIN" --op sendrecv -b "$size" -e "$size" \
   --duration 40 --timeout 90 >"$tmp/out" 2>&1 &
 perf=$!
 # The connections are up once the first per-second line is out (bounded).
@@ -56,9 +89,66 @@ until rts; do
   kill -0 "$perf" 2>/dev/null || fail "the driver ended early"
   sleep 0.05
 done
+"$SIMVERBS" status >"$tmp/status"
 kill "$perf" 2>/dev/null || true
 wait "$perf" 2>/dev/null || true
 perf=""
+# the per-second lines' last column counts wrong elements
+wrong=$(awk '$1 ~ /^[0-9]+\.[0-9]$/ { s += $5 } END { print s + 0 }' "$tmp/out")
+((wrong == 0)) || fail "$wrong wrong elements"
+# A field of the RTS QP lines: "<qp name> <value of field>" per QP.
+qp_field() { awk -v f="$1" '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == f) print $3, $(i + 1) }' "$tmp/status"; }
+sum_field() { qp_field "$1" | awk '{ s += $2 } END { print s + 0 }'; }
+case $case_ in
+inline)
+  (($(sum_field inl) > 0)) || fail "no clear-to-send went inline: $(cat "$tmp/status")"
+  # only the receivers' QPs (NCCL_IB_FIFO_TC: tc 106) post inline
+  bad=$(awk '$1 == "qp" && $5 == "RTS" { tc = inl = ""; for (i = 6; i < NF; i++) { if ($i == "tc") tc = $(i + 1); if ($i == "inl") inl = $(i + 1) } if (inl > 0 && tc != 106) print }' "$tmp/status")
+  [ -z "$bad" ] || fail "a sender's QP posted inline: $bad"
+  echo "PASS $case_"; exit 0
+  ;;
+ece | ece_off)
+  want0=0x10000002 want1=0x30000002
+  while read -r qp ece; do
+    case $qp in
+    *:mlx5_1:1) [ "$ece" = 0x30000002 ] || fail "$qp: ECE $ece, expected 0x30000002" ;;
+    node1:mlx5_0:1) [ "$ece" = 0x10000002 ] || fail "$qp: ECE $ece, expected 0x10000002" ;;
+    node0:mlx5_0:1)
+      w=$want0
+      [ "$case_" = ece_off ] && w=$want1
+      [ "$ece" = "$w" ] || fail "$qp: ECE $ece, expected $w"
+      ;;
+    esac
+  done < <(qp_field ece)
+  (($(qp_field ece | wc -l) >= 8)) || fail "expected an ECE value on 8 QPs: $(cat "$tmp/status")"
+  echo "PASS $case_"; exit 0
+  ;;
+pci_order | pci_order_off)
+  first=mlx5_1
+  [ "$case_" = pci_order_off ] && first=mlx5_0
+  n=$(grep -c "device 0: $first:1 " "$tmp/out" || true)
+  ((n == 2)) || fail "expected device 0 to be $first on both ranks, found it on $n"
+  echo "PASS $case_"; exit 0
+  ;;
+ar | ar_off | ar_threshold)
+  ooo=$(sum_field ooo)
+  if [ "$case_" = ar ]; then
+    ((ooo > 0)) || fail "no write landed out of order: the messages were not split into plain WRITEs"
+  else
+    ((ooo == 0)) || fail "$ooo writes out of order: messages were split"
+  fi
+  echo "PASS $case_ ($ooo writes out of order)"; exit 0
+  ;;
+ro | ro_off)
+  ro=$(awk '$1 == "pid" { gsub(/[(]/, "", $(NF - 1)); s += $(NF - 1) } END { print s + 0 }' "$tmp/status")
+  if [ "$case_" = ro ]; then
+    ((ro > 0)) || fail "no relaxed-ordering registration: $(grep '^  pid' "$tmp/status")"
+  else
+    ((ro == 0)) || fail "$ro relaxed-ordering registrations with NCCL_IB_PCI_RELAXED_ORDERING=0"
+  fi
+  echo "PASS $case_ ($ro relaxed-ordering registrations)"; exit 0
+  ;;
+esac
 # The GID each rank chose for its mlx5_0 (simverbs' RoCE table: [0] fe80 v1,
 # [1] fe80 v2, [2] IPv4-mapped v1, [3] IPv4-mapped v2), and traffic flowed.
 gid_is() {
@@ -76,7 +166,8 @@ gid_no_match)
   ;;
 esac
 case $case_ in gid_*) echo "PASS $case_"; exit 0 ;; esac
-tcs=$(awk '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == "tc") print $(i + 1) }' "$tmp/status" | sort | uniq -c)
+(($(sum_field inl) == 0)) || fail "inline posts without NCCL_IB_USE_INLINE"
+tcs=$(qp_field tc | awk '{ print $2 }' | sort | uniq -c)
 echo "$tcs"
 n32=$(awk '$2 == 32 { print $1 }' <<<"$tcs")
 n106=$(awk '$2 == 106 { print $1 }' <<<"$tcs")

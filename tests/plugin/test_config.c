@@ -8,7 +8,7 @@
 struct fake_env {
   const char *kv[32][2];
   int n;
-  char warnings[32][800];
+  char warnings[64][800];
   int nwarn;
 };
 
@@ -21,7 +21,7 @@ static const char *fake_get(void *arg, const char *name) {
 
 static void fake_warn(void *arg, const char *msg) {
   struct fake_env *e = arg;
-  if (e->nwarn < 32) snprintf(e->warnings[e->nwarn], sizeof(e->warnings[0]), "%s", msg);
+  if (e->nwarn < 64) snprintf(e->warnings[e->nwarn], sizeof(e->warnings[0]), "%s", msg);
   e->nwarn++;
 }
 
@@ -137,10 +137,12 @@ Test(config, describe_lists_every_setting) {
                          "NCCL_SOCKET_FAMILY", "LINKPASS_SETUP_TIMEOUT_MS", "NCCL_IBVERBS_LIB",
                          "LINKPASS_FAILOVER=1", "LINKPASS_WATCHDOG_MS=2000", "LINKPASS_FAILBACK_HOLDDOWN_MS=2000",
                          "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000", "LINKPASS_SYSLOG=1", "LINKPASS_NIC_POOL",
-                         "LINKPASS_SYSLOG_SOCKET=/dev/log", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_METRICS_FILE"};
+                         "LINKPASS_SYSLOG_SOCKET=/dev/log", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_METRICS_FILE",
+                         "NCCL_IB_USE_INLINE=0", "NCCL_IB_PCI_RELAXED_ORDERING=2", "NCCL_IB_ADAPTIVE_ROUTING=-2",
+                         "NCCL_IB_AR_THRESHOLD=8192", "NCCL_IB_ECE_ENABLE=1", "NCCL_IB_DEVICE_PCI_ORDER=1"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     int found = 0;
-    for (int j = 0; j < e.nwarn && j < 32; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
+    for (int j = 0; j < e.nwarn && j < 64; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
     cr_expect(found, "%s is not described", names[i]);
   }
 }

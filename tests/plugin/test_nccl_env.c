@@ -59,7 +59,7 @@ Test(nccl_env, a_hostile_value_is_cut_short) {
   char big[4096];
   memset(big, 'x', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';
-  struct lines l = {.set_name = "NCCL_IB_ADAPTIVE_ROUTING", .set_value = big};
+  struct lines l = {.set_name = "NCCL_IB_SUBNET_AWARE_ROUTING", .set_value = big};
   lp_nccl_env_report(one_var, &l, on_info, on_warn, &l);
   cr_assert_eq(l.nwarn, 1);
   cr_expect_lt(strlen(l.warn[0]), 400);

@@ -1,6 +1,7 @@
 /* Port speed and automatic GID selection. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
@@ -72,4 +73,32 @@ Test(nic, addr_in_range_prefix_bits) {
   cr_expect(!lp_addr_in_range(&r, out));
   struct lp_addr_range all = range4("0.0.0.0", 0);
   cr_expect(lp_addr_in_range(&all, out), "/0 holds everything");
+}
+
+/* NCCL_IB_DEVICE_PCI_ORDER: the address is the path's last component. */
+Test(nic, pci_path_ids_order_addresses) {
+  cr_expect_eq(lp_pci_path_id("/sys/devices/pci0000:00/0000:00:01.0/0000:17:00.0"), 0x1700ll);
+  cr_expect_eq(lp_pci_path_id("0001:b1:00.1"), 0x1b101ll);
+  cr_expect_lt(lp_pci_path_id("/x/0000:17:00.0"), lp_pci_path_id("/x/0000:17:00.1"));
+  cr_expect_lt(lp_pci_path_id("/x/0000:17:1f.7"), lp_pci_path_id("/x/0000:18:00.0"));
+  cr_expect_lt(lp_pci_path_id("/x/0000:ff:1f.7"), lp_pci_path_id("/x/0001:00:00.0"));
+  cr_expect_eq(lp_pci_path_id("/sys/class/infiniband/mlx5_0/device"), -1);
+  cr_expect_eq(lp_pci_path_id("/x/0000:17:00.0x"), -1);
+  cr_expect_eq(lp_pci_path_id(""), -1);
+}
+
+Test(nic, devices_sort_by_pci_address_stably_unknown_last) {
+  struct lp_nic nics[3];
+  memset(nics, 0, sizeof(nics));
+  snprintf(nics[0].pci_path, sizeof(nics[0].pci_path), "/sys/devices/pci0000:80/0000:b1:00.0");
+  snprintf(nics[1].pci_path, sizeof(nics[1].pci_path), "/nowhere");
+  snprintf(nics[2].pci_path, sizeof(nics[2].pci_path), "/sys/devices/pci0000:00/0000:17:00.0");
+  struct lp_dev devs[5] = {{.nic = 0, .port = 1}, {.nic = 0, .port = 2}, {.nic = 1, .port = 1},
+                           {.nic = 2, .port = 1}, {.nic = 2, .port = 2}};
+  lp_dev_sort_pci(devs, 5, nics);
+  const int nic[5] = {2, 2, 0, 0, 1}, port[5] = {1, 2, 1, 2, 1};
+  for (int i = 0; i < 5; i++) {
+    cr_expect_eq(devs[i].nic, nic[i], "device %d: NIC %d, expected %d", i, devs[i].nic, nic[i]);
+    cr_expect_eq(devs[i].port, port[i], "device %d: port %d, expected %d", i, devs[i].port, port[i]);
+  }
 }
