@@ -102,7 +102,14 @@ busy_qps() {
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
-sv up "$CONFS/two-hosts-4nic.conf"
+conf=$CONFS/two-hosts-4nic.conf
+if [ "$name" = nccl_ib_vars ]; then
+  # Every NIC adaptively routed and offering ECE (the InfiniBand default
+  # offers none).
+  sed 's/^nic .*/& ar=on ece=0x30000002/' "$conf" >"$tmp/fabric.conf"
+  conf=$tmp/fabric.conf
+fi
+sv up "$conf"
 case $name in
 local_port_down_large | local_port_down_small)
   size=4M
@@ -377,6 +384,28 @@ failback_after_holddown)
   wait_for "event=failback" "$tmp/syslog" 20
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback path=standby
+  ;;
+nccl_ib_vars)
+  # NCCL's IB settings that change the data path, all on: clear-to-sends
+  # inline, relaxed-ordering data registrations (the default), adaptive
+  # routing splitting 256 KiB messages into out-of-order WRITEs, ECE.  A
+  # pull and a failback keep every byte exactly once.
+  export NCCL_IB_USE_INLINE=1 NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=4096 NCCL_IB_ECE_ENABLE=1
+  run_perf 1M 6 2 all_reduce -c 2
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  wait_for "event=failover" "$tmp/syslog"
+  sv link node0:mlx5_0 up
+  wait_for "event=failback" "$tmp/syslog" 20
+  "$SIMVERBS" status >"$tmp/status"
+  expect_clean_run
+  expect_event event=failback new_dev=mlx5_0 reason=failback
+  for f in inl ooo; do
+    n=$(awk -v f=$f '$1 == "qp" { for (i = 6; i < NF; i++) if ($i == f) s += $(i + 1) } END { print s + 0 }' "$tmp/status")
+    ((n > 0)) || fail "no QP shows $f > 0: the settings did not reach the data path"
+  done
+  ! awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" | grep -v "ece 0x30000002" | grep -q . ||
+    fail "a QP without the negotiated ECE"
   ;;
 flap_storm)
   run_perf 1M 8
