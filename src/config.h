@@ -82,6 +82,8 @@ struct lp_config {
   int ar_threshold;     /* NCCL_IB_AR_THRESHOLD: larger messages split for adaptive routing, negative: 8192 */
   int ece_enable;       /* NCCL_IB_ECE_ENABLE: negotiate Enhanced Connection Establishment */
   int device_pci_order; /* NCCL_IB_DEVICE_PCI_ORDER: devices sorted by PCI address */
+  int subnet_routing;   /* NCCL_IB_SUBNET_AWARE_ROUTING: connect from a device on the listener's RoCE subnet */
+  int subnet_prefix;    /* NCCL_IB_SUBNET_PREFIX_LEN: IPv4 prefix bits of that subnet */
   struct lp_filter hca; /* NCCL_IB_HCA */
   /* out-of-band sockets */
   struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */

@@ -137,6 +137,26 @@ static void stage_free(struct lp_setup *p, struct lp_connect_stage *st, struct l
   free(st);
 }
 
+/* NCCL_IB_SUBNET_AWARE_ROUTING: on RoCE fabrics whose NICs sit on
+ * different subnets (point-to-point links, no switch), the device NCCL
+ * chose may not reach the listener's; take one on its subnet instead. */
+static int subnet_dev(const struct lp_env *env, int dev, const struct lp_handle *h) {
+  if (!env->cfg.subnet_routing) return dev;
+  int d = lp_subnet_pick(env->devs, env->ndevs, dev, h->listen_gid, env->cfg.subnet_prefix);
+  if (d != dev) {
+    char a[64], b[64], c[64];
+    union ibv_gid peer;
+    memcpy(peer.raw, h->listen_gid, sizeof(peer.raw));
+    LP_INFO(NCCL_NET,
+            "NCCL_IB_SUBNET_AWARE_ROUTING: connecting from %s:%d (%s) instead of %s:%d (%s): it shares a /%d "
+            "with the listener's GID %s",
+            env->devs[d].name, env->devs[d].port, lp_gid_str(&env->devs[d].gid, a, sizeof(a)), env->devs[dev].name,
+            env->devs[dev].port, lp_gid_str(&env->devs[dev].gid, b, sizeof(b)), env->cfg.subnet_prefix,
+            lp_gid_str(&peer, c, sizeof(c)));
+  }
+  return d;
+}
+
 static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp_handle *h,
                                   struct lp_connect_stage **out) {
   ncclResult_t rc = ncclSystemError;
@@ -151,6 +171,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   s->post_seq = 1;
   s->max_wr_bytes = (size_t)p->env->cfg.max_wr_bytes;
   s->base.conn_id = lp_random_u64();
+  dev = subnet_dev(p->env, dev, h);
   rc = lp_comm_link_open(&s->base.link, &s->base, dev, p->env->cfg.qps_per_conn, 0);
   if (rc != ncclSuccess) goto fail;
 
@@ -333,6 +354,8 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
   h.family = l->addr.sa.sa_family;
   h.dev = dev;
   h.listen_id = l->listen_id;
+  if (p->env->cfg.subnet_routing && p->env->devs[dev].link_layer == IBV_LINK_LAYER_ETHERNET)
+    memcpy(h.listen_gid, p->env->devs[dev].gid.raw, sizeof(h.listen_gid));
   if (h.family == AF_INET) {
     h.port = l->addr.in.sin_port;
     memcpy(h.addr, &l->addr.in.sin_addr, 4);

@@ -7,7 +7,6 @@
 #define H LP_ENV_HONOURED
 #define M LP_ENV_MAPPED
 #define NA LP_ENV_NOT_APPLICABLE
-#define NO LP_ENV_NOT_HONOURED
 
 /* Taken from NCCL's NCCL_PARAM(Ib...) and ncclGetEnv("NCCL_IB...") reads in
  * src/transport/net_ib/ and src/misc/ibv*.cc, 2.28.3 to 2.30.7.  The text
@@ -40,6 +39,10 @@ const struct lp_nccl_var lp_nccl_vars[] = {
      "1: devices are numbered in their NICs' PCI address order, the same on every node; 0: libibverbs order"},
     {"NCCL_IB_ECE_ENABLE", H, "1",
      "both ends offer their QPs' ECE (ibv_query_ece) and each QP takes the peer's offer (ibv_set_ece) before RTR"},
+    {"NCCL_IB_SUBNET_AWARE_ROUTING", H, "0",
+     "1: a RoCE listener's handle carries its GID, and the connector uses a device on that IPv4 subnet when the one "
+     "NCCL chose is not"},
+    {"NCCL_IB_SUBNET_PREFIX_LEN", H, "24", "the IPv4 prefix length of that subnet check (1..32)"},
     {"NCCL_IB_SPLIT_DATA_ON_QPS", M, "0",
      "linkpass always splits each message over all QPs of the connection (NCCL's =1); with one QP, the default, "
      "both are the same"},
@@ -83,8 +86,6 @@ const struct lp_nccl_var lp_nccl_vars[] = {
     {"NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS", NA, "-2 (off)",
      "linkpass posts receives in irecv and re-posts them itself when a connection moves"},
     {"NCCL_IB_ROUTABLE_FLID_GID_INDEX", NA, "1", "linkpass routes InfiniBand by LID, within one subnet"},
-    {"NCCL_IB_SUBNET_AWARE_ROUTING", NO, "0", "linkpass chooses NICs by closeness, not RoCE subnets"},
-    {"NCCL_IB_SUBNET_PREFIX_LEN", NO, "24", "linkpass chooses NICs by closeness, not RoCE subnets"},
 };
 
 const size_t lp_nccl_nvars = sizeof(lp_nccl_vars) / sizeof(lp_nccl_vars[0]);
@@ -94,24 +95,18 @@ const char *lp_env_treatment_str(enum lp_env_treatment t) {
   case LP_ENV_HONOURED: return "honoured";
   case LP_ENV_MAPPED: return "mapped";
   case LP_ENV_NOT_APPLICABLE: return "not applicable";
-  case LP_ENV_NOT_HONOURED: return "not honoured";
   }
   return "?";
 }
 
-void lp_nccl_env_report(lp_env_fn env, void *env_arg, lp_diag_fn info, lp_diag_fn warn, void *arg) {
+void lp_nccl_env_report(lp_env_fn env, void *env_arg, lp_diag_fn info, void *arg) {
   char line[512];
   for (size_t i = 0; i < lp_nccl_nvars; i++) {
     const struct lp_nccl_var *v = &lp_nccl_vars[i];
     const char *s = env(env_arg, v->name);
     if (s == NULL || *s == '\0') continue; /* empty means unset, as in NCCL */
     /* the value is bounded for the log: a hostile variable cannot blow it up */
-    if (v->treatment == LP_ENV_NOT_HONOURED) {
-      snprintf(line, sizeof(line), "%s=\"%.64s\" is set but not honoured: %s", v->name, s, v->linkpass);
-      if (warn) warn(arg, line);
-    } else {
-      snprintf(line, sizeof(line), "%s=\"%.64s\": %s: %s", v->name, s, lp_env_treatment_str(v->treatment), v->linkpass);
-      if (info) info(arg, line);
-    }
+    snprintf(line, sizeof(line), "%s=\"%.64s\": %s: %s", v->name, s, lp_env_treatment_str(v->treatment), v->linkpass);
+    if (info) info(arg, line);
   }
 }

@@ -19,7 +19,6 @@ enum lp_env_treatment {
   LP_ENV_HONOURED,       /* NCCL's meaning, syntax, default and range */
   LP_ENV_MAPPED,         /* linkpass's own mechanism does the job; the text says which */
   LP_ENV_NOT_APPLICABLE, /* nothing in linkpass it could act on (vNICs, GPU memory, mlx5dv, GIN) */
-  LP_ENV_NOT_HONOURED,   /* it would change linkpass, but linkpass does not do it (yet): a WARN */
 };
 
 struct lp_nccl_var {
@@ -32,12 +31,12 @@ struct lp_nccl_var {
 extern const struct lp_nccl_var lp_nccl_vars[];
 extern const size_t lp_nccl_nvars;
 
-/* "honoured", "mapped", "not applicable", "not honoured". */
+/* "honoured", "mapped", "not applicable". */
 const char *lp_env_treatment_str(enum lp_env_treatment t);
 
-/* One line per variable of the table that is set: INFO for those honoured,
- * mapped or not applicable, WARN for those linkpass cannot honour.  The
- * value itself is validated where the variable is parsed (config.c). */
-void lp_nccl_env_report(lp_env_fn env, void *env_arg, lp_diag_fn info, lp_diag_fn warn, void *arg);
+/* One INFO line per variable of the table that is set: its value and what
+ * linkpass does with it.  The value itself is validated where the variable
+ * is parsed (config.c). */
+void lp_nccl_env_report(lp_env_fn env, void *env_arg, lp_diag_fn info, void *arg);
 
 #endif

@@ -291,6 +291,25 @@ void lp_dev_sort_pci(struct lp_dev *devs, int ndevs, const struct lp_nic *nics) 
   }
 }
 
+/* The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d), host order; 0 otherwise. */
+static uint32_t gid_ipv4(const uint8_t *g) {
+  static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (memcmp(g, mapped, sizeof(mapped)) != 0) return 0;
+  return (uint32_t)g[12] << 24 | (uint32_t)g[13] << 16 | (uint32_t)g[14] << 8 | g[15];
+}
+
+int lp_subnet_pick(const struct lp_dev *devs, int ndevs, int dev, const uint8_t *peer_gid, int prefix) {
+  uint32_t peer = gid_ipv4(peer_gid);
+  uint32_t mask = prefix >= 32 ? 0xffffffffu : ~(0xffffffffu >> prefix);
+  uint32_t mine = devs[dev].link_layer == IBV_LINK_LAYER_ETHERNET ? gid_ipv4(devs[dev].gid.raw) : 0;
+  if (peer == 0 || mine == 0 || ((mine ^ peer) & mask) == 0) return dev;
+  for (int d = 0; d < ndevs; d++) {
+    uint32_t a = devs[d].link_layer == IBV_LINK_LAYER_ETHERNET ? gid_ipv4(devs[d].gid.raw) : 0;
+    if (a != 0 && ((a ^ peer) & mask) == 0) return d;
+  }
+  return dev;
+}
+
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics) {
   for (int i = 0; i < nnics; i++) {
     if (nics[i].pd) ibv->dealloc_pd(nics[i].pd);

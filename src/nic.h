@@ -62,6 +62,12 @@ long long lp_pci_path_id(const char *path);
  * that device numbers mean the same NIC on every node. */
 void lp_dev_sort_pci(struct lp_dev *devs, int ndevs, const struct lp_nic *nics);
 
+/* NCCL_IB_SUBNET_AWARE_ROUTING: the device to connect from to reach a
+ * listener whose RoCE GID is `peer_gid`: `dev` itself when its GID's IPv4
+ * address shares the first `prefix` bits with the peer's (or when either is
+ * not an IPv4-mapped GID), else the first device whose GID does, else `dev`. */
+int lp_subnet_pick(const struct lp_dev *devs, int ndevs, int dev, const uint8_t *peer_gid, int prefix);
+
 /* Close everything discover opened. */
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
 

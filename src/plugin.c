@@ -97,7 +97,7 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   lp_config_load(&p->env.cfg, env_get, NULL, p->config_logged ? NULL : warn_line, NULL);
   if (!p->config_logged) {
     lp_config_describe(&p->env.cfg, info_line, NULL);
-    lp_nccl_env_report(env_get, NULL, info_line, warn_line, NULL);
+    lp_nccl_env_report(env_get, NULL, info_line, NULL);
   }
   p->config_logged = 1;
   if (p->env.cfg.ib_disable) {

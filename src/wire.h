@@ -40,7 +40,10 @@ struct lp_handle {
    * progress across calls (NCCL passes the same handle buffer each time).
    * The listener writes 0. */
   uint64_t connect_token;
-  uint8_t reserved[48];
+  /* NCCL_IB_SUBNET_AWARE_ROUTING: the GID of the listener's RoCE device, so
+   * that the connector can pick a device on the same subnet; zero otherwise. */
+  uint8_t listen_gid[16];
+  uint8_t reserved[32];
 };
 
 /* 0 when the handle can be connected to, else -1 with a reason. */

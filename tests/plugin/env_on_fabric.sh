@@ -19,6 +19,9 @@
 #   ar_threshold  NCCL_IB_AR_THRESHOLD=1M: 64 KiB messages are not split
 #   ro            the default NCCL_IB_PCI_RELAXED_ORDERING=2: data registrations relaxed
 #   ro_off        NCCL_IB_PCI_RELAXED_ORDERING=0: none
+#   subnet        node1's NICs on each other's subnets; NCCL_IB_SUBNET_AWARE_ROUTING=1:
+#                 each rank connects from its mlx5_1, the NIC on the listener's (mlx5_0) subnet
+#   subnet_off    the same fabric without it: every connection from mlx5_0
 # (every run checks the data it moved: linkpass-perf -c 1)
 set -euo pipefail
 case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_*|inline|ece|ece_off|pci_order|pci_order_off|ar|ar_off|ar_threshold|ro|ro_off}
@@ -65,7 +68,12 @@ ar | ar_off | ar_threshold)
 ar_off) export NCCL_IB_ADAPTIVE_ROUTING=0 ;;
 ar_threshold) export NCCL_IB_AR_THRESHOLD=1048576 ;;
 ro_off) export NCCL_IB_PCI_RELAXED_ORDERING=0 ;;
-ece | pci_order | ar | ro) ;;
+subnet | subnet_off)
+  derived two-hosts-roce.conf '/^host node1/,$ { s/ip=198.18.0.2/ip=198.18.9.2/; s/ip=198.18.1.2/ip=198.18.0.2/; s/ip=198.18.9.2/ip=198.18.1.2/ }'
+  export NCCL_DEBUG=INFO
+  ;;&
+subnet) export NCCL_IB_SUBNET_AWARE_ROUTING=1 ;;
+ece | pci_order | ar | ro | subnet_off) ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 "$SIMVERBS" up "$conf" >/dev/null
@@ -97,7 +105,7 @@ perf=""
 wrong=$(awk '$1 ~ /^[0-9]+\.[0-9]$/ { s += $5 } END { print s + 0 }' "$tmp/out")
 ((wrong == 0)) || fail "$wrong wrong elements"
 # A field of the RTS QP lines: "<qp name> <value of field>" per QP.
-qp_field() { awk -v f="$1" '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == f) print $3, $(i + 1) }' "$tmp/status"; }
+qp_field() { awk -v f="$1" '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == f) print $4, $(i + 1) }' "$tmp/status"; }
 sum_field() { qp_field "$1" | awk '{ s += $2 } END { print s + 0 }'; }
 case $case_ in
 inline)
@@ -138,6 +146,19 @@ ar | ar_off | ar_threshold)
     ((ooo == 0)) || fail "$ooo writes out of order: messages were split"
   fi
   echo "PASS $case_ ($ooo writes out of order)"; exit 0
+  ;;
+subnet | subnet_off)
+  # the QPs that carry data or clear-to-sends, by device
+  on1=$(qp_field req | awk '$2 > 0 && $1 ~ /:mlx5_1:1$/' | wc -l)
+  if [ "$case_" = subnet ]; then
+    # the listeners stay on NCCL's mlx5_0; each connector moves to its mlx5_1
+    ((on1 == 2)) || fail "expected the two sending ends on mlx5_1, found $on1 busy QPs there"
+    n=$(grep -c "NCCL_IB_SUBNET_AWARE_ROUTING: connecting from mlx5_1:1" "$tmp/out" || true)
+    ((n == 2)) || fail "expected each rank to say it connects from mlx5_1, $n did"
+  else
+    ((on1 == 0)) || fail "$on1 busy QPs on mlx5_1 without NCCL_IB_SUBNET_AWARE_ROUTING"
+  fi
+  echo "PASS $case_"; exit 0
   ;;
 ro | ro_off)
   ro=$(awk '$1 == "pid" { gsub(/[(]/, "", $(NF - 1)); s += $(NF - 1) } END { print s + 0 }' "$tmp/status")

@@ -115,6 +115,34 @@ Test(config, malformed_integers) {
   expect_rejected("NCCL_IB_HCA", "^", "[^][=]name[:port]");
   expect_rejected("NCCL_IB_HCA", ":1", "[^][=]name[:port]");
   expect_rejected("NCCL_SOCKET_IFNAME", "eth0:1", "[^][=]prefix");
+  expect_rejected("NCCL_IB_USE_INLINE", "2", "[0, 1]");
+  expect_rejected("NCCL_IB_USE_INLINE", "yes", "[0, 1]");
+  expect_rejected("NCCL_IB_PCI_RELAXED_ORDERING", "3", "[0, 2]");
+  expect_rejected("NCCL_IB_PCI_RELAXED_ORDERING", "-1", "[0, 2]");
+  expect_rejected("NCCL_IB_ADAPTIVE_ROUTING", "2", "[-2, 1]");
+  expect_rejected("NCCL_IB_ADAPTIVE_ROUTING", "on", "[-2, 1]");
+  expect_rejected("NCCL_IB_AR_THRESHOLD", "-3", "[-2, 2147483647]");
+  expect_rejected("NCCL_IB_AR_THRESHOLD", "8K", "[-2, 2147483647]");
+  expect_rejected("NCCL_IB_ECE_ENABLE", "2", "[0, 1]");
+  expect_rejected("NCCL_IB_DEVICE_PCI_ORDER", "-1", "[0, 1]");
+}
+
+/* NCCL_IB_AR_THRESHOLD: NCCL 2.30 spells its default -2; any negative
+ * value means 8192 bytes. */
+Test(config, ar_threshold_default_spellings) {
+  const char *vals[] = {"-2", "-1", NULL};
+  for (int i = 0; i < 3; i++) {
+    struct fake_env e = {0};
+    if (vals[i]) set(&e, "NCCL_IB_AR_THRESHOLD", vals[i]);
+    struct lp_config cfg;
+    cr_assert_eq(load(&e, &cfg), 0);
+    cr_expect_eq(cfg.ar_threshold_bytes, 8192, "%s", vals[i] ? vals[i] : "unset");
+  }
+  struct fake_env e = {0};
+  set(&e, "NCCL_IB_AR_THRESHOLD", "0");
+  struct lp_config cfg;
+  cr_assert_eq(load(&e, &cfg), 0);
+  cr_expect_eq(cfg.ar_threshold_bytes, 0, "0: every message above 0 bytes is split");
 }
 
 Test(config, empty_is_unset) {

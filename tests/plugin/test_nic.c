@@ -102,3 +102,29 @@ Test(nic, devices_sort_by_pci_address_stably_unknown_last) {
     cr_expect_eq(devs[i].port, port[i], "device %d: port %d, expected %d", i, devs[i].port, port[i]);
   }
 }
+
+static struct lp_dev roce_dev(const char *ipv4) {
+  struct lp_dev d;
+  memset(&d, 0, sizeof(d));
+  d.link_layer = IBV_LINK_LAYER_ETHERNET;
+  d.gid.raw[10] = d.gid.raw[11] = 0xff;
+  cr_assert_eq(inet_pton(AF_INET, ipv4, &d.gid.raw[12]), 1);
+  return d;
+}
+
+/* NCCL_IB_SUBNET_AWARE_ROUTING: a device on the listener's subnet. */
+Test(nic, subnet_pick_prefers_the_listeners_subnet) {
+  struct lp_dev devs[3] = {roce_dev("10.0.0.1"), roce_dev("10.0.1.1"), roce_dev("10.0.2.1")};
+  struct lp_dev peer = roce_dev("10.0.2.7");
+  cr_expect_eq(lp_subnet_pick(devs, 3, 0, peer.gid.raw, 24), 2, "mlx5_2 shares 10.0.2.0/24");
+  cr_expect_eq(lp_subnet_pick(devs, 3, 2, peer.gid.raw, 24), 2, "already on it");
+  cr_expect_eq(lp_subnet_pick(devs, 3, 1, peer.gid.raw, 16), 1, "every device shares 10.0.0.0/16");
+  struct lp_dev far = roce_dev("192.168.0.1");
+  cr_expect_eq(lp_subnet_pick(devs, 3, 1, far.gid.raw, 24), 1, "no device on it: NCCL's choice");
+  uint8_t zero[16] = {0};
+  cr_expect_eq(lp_subnet_pick(devs, 3, 1, zero, 24), 1, "a listener without a GID in its handle");
+  devs[2].link_layer = IBV_LINK_LAYER_INFINIBAND;
+  cr_expect_eq(lp_subnet_pick(devs, 3, 0, peer.gid.raw, 24), 0, "InfiniBand ports have no subnet to match");
+  struct lp_dev edge = roce_dev("10.0.2.255");
+  cr_expect_eq(lp_subnet_pick(devs, 2, 0, edge.gid.raw, 32), 0, "a /32 matches one address only");
+}
