@@ -44,8 +44,8 @@ const struct lp_nccl_var lp_nccl_vars[] = {
      "NCCL chose is not"},
     {"NCCL_IB_SUBNET_PREFIX_LEN", H, "24", "the IPv4 prefix length of that subnet check (1..32)"},
     {"NCCL_IB_SPLIT_DATA_ON_QPS", M, "0",
-     "linkpass always splits each message over all QPs of the connection (NCCL's =1); with one QP, the default, "
-     "both are the same"},
+     "linkpass always splits each message over all QPs of the connection (NCCL's 1), so that messages complete in "
+     "order, which its exactly-once replay after a move relies on; with one QP, the default, both are the same"},
     {"NCCL_IB_RETURN_ASYNC_EVENTS", M, "1",
      "linkpass acts on fatal async events itself: the connections on that NIC move to another one"},
     {"NCCL_IB_RESILIENCY_PORT_FAILOVER", M, "0",
