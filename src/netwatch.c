@@ -16,23 +16,6 @@
 
 #define LP_NETWATCH_RCVBUF (1 << 20) /* bursts of link messages (many VFs) must not overrun it */
 
-int lp_netwatch_ndev(const char *ibdev_path, int port, int gid_index, char *out, size_t len) {
-  char path[512];
-  if (gid_index < 0) return -1;
-  if (snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/ndevs/%d", ibdev_path, port, gid_index) >= (int)sizeof(path))
-    return -1;
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return -1;
-  char line[64];
-  int ok = fgets(line, sizeof(line), f) != NULL;
-  fclose(f);
-  if (!ok) return -1;
-  line[strcspn(line, "\r\n")] = '\0';
-  if (line[0] == '\0' || strlen(line) >= len) return -1;
-  snprintf(out, len, "%s", line);
-  return 0;
-}
-
 const char *lp_netwatch_ifname(const struct lp_netwatch *w, int dev) {
   for (int i = 0; i < w->n; i++)
     if (w->ifs[i].dev == dev) return w->ifs[i].ifname;
@@ -149,8 +132,7 @@ int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp
     const struct lp_dev *dev = &env->devs[d];
     if (dev->link_layer != IBV_LINK_LAYER_ETHERNET) continue;
     struct lp_netwatch_if *wi = &w->ifs[w->n];
-    if (lp_netwatch_ndev(env->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname, sizeof(wi->ifname)) !=
-        0) {
+    if (lp_gid_netdev(env->nics[dev->nic].ibdev_path, dev->port, dev->gid_index, wi->ifname, sizeof(wi->ifname)) != 0) {
       LP_INFO(NCCL_NET,
               "netwatch: %s:%d has no network interface in gid_attrs/ndevs/%d: only its port events "
               "are watched",

@@ -63,8 +63,4 @@ static inline int lp_netwatch_down(struct lp_netwatch *w, int dev) {
 /* The interface watched for `dev`, or NULL. */
 const char *lp_netwatch_ifname(const struct lp_netwatch *w, int dev);
 
-/* The netdev behind a RoCE port: the first line of
- * <ibdev_path>/ports/<port>/gid_attrs/ndevs/<gid_index>.  0, or -1. */
-int lp_netwatch_ndev(const char *ibdev_path, int port, int gid_index, char *out, size_t len);
-
 #endif

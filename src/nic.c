@@ -2,6 +2,7 @@
 #include "nic.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,52 @@ int lp_subnet_pick(const struct lp_dev *devs, int ndevs, int dev, const uint8_t 
     if (a != 0 && ((a ^ peer) & mask) == 0) return d;
   }
   return dev;
+}
+
+int lp_gid_netdev(const char *ibdev_path, int port, int gid_index, char *out, size_t len) {
+  char path[512];
+  if (gid_index < 0) return -1;
+  if (snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/ndevs/%d", ibdev_path, port, gid_index) >= (int)sizeof(path))
+    return -1;
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  char line[64];
+  int ok = fgets(line, sizeof(line), f) != NULL;
+  fclose(f);
+  if (!ok) return -1;
+  line[strcspn(line, "\r\n")] = '\0';
+  if (line[0] == '\0' || strlen(line) >= len) return -1;
+  snprintf(out, len, "%s", line);
+  return 0;
+}
+
+static int add_name(char (*out)[LP_IFNAME_MAX], int n, int max, const char *name) {
+  if (n >= max || strlen(name) >= LP_IFNAME_MAX) return n;
+  for (int i = 0; i < n; i++)
+    if (strcmp(out[i], name) == 0) return n;
+  snprintf(out[n], LP_IFNAME_MAX, "%s", name);
+  return n + 1;
+}
+
+int lp_nic_netdevs(const struct lp_nic *nics, int nnics, const struct lp_dev *devs, int ndevs,
+                   char (*out)[LP_IFNAME_MAX], int max) {
+  int n = 0;
+  for (int i = 0; i < nnics; i++) {
+    char path[LP_PATH_MAX + 8];
+    if (snprintf(path, sizeof(path), "%s/net", nics[i].pci_path) >= (int)sizeof(path)) continue;
+    DIR *dir = opendir(path);
+    if (dir == NULL) continue;
+    for (struct dirent *e = readdir(dir); e != NULL; e = readdir(dir))
+      if (e->d_name[0] != '.') n = add_name(out, n, max, e->d_name);
+    closedir(dir);
+  }
+  for (int d = 0; d < ndevs; d++) {
+    char name[LP_IFNAME_MAX];
+    if (devs[d].link_layer == IBV_LINK_LAYER_ETHERNET &&
+        lp_gid_netdev(nics[devs[d].nic].ibdev_path, devs[d].port, devs[d].gid_index, name, sizeof(name)) == 0)
+      n = add_name(out, n, max, name);
+  }
+  return n;
 }
 
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics) {

@@ -68,6 +68,18 @@ void lp_dev_sort_pci(struct lp_dev *devs, int ndevs, const struct lp_nic *nics);
  * not an IPv4-mapped GID), else the first device whose GID does, else `dev`. */
 int lp_subnet_pick(const struct lp_dev *devs, int ndevs, int dev, const uint8_t *peer_gid, int prefix);
 
+/* The netdev behind a RoCE port: the first line of
+ * <ibdev_path>/ports/<port>/gid_attrs/ndevs/<gid_index>.  0, or -1. */
+int lp_gid_netdev(const char *ibdev_path, int port, int gid_index, char *out, size_t len);
+
+/* The network interfaces the NICs back, which the control channel must not
+ * depend on: every entry of <PCI device>/net/ (RoCE netdevs, IPoIB
+ * interfaces) and each RoCE port's GID netdev (a VLAN or bond above it).
+ * Fills up to `max` names of LP_IFNAME_MAX bytes; returns how many. */
+#define LP_IFNAME_MAX 16 /* IFNAMSIZ */
+int lp_nic_netdevs(const struct lp_nic *nics, int nnics, const struct lp_dev *devs, int ndevs,
+                   char (*out)[LP_IFNAME_MAX], int max);
+
 /* Close everything discover opened. */
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);
 

@@ -118,12 +118,21 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
             p->env.cfg.hca.set ? "\"" : "", p->env.ibv.path);
     goto fail;
   }
-  if (lp_oob_pick(&p->env.cfg, &p->env.oob_addr, p->env.oob_ifname, sizeof(p->env.oob_ifname)) != 0) {
+  struct lp_oob_avoid avoid;
+  avoid.n = lp_nic_netdevs(p->env.nics, p->env.nnics, p->env.devs, p->env.ndevs, avoid.name, LP_OOB_AVOID_MAX);
+  int backed = 0;
+  if (lp_oob_pick(&p->env.cfg, &avoid, &p->env.oob_addr, p->env.oob_ifname, sizeof(p->env.oob_ifname), &backed) != 0) {
     LP_WARN("init failed: no usable network interface for the out-of-band connection%s%s%s",
             p->env.cfg.ifname.set ? " matching NCCL_SOCKET_IFNAME=\"" : "",
             p->env.cfg.ifname.set ? p->env.cfg.ifname_str : "", p->env.cfg.ifname.set ? "\"" : "");
     goto fail;
   }
+  if (backed)
+    LP_WARN(
+        "the control channel uses %s, an interface of one of the RDMA NICs it protects%s: a fault of that NIC "
+        "also cuts the channel a move needs, and moves wait until it returns; give NCCL_SOCKET_IFNAME a "
+        "management interface",
+        p->env.oob_ifname, p->env.cfg.ifname.set ? " (NCCL_SOCKET_IFNAME)" : " (no other interface is usable)");
   if (gethostname(p->env.hostname, sizeof(p->env.hostname) - 1) != 0)
     snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
 

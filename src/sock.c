@@ -49,14 +49,26 @@ static int usable(const struct ifaddrs *ifa) {
 
 /* One pass of the search: the first usable address accepted by `accept`,
  * IPv4 preferred over IPv6 within the pass when both are allowed. */
-typedef int (*if_accept_fn)(const struct lp_config *cfg, const char *name);
+struct pick {
+  const struct lp_config *cfg;
+  const struct lp_oob_avoid *avoid;
+  int backed; /* 1: RDMA-backed interfaces only, 0: the others only, -1: either */
+};
+typedef int (*if_accept_fn)(const struct pick *p, const char *name);
 
-static int pass(const struct lp_config *cfg, struct ifaddrs *all, if_accept_fn accept, union lp_sockaddr *addr,
-                char *ifname, size_t iflen) {
+static int is_backed(const struct lp_oob_avoid *avoid, const char *name) {
+  for (int i = 0; avoid && i < avoid->n; i++)
+    if (strcmp(avoid->name[i], name) == 0) return 1;
+  return 0;
+}
+
+static int pass(const struct pick *p, struct ifaddrs *all, if_accept_fn accept, union lp_sockaddr *addr, char *ifname,
+                size_t iflen) {
   for (int want = AF_INET; want != 0; want = want == AF_INET ? AF_INET6 : 0) {
     for (struct ifaddrs *ifa = all; ifa; ifa = ifa->ifa_next) {
-      if (!usable(ifa) || ifa->ifa_addr->sa_family != want || !family_ok(cfg, want)) continue;
-      if (!accept(cfg, ifa->ifa_name)) continue;
+      if (!usable(ifa) || ifa->ifa_addr->sa_family != want || !family_ok(p->cfg, want)) continue;
+      if (p->backed >= 0 && is_backed(p->avoid, ifa->ifa_name) != p->backed) continue;
+      if (!accept(p, ifa->ifa_name)) continue;
       memset(addr, 0, sizeof(*addr));
       memcpy(addr, ifa->ifa_addr, want == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
       snprintf(ifname, iflen, "%s", ifa->ifa_name);
@@ -66,38 +78,43 @@ static int pass(const struct lp_config *cfg, struct ifaddrs *all, if_accept_fn a
   return -1;
 }
 
-static int by_user(const struct lp_config *cfg, const char *name) { return lp_filter_match(&cfg->ifname, name, -1); }
-static int by_ib(const struct lp_config *cfg, const char *name) {
-  (void)cfg;
+static int by_user(const struct pick *p, const char *name) { return lp_filter_match(&p->cfg->ifname, name, -1); }
+static int by_ib(const struct pick *p, const char *name) {
+  (void)p;
   return strncmp(name, "ib", 2) == 0;
 }
-static int by_other(const struct lp_config *cfg, const char *name) {
-  (void)cfg;
+static int by_other(const struct pick *p, const char *name) {
+  (void)p;
   return strncmp(name, "docker", 6) != 0 && strncmp(name, "lo", 2) != 0 && strncmp(name, "virbr", 5) != 0;
 }
-static int by_docker(const struct lp_config *cfg, const char *name) {
-  (void)cfg;
+static int by_docker(const struct pick *p, const char *name) {
+  (void)p;
   return strncmp(name, "docker", 6) == 0;
 }
-static int by_lo(const struct lp_config *cfg, const char *name) {
-  (void)cfg;
+static int by_lo(const struct pick *p, const char *name) {
+  (void)p;
   return strncmp(name, "lo", 2) == 0;
 }
 
-int lp_oob_pick(const struct lp_config *cfg, union lp_sockaddr *addr, char *ifname, size_t iflen) {
+int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, union lp_sockaddr *addr, char *ifname,
+                size_t iflen, int *backed) {
   struct ifaddrs *all = NULL;
   if (getifaddrs(&all) != 0) return -1;
+  struct pick free_only = {cfg, avoid, 0}, any = {cfg, avoid, -1};
   int rc;
   if (cfg->ifname.set) {
-    rc = pass(cfg, all, by_user, addr, ifname, iflen);
+    rc = pass(&any, all, by_user, addr, ifname, iflen);
   } else {
-    rc = pass(cfg, all, by_ib, addr, ifname, iflen);
-    if (rc != 0) rc = pass(cfg, all, by_other, addr, ifname, iflen);
-    if (rc != 0) rc = pass(cfg, all, by_docker, addr, ifname, iflen);
-    if (rc != 0) rc = pass(cfg, all, by_lo, addr, ifname, iflen);
+    rc = pass(&free_only, all, by_ib, addr, ifname, iflen);
+    if (rc != 0) rc = pass(&free_only, all, by_other, addr, ifname, iflen);
+    if (rc != 0) rc = pass(&any, all, by_ib, addr, ifname, iflen);
+    if (rc != 0) rc = pass(&any, all, by_other, addr, ifname, iflen);
+    if (rc != 0) rc = pass(&any, all, by_docker, addr, ifname, iflen);
+    if (rc != 0) rc = pass(&any, all, by_lo, addr, ifname, iflen);
   }
   freeifaddrs(all);
   if (rc == 0) {
+    *backed = is_backed(avoid, ifname);
     if (addr->sa.sa_family == AF_INET)
       addr->in.sin_port = 0;
     else

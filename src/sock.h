@@ -20,10 +20,22 @@ union lp_sockaddr {
   struct sockaddr_in6 in6;
 };
 
-/* Choose the local address for out-of-band sockets.  NCCL's order when
- * NCCL_SOCKET_IFNAME is unset: "ib*" interfaces, then any interface except
- * docker*, lo*, virbr*, then docker*, then loopback.  Returns 0 or -1. */
-int lp_oob_pick(const struct lp_config *cfg, union lp_sockaddr *addr, char *ifname, size_t iflen);
+/* Interfaces backed by the RDMA NICs in use (nic.h, lp_nic_netdevs). */
+#define LP_OOB_AVOID_MAX 64
+struct lp_oob_avoid {
+  int n;
+  char name[LP_OOB_AVOID_MAX][16];
+};
+
+/* Choose the local address for out-of-band sockets, the control channel
+ * of every connection.  NCCL_SOCKET_IFNAME wins.  Otherwise NCCL's order,
+ * "ib*" interfaces, then any interface except docker*, lo*, virbr*, then
+ * docker*, then loopback, but first among the interfaces no RDMA NIC in
+ * `avoid` backs: a control channel over the NIC it protects dies with it,
+ * and a move waits for the link to return.  `*backed` says whether the
+ * choice is such an interface all the same.  Returns 0 or -1. */
+int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, union lp_sockaddr *addr, char *ifname,
+                size_t iflen, int *backed);
 
 /* Non-blocking listening socket on `local` (port 0: any); `bound` gets the
  * real address.  Returns the fd or -errno. */

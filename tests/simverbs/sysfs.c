@@ -292,6 +292,16 @@ static int write_pci(const char *root, const struct sv_device *d, bool ib) {
       put_fmt(dir, "device", "0x%04x\n", (unsigned)d->vendor_part_id) ||
       put_file(dir, "class", ib ? "0x020700\n" : "0x020000\n")) /* InfiniBand / Ethernet controller */
     return -1;
+  /* net/<ifname>/ for each network interface of the function, as the
+   * kernel lists a RoCE netdev or an IPoIB interface under its PCI device. */
+  for (uint32_t p = 0; p < d->nports && p < SV_MAX_PORTS; p++) {
+    char ndir[PATH_MAX];
+    if (!d->ports[p].netdev[0])
+      continue;
+    if (join(ndir, sizeof(ndir), "%s/net/%s", dir, d->ports[p].netdev) || mkdir_p(ndir) ||
+        put_fmt(ndir, "dev_port", "%u\n", p))
+      return -1;
+  }
   return 0;
 }
 
