@@ -1,7 +1,9 @@
-/* Port speed and automatic GID selection. */
+/* Port speed, automatic GID selection, device order and the NICs' interfaces. */
+#define _GNU_SOURCE /* mkdtemp */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -127,4 +129,36 @@ Test(nic, subnet_pick_prefers_the_listeners_subnet) {
   cr_expect_eq(lp_subnet_pick(devs, 3, 0, peer.gid.raw, 24), 0, "InfiniBand ports have no subnet to match");
   struct lp_dev edge = roce_dev("10.0.2.255");
   cr_expect_eq(lp_subnet_pick(devs, 2, 0, edge.gid.raw, 32), 0, "a /32 matches one address only");
+}
+
+/* The interfaces the control channel avoids, from a sysfs-shaped tree. */
+Test(nic, netdevs_of_the_nics_from_sysfs) {
+  char root[] = "/tmp/lpnetdevs.XXXXXX";
+  cr_assert_not_null(mkdtemp(root));
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd),
+           "mkdir -p %s/pci0/net/ens1f0np0 %s/pci0/net/ib0 %s/pci1 %s/ib/mlx5_0/ports/1/gid_attrs/ndevs && "
+           "echo ens1f0np0.100 > %s/ib/mlx5_0/ports/1/gid_attrs/ndevs/3",
+           root, root, root, root, root);
+  cr_assert_eq(system(cmd), 0);
+  struct lp_nic nics[2];
+  memset(nics, 0, sizeof(nics));
+  snprintf(nics[0].pci_path, sizeof(nics[0].pci_path), "%s/pci0", root);
+  snprintf(nics[0].ibdev_path, sizeof(nics[0].ibdev_path), "%s/ib/mlx5_0", root);
+  snprintf(nics[1].pci_path, sizeof(nics[1].pci_path), "%s/pci1", root); /* no net/ */
+  struct lp_dev devs[2] = {{.nic = 0, .port = 1, .link_layer = IBV_LINK_LAYER_ETHERNET, .gid_index = 3},
+                           {.nic = 1, .port = 1, .link_layer = IBV_LINK_LAYER_INFINIBAND, .gid_index = 0}};
+  char names[8][LP_IFNAME_MAX];
+  int n = lp_nic_netdevs(nics, 2, devs, 2, names, 8);
+  cr_expect_eq(n, 3, "%d names", n);
+  int seen = 0;
+  for (int i = 0; i < n; i++) {
+    seen |= strcmp(names[i], "ens1f0np0") == 0 ? 1 : 0;
+    seen |= strcmp(names[i], "ib0") == 0 ? 2 : 0;
+    seen |= strcmp(names[i], "ens1f0np0.100") == 0 ? 4 : 0;
+  }
+  cr_expect_eq(seen, 7, "the PCI function's interfaces and the RoCE GID's netdev (a VLAN above it)");
+  cr_expect_eq(lp_nic_netdevs(nics, 2, devs, 2, names, 1), 1, "bounded by the room given");
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+  cr_assert_eq(system(cmd), 0);
 }
