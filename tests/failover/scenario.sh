@@ -385,6 +385,28 @@ failback_after_holddown)
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback path=standby
   ;;
+shape_record_form | shape_qps4 | shape_zero_bytes | shape_small_wr)
+  # The message shapes the other scenarios do not use, through a pull and
+  # its failback, every iteration checked: 32 MiB messages (above the
+  # compact form's 16 MiB, so data WRITEs plus a record), 4 QPs a
+  # connection (each message split over them), 0-byte messages (no data
+  # write at all), and 1 MiB messages cut into 4 KiB WRITEs.
+  op=all_reduce size=1M extra=()
+  case $name in
+  shape_record_form) size=64M extra=(--step-bytes 32M) ;;
+  shape_qps4) export NCCL_IB_QPS_PER_CONNECTION=4 ;;
+  shape_zero_bytes) op=sendrecv size=0 ;;
+  shape_small_wr) export LINKPASS_MAX_WR_BYTES=4096 ;;
+  esac
+  run_perf "$size" 6 2 "$op" -c 2 "${extra[@]}"
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  wait_for "event=failover" "$tmp/syslog"
+  sv link node0:mlx5_0 up
+  wait_for "event=failback" "$tmp/syslog" 20
+  expect_clean_run
+  expect_event event=failback new_dev=mlx5_0 reason=failback
+  ;;
 nccl_ib_vars)
   # NCCL's IB settings that change the data path, all on: clear-to-sends
   # inline, relaxed-ordering data registrations (the default), adaptive
