@@ -407,6 +407,39 @@ shape_record_form | shape_qps4 | shape_zero_bytes | shape_small_wr)
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback
   ;;
+different_rails_a | different_rails_b)
+  # Two channels: channel 0 on rail 0 (mlx5_0 of both hosts), channel 1 on
+  # rail 1.  node0 loses rail 0 and node1 rail 1, so every connection moves
+  # off its rail; the two come back one after the other (a: node0's first,
+  # b: node1's first).  Afterwards both ends of every connection are back
+  # on their own rail: only the four rail-0/1 ports carry traffic, whichever
+  # end noticed which fault.
+  run_perf 1M 14 2 all_reduce --channels 2 -c 2
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  sv link node1:mlx5_1 down
+  wait_for_count "event=failover" "$tmp/syslog" 4
+  first=node0:mlx5_0 second=node1:mlx5_1
+  [ "$name" = different_rails_b ] && first=node1:mlx5_1 second=node0:mlx5_0
+  sv link "$first" up
+  wait_for_count "event=failback" "$tmp/syslog" 2 20
+  sv link "$second" up
+  wait_for_count "event=failback" "$tmp/syslog" 4 20
+  # Every failback done (hold-downs of 500 ms): which ports carry traffic now?
+  tx() {
+    "$SIMVERBS" status | awk '$1 == "host" { h = $2 } $1 ~ /^mlx5_/ { n = $1 }
+      $1 == "port" { for (i = 1; i < NF; i++) if ($i == "tx") { print h ":" n, $(i + 1); break } }'
+  }
+  sleep 2 # let the last moves settle; then a 1 s window (measuring, not synchronising)
+  tx >"$tmp/tx0"
+  sleep 1
+  tx >"$tmp/tx1"
+  busy=$(join "$tmp/tx0" "$tmp/tx1" | awk '$3 - $2 > 1000000 { print $1 }' | sort | tr '\n' ' ')
+  echo "ports carrying traffic after both rails returned: $busy"
+  expect_clean_run
+  [ "$busy" = "node0:mlx5_0 node0:mlx5_1 node1:mlx5_0 node1:mlx5_1 " ] ||
+    fail "after both rails returned, traffic flows through: $busy (expected rails 0 and 1 only)"
+  ;;
 nccl_ib_vars)
   # NCCL's IB settings that change the data path, all on: clear-to-sends
   # inline, relaxed-ordering data registrations (the default), adaptive
