@@ -254,9 +254,18 @@ static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
   return lp_comm_fail(c, ncclRemoteError, "no healthy path to the peer remains (%s): the connection fails", why);
 }
 
+/* A fault its port did not report: the device becomes suspect, so that
+ * nothing moves back onto a black hole until it has been quiet for a
+ * hold-down (health.h).  Either end may be at fault; both ends say so. */
+static int silent(int reason) {
+  return reason == LP_FO_STALL || reason == LP_FO_COMPLETION_ERR || reason == LP_FO_QP_FATAL;
+}
+
 static void begin(struct lp_comm *c, int reason) {
   struct lp_fo *fo = c->fo;
   if (fo->state == LP_FO_IDLE) {
+    if (silent(reason) && lp_health_ok(c->health, c->link.dev))
+      lp_health_silent_fault(c->health, c->link.dev, reason, c->conn_id);
     fo->start_ns = lp_now_ns();
     fo->from_dev = c->link.dev;
     fo->inflight = outstanding_requests(c);
@@ -460,7 +469,8 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
 
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  return c->link.dev != fo->primary_dev && lp_health_ok(c->health, fo->primary_dev) && fo->peer_primary_ok;
+  return c->link.dev != fo->primary_dev && lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) &&
+         fo->peer_primary_ok;
 }
 
 /* The primary is healthy again on both sides: move back onto a standby on
@@ -633,7 +643,7 @@ static ncclResult_t check_health(struct lp_comm *c) {
   }
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
   if (!here_ok) return receiver_notice(r, LP_FO_PORT_DOWN);
-  if (c->link.dev != fo->primary_dev && lp_health_ok(h, fo->primary_dev))
+  if (c->link.dev != fo->primary_dev && lp_health_trusted(h, fo->primary_dev, lp_now_ns()))
     return send_notice(c, LP_FO_FAILBACK, fo->primary_dev);
   return ncclSuccess;
 }

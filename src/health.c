@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fo_wire.h"
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
@@ -26,6 +27,13 @@ void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_
                        .status = kind,
                        .comm_id = comm_id,
                        .time_ns = lp_now_ns()};
+  lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
+}
+
+void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id) {
+  if (!h->running || dev < 0) return;
+  struct lp_event e = {
+      .type = LP_EV_SILENT_FAULT, .dev = (uint32_t)dev, .status = reason, .comm_id = comm_id, .time_ns = lp_now_ns()};
   lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
 }
 
@@ -128,7 +136,50 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
     port_up(h, dev, why, now);
 }
 
+/* A connection left `dev` for a fault its port did not report.  Every
+ * connection on a black-holed NIC stalls at about the same moment: the
+ * faults of one LP_SILENT_COALESCE_NS count as one flap of the hold-down. */
+#define LP_SILENT_COALESCE_NS (1000ull * 1000 * 1000)
+static void silent_fault(struct lp_health *h, const struct lp_event *e, uint64_t now) {
+  int dev = (int)e->dev;
+  if (dev < 0 || dev >= h->env->ndevs) return;
+  struct lp_holddown *sd = &h->silent[dev];
+  uint64_t until = atomic_load_explicit(&h->suspect_until[dev], memory_order_relaxed);
+  if (until != 0 && now - sd->since_ns < LP_SILENT_COALESCE_NS) return;
+  unsigned flaps = lp_holddown_down(sd, now);
+  lp_holddown_up(sd, now);
+  atomic_store_explicit(&h->suspect_until[dev], lp_holddown_ready_at(sd), memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  LP_WARN(
+      "%s:%d is suspect: a connection left it (%s) while its port is up; no connection moves back onto it for "
+      "%llu ms (silent fault %u in a row)",
+      h->env->devs[dev].name, h->env->devs[dev].port, lp_fo_reason_str(e->status),
+      (unsigned long long)(sd->hold_ns / 1000000), flaps);
+}
+
+/* A suspect device whose hold-down passed without another silent fault is
+ * trusted again: the connections that left it re-evaluate (failback). */
+static uint64_t suspect_expiry(struct lp_health *h, uint64_t now, uint64_t next) {
+  for (int d = 0; d < h->env->ndevs; d++) {
+    uint64_t until = atomic_load_explicit(&h->suspect_until[d], memory_order_relaxed);
+    if (until == 0) continue;
+    if (now < until) {
+      if (until < next) next = until;
+      continue;
+    }
+    atomic_store_explicit(&h->suspect_until[d], 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+    LP_INFO(NCCL_NET, "%s:%d: no silent fault for its hold-down: traffic may move back", h->env->devs[d].name,
+            h->env->devs[d].port);
+  }
+  return next;
+}
+
 static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
+  if (e->type == LP_EV_SILENT_FAULT) {
+    silent_fault(h, e, now);
+    return;
+  }
   if (e->type != LP_EV_ASYNC) {
     if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(h, e, now);
     if (e->type == LP_EV_CONN_MOVED) h->metrics.dirty = 1; /* the moved connection already acted */
@@ -179,13 +230,14 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 /* ---- where connections go ---- */
 
 /* The choice among `loads` (one per device), and the load the chosen
- * device had when it was made.  Round 0 takes healthy devices but `avoid`,
- * round 1 healthy ones, round 2 ports that are up but held down; only the
- * first `rounds` are tried. */
+ * device had when it was made.  Round 0 takes trusted devices (healthy, not
+ * suspect) but `avoid`, round 1 trusted ones, round 2 healthy ones, round 3
+ * ports that are up but held down; only the first `rounds` are tried. */
 static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds,
                 int *seen) {
   const struct lp_env *env = h->env;
-  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_ok(h, prefer)) {
+  uint64_t now = lp_now_ns();
+  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_trusted(h, prefer, now)) {
     *seen = atomic_load_explicit(&loads[prefer], memory_order_relaxed);
     return prefer;
   }
@@ -193,7 +245,9 @@ static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int 
   for (int round = 0; round < rounds; round++) {
     for (int d = 0; d < env->ndevs; d++) {
       int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
-      int ok = round < 2 ? lp_health_ok(h, d) : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
+      int ok = round < 2    ? lp_health_trusted(h, d, now)
+               : round == 2 ? lp_health_ok(h, d)
+                            : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
       usable[d] = same_layer && ok && (round != 0 || d != avoid);
       load[d] = atomic_load_explicit(&loads[d], memory_order_relaxed);
     }
@@ -220,11 +274,11 @@ static int claim(const struct lp_health *h, _Atomic int *loads, int primary, int
 
 int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
   int seen;
-  return pick(h, (_Atomic int *)h->load[dir], primary, prefer, avoid, 3, &seen);
+  return pick(h, (_Atomic int *)h->load[dir], primary, prefer, avoid, 4, &seen);
 }
 
 int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
-  return claim(h, h->load[dir], primary, prefer, avoid, 3);
+  return claim(h, h->load[dir], primary, prefer, avoid, 4);
 }
 
 /* A standby is only worth having on another device: never `from` itself,
@@ -290,6 +344,7 @@ static void *control_main(void *arg) {
         if (at < next) next = at;
       }
     }
+    next = suspect_expiry(h, now, next);
     int ms = (int)((next - now) / 1000000ull) + 1;
     lp_ring_wait(&h->ring, ms);
     struct lp_event e;
@@ -325,6 +380,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   uint64_t base = env->cfg.ns.holddown_ns, max = env->cfg.ns.holddown_max_ns;
   for (int d = 0; d < h->env->ndevs; d++) {
     lp_holddown_init(&h->hd[d], base, max, now);
+    lp_holddown_init(&h->silent[d], base, max, now);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);
   }

@@ -64,9 +64,16 @@ struct lp_health {
   _Atomic int moving;                     /* connection ends of this process with a move under way */
   _Atomic uint64_t paced_until;           /* lp_health_paced: no paced work before this time */
   _Atomic int fatal[LP_MAX_NICS];         /* NIC reported DEVICE_FATAL: never used again */
+  /* A device a connection left for a silent fault (a stall, an error
+   * completion: its port stayed up) is suspect until this time (0: not):
+   * no failback onto it and no new path there while another will do, but
+   * the connections still on it stay.  The hold-down and its damping are
+   * those of a port flap (silent[]). */
+  _Atomic uint64_t suspect_until[LP_MAX_DEVS];
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
+  struct lp_holddown silent[LP_MAX_DEVS];
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
@@ -90,6 +97,11 @@ void lp_health_stop(struct lp_health *h);
 /* Tell the control thread that a connection end moved (it rewrites the
  * metrics file at once); never blocks. */
 void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id);
+
+/* A connection end left `dev` for a silent fault (`reason`, enum
+ * lp_fo_reason): the device becomes suspect (lp_health_trusted); never
+ * blocks. */
+void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id);
 
 /* Where a `dir` end whose primary device is `primary` goes: a healthy
  * device of the primary's pool with the same link layer, fewest ends of
@@ -170,6 +182,10 @@ static inline int lp_health_ok(const struct lp_health *h, int dev) {
 }
 static inline int lp_health_link_up(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->link_up[dev], memory_order_relaxed);
+}
+/* Healthy and not suspect of a silent fault: fit to move back onto. */
+static inline int lp_health_trusted(const struct lp_health *h, int dev, uint64_t now) {
+  return lp_health_ok(h, dev) && now >= atomic_load_explicit(&h->suspect_until[dev], memory_order_relaxed);
 }
 
 #endif

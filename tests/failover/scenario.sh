@@ -440,6 +440,26 @@ different_rails_a | different_rails_b)
   [ "$busy" = "node0:mlx5_0 node0:mlx5_1 node1:mlx5_0 node1:mlx5_1 " ] ||
     fail "after both rails returned, traffic flows through: $busy (expected rails 0 and 1 only)"
   ;;
+failback_after_blackhole)
+  # node0's mlx5_0 black-holes: its port stays up, nothing gets through.
+  # The connections move for a stall, and mlx5_0 becomes suspect: no
+  # failback onto it before a hold-down, damped like a flapping port's
+  # (500 ms, then 1 s ...).  Once the black hole is gone, traffic returns.
+  export NCCL_IB_TIMEOUT=20 # retries would take 34 s: the watchdog must see it first
+  run_perf 1M 14
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_0 blackhole on
+  wait_for "event=failover .*reason=stall" "$tmp/syslog"
+  wait_for "mlx5_0:1 is suspect: a connection left it \(stall\) .* for 500 ms \(silent fault 1 in a row\)" "$tmp/out"
+  # A failback onto the black hole stalls again: the hold-down doubles.
+  wait_for "mlx5_0:1 is suspect: .* for 1000 ms \(silent fault 2 in a row\)" "$tmp/out" 20
+  sv fault node0:mlx5_0 blackhole off
+  n=$(grep -c "event=failback" "$tmp/syslog" || true)
+  wait_for_count "event=failback .*new_dev=mlx5_0" "$tmp/syslog" $((n + 1)) 20
+  expect_clean_run
+  stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
+  echo "$stalls stall moves, $(grep -c 'is suspect' "$tmp/out") suspect lines"; grep -E "is suspect|no silent fault" "$tmp/out" | cut -c1-200
+  ;;
 nccl_ib_vars)
   # NCCL's IB settings that change the data path, all on: clear-to-sends
   # inline, relaxed-ordering data registrations (the default), adaptive
