@@ -231,8 +231,9 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 
 /* The choice among `loads` (one per device), and the load the chosen
  * device had when it was made.  Round 0 takes trusted devices (healthy, not
- * suspect) but `avoid`, round 1 trusted ones, round 2 healthy ones, round 3
- * ports that are up but held down; only the first `rounds` are tried. */
+ * suspect) but `avoid`, round 1 healthy ones but `avoid`, round 2 healthy
+ * ones, round 3 ports that are up but held down; only the first `rounds`
+ * are tried. */
 static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds,
                 int *seen) {
   const struct lp_env *env = h->env;
@@ -245,10 +246,10 @@ static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int 
   for (int round = 0; round < rounds; round++) {
     for (int d = 0; d < env->ndevs; d++) {
       int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
-      int ok = round < 2    ? lp_health_trusted(h, d, now)
-               : round == 2 ? lp_health_ok(h, d)
-                            : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
-      usable[d] = same_layer && ok && (round != 0 || d != avoid);
+      int ok = round == 0  ? lp_health_trusted(h, d, now)
+               : round < 3 ? lp_health_ok(h, d)
+                           : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
+      usable[d] = same_layer && ok && (round > 1 || d != avoid);
       load[d] = atomic_load_explicit(&loads[d], memory_order_relaxed);
     }
     int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);

@@ -106,7 +106,8 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
 /* Where a `dir` end whose primary device is `primary` goes: a healthy
  * device of the primary's pool with the same link layer, fewest ends of
  * that direction first,
- * pool order on ties; `prefer` first when healthy.  `avoid` (the device it
+ * pool order on ties, devices suspect of a silent fault only when no other
+ * will do; `prefer` first when trusted (lp_health_trusted).  `avoid` (the device it
  * is leaving) only when nothing else is healthy: the failure may have been
  * the peer's.  With nothing healthy at all, a port that is up again but
  * still in hold-down beats losing the path.  -1: no path on this side. */

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <string.h>
 
+#include "clock.h"
 #include "health.h"
 
 static struct lp_env env;
@@ -143,4 +144,18 @@ Test(choose, concurrent_claims_spread_evenly, .init = machine, .timeout = 60) {
   }
   pthread_join(t, NULL);
   cr_assert_eq(uneven, 0, "%d device-rounds of %d did not end with 2 claims each", uneven, 3 * rounds);
+}
+
+/* A device suspect of a silent fault (health.h) is taken only when no
+ * trusted one will do, and is never preferred. */
+Test(choose, a_suspect_device_only_as_a_last_healthy_resort, .init = machine) {
+  uint64_t later = lp_now_ns() + 60ull * 1000 * 1000 * 1000;
+  atomic_store(&h.suspect_until[1], later);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 1, 0), 2, "a suspect preference is ignored: pool order then");
+  cr_assert(!lp_health_trusted(&h, 1, lp_now_ns()));
+  cr_assert(lp_health_trusted(&h, 2, lp_now_ns()));
+  down(2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "healthy but suspect beats the device being left");
+  atomic_store(&h.suspect_until[1], lp_now_ns() - 1);
+  cr_assert(lp_health_trusted(&h, 1, lp_now_ns()), "its hold-down passed");
 }
