@@ -87,14 +87,23 @@ static ncclResult_t send_ready(struct lp_comm *c) {
   return send_msg(c, &m, sizeof(m));
 }
 
-static ncclResult_t send_nack(struct lp_comm *c, int reason) {
+static ncclResult_t send_nack(struct lp_comm *c, int reason, enum lp_fo_nack_cause cause) {
   struct lp_fo_nack n;
   memset(&n, 0, sizeof(n));
   hdr(&n.hdr, LP_MSG_FO_NACK, sizeof(n));
   n.conn_id = c->conn_id;
   n.epoch = c->fo->epoch;
   n.reason = (uint32_t)reason;
+  n.cause = cause;
   return send_msg(c, &n, sizeof(n));
+}
+
+/* The receiver's end failed while answering a move (`rc`, already
+ * reported): refuse, so that the sender fails at once instead of waiting
+ * for the move's deadline on every NIC in turn. */
+static ncclResult_t refuse_failed(struct lp_comm *c, int reason, ncclResult_t rc) {
+  send_nack(c, reason, LP_NACK_FAILED);
+  return rc;
 }
 
 /* ---- shared steps ---- */
@@ -318,7 +327,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     ncclResult_t opened;
     int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened);
     if (dev < 0) {
-      send_nack(c, reason);
+      send_nack(c, reason, LP_NACK_NO_NIC);
       return path_lost(c, "no healthy NIC on this side");
     }
     if (opened == ncclSuccess) return request(c, reason, avoid_rail, failback ? -1 : dev, 0, &fo->next.local);
@@ -392,7 +401,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   fo->epoch = m->epoch;
   quiesce(&c->link);
   ncclResult_t rc = drain(c);
-  if (rc != ncclSuccess) return rc;
+  if (rc != ncclSuccess) return refuse_failed(c, (int)m->reason, rc);
   int failback = m->reason == LP_FO_FAILBACK;
   int prefer = failback ? fo->primary_dev : m->rail;
   /* Off the old device, even when it looks healthy: a stall or an error
@@ -421,14 +430,15 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     dev = -1;
   }
   if (dev < 0) {
-    send_nack(c, (int)m->reason);
+    send_nack(c, (int)m->reason, LP_NACK_NO_NIC);
     return path_lost(c, "no healthy NIC on this side");
   }
   /* 17 KiB at most, once per move: not worth a place in every comm. */
   struct lp_fo_ack *a = calloc(1, sizeof(*a));
   if (a == NULL) {
     lp_link_close(&next);
-    return lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection");
+    return refuse_failed(c, (int)m->reason,
+                         lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection"));
   }
   a->conn_id = c->conn_id;
   a->epoch = fo->epoch;
@@ -438,7 +448,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   if (rc != ncclSuccess) {
     free(a);
     lp_link_close(&next);
-    return rc;
+    return refuse_failed(c, (int)m->reason, rc);
   }
   int replayed = (int)a->npending;
   swap_link(c, &next);
@@ -563,8 +573,10 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
   if (type < 0) return lp_comm_fail(c, ncclRemoteError, "malformed control message from the peer: %s", why);
   struct lp_fo *fo = c->fo;
   if (type == LP_MSG_FO_NACK) {
-    begin(c, (int)((const struct lp_fo_nack *)buf)->reason);
-    return path_lost(c, "the peer has no healthy NIC left");
+    const struct lp_fo_nack *n = buf;
+    begin(c, (int)n->reason);
+    return path_lost(c, n->cause == LP_NACK_FAILED ? "the peer's end failed while moving; its log says why"
+                                                   : "the peer has no healthy NIC left");
   }
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;

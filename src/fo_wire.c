@@ -62,6 +62,8 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
       (((const struct lp_fo_sb_answer *)buf)->ok > 1 || ((const struct lp_fo_sb_answer *)buf)->primary_down > 1))
     return bad(why, whylen, "%s %llu",
                "standby answer with a flag that is neither 0 nor 1, ok =", ((const struct lp_fo_sb_answer *)buf)->ok);
+  if (h->type == LP_MSG_FO_NACK && ((const struct lp_fo_nack *)buf)->cause > LP_NACK_FAILED)
+    return bad(why, whylen, "%s %llu", "refusal with cause", ((const struct lp_fo_nack *)buf)->cause);
   if (h->type == LP_MSG_FO_SB_OFFER && ((const struct lp_fo_sb_offer *)buf)->id == 0)
     return bad(why, whylen, "%s %llu", "standby offer with id", 0);
   if (h->type == LP_MSG_FO_ACK) {

@@ -107,11 +107,20 @@ struct lp_fo_ack {
   struct lp_fo_pending pending[LP_FIFO_DEPTH];
 };
 
+/* Why a receiver refuses a move: the sender fails the connection either
+ * way, and says which. */
+enum lp_fo_nack_cause {
+  LP_NACK_NO_NIC = 0, /* no healthy NIC on the receiver's side */
+  LP_NACK_FAILED = 1, /* the receiver's end failed while moving (its log says why) */
+};
+
 struct lp_fo_nack {
   struct lp_msg_hdr hdr;
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t reason;
+  uint32_t cause; /* enum lp_fo_nack_cause */
+  uint32_t reserved;
 };
 
 struct lp_fo_ready {

@@ -39,6 +39,8 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
 
 /* ---- async events: one thread per NIC ---- */
 
+#define LP_ASYNC_MAX_FAILURES 100 /* ibv_get_async_event failures in a row before the fd is given up */
+
 static void *async_main(void *arg) {
   const struct lp_async_arg *a = arg;
   struct lp_health *h = a->h;
@@ -46,12 +48,28 @@ static void *async_main(void *arg) {
   int nic_index = a->nic;
   const struct lp_nic *nic = &env->nics[nic_index];
   struct pollfd fds[2] = {{.fd = nic->ctx->async_fd, .events = POLLIN}, {.fd = h->stop_fd, .events = POLLIN}};
+  int failures = 0;
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
     if (fds[1].revents) break;
-    if (!(fds[0].revents & POLLIN)) continue;
+    /* A dead device's fd may stay in error for good: polling it again
+     * would spin a core.  Its ports are still polled by the control thread. */
+    int broken = (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) && !(fds[0].revents & POLLIN);
     struct ibv_async_event ev;
-    if (env->ibv.get_async_event(nic->ctx, &ev) != 0) continue;
+    if (!broken && !(fds[0].revents & POLLIN)) continue;
+    if (!broken && env->ibv.get_async_event(nic->ctx, &ev) != 0) {
+      if (++failures < LP_ASYNC_MAX_FAILURES) continue;
+      broken = 1;
+    }
+    if (broken) {
+      LP_WARN("%s: its async events can no longer be read (%s): its ports are polled instead", nic->name,
+              fds[0].revents & POLLIN ? "ibv_get_async_event keeps failing" : "the event fd is in error");
+      fds[0].fd = -1; /* poll() ignores it from now on */
+      continue;
+    }
+    failures = 0;
+    /* Set before the event is queued: a full ring may lose the event, never the fact. */
+    if (ev.event_type == IBV_EVENT_DEVICE_FATAL) atomic_store(&h->fatal[nic_index], 1);
     int port = 0;
     if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE ||
         ev.event_type == IBV_EVENT_LID_CHANGE || ev.event_type == IBV_EVENT_GID_CHANGE)
@@ -175,6 +193,23 @@ static uint64_t suspect_expiry(struct lp_health *h, uint64_t now, uint64_t next)
   return next;
 }
 
+/* A NIC that reported DEVICE_FATAL: its ports go down and stay down.  Once
+ * per NIC, from its event or, should a full ring have lost that, from the
+ * flag its async thread set first (fatal_sweep). */
+static void device_fatal(struct lp_health *h, int nic, const char *name, uint64_t now) {
+  atomic_store(&h->fatal[nic], 1);
+  if (h->fatal_handled[nic]) return;
+  h->fatal_handled[nic] = 1;
+  for (int d = 0; d < h->env->ndevs; d++)
+    if (h->env->devs[d].nic == nic) port_down(h, d, name, now);
+  LP_WARN("%s reported a fatal error: it is not used again by this process", h->env->nics[nic].name);
+}
+
+static void fatal_sweep(struct lp_health *h, uint64_t now) {
+  for (int n = 0; n < h->env->nnics; n++)
+    if (lp_health_nic_fatal(h, n) && !h->fatal_handled[n]) device_fatal(h, n, "DEVICE_FATAL (its event was lost)", now);
+}
+
 static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   if (e->type == LP_EV_SILENT_FAULT) {
     silent_fault(h, e, now);
@@ -198,12 +233,7 @@ static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) 
       port_up(h, dev, name, now);
     return;
   }
-  case IBV_EVENT_DEVICE_FATAL:
-    atomic_store(&h->fatal[nic], 1);
-    for (int d = 0; d < h->env->ndevs; d++)
-      if (h->env->devs[d].nic == nic) port_down(h, d, name, now);
-    LP_WARN("%s reported a fatal error: it is not used again by this process", h->env->nics[nic].name);
-    return;
+  case IBV_EVENT_DEVICE_FATAL: device_fatal(h, nic, name, now); return;
   default: LP_INFO(NCCL_NET, "%s: async event %s", h->env->nics[nic].name, name);
   }
 }
@@ -361,6 +391,7 @@ static void *control_main(void *arg) {
       if (metrics) metrics_write(h, lp_now_ns(), 0); /* the final counters */
       break;
     }
+    fatal_sweep(h, now);
     poll_ports(h, now);
     uint64_t lost = lp_ring_overflows(&h->ring);
     if (lost != reported_overflows) {

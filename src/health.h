@@ -74,6 +74,7 @@ struct lp_health {
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   struct lp_holddown silent[LP_MAX_DEVS];
+  int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */

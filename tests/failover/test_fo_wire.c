@@ -108,3 +108,19 @@ Test(fo_wire, ready_is_checked_like_the_others) {
   lp_msg_hdr_init(&r.hdr, (enum lp_msg_type)LP_MSG_FO_READY, sizeof(r) - 4);
   cr_assert_eq(lp_fo_msg_check(&r, sizeof(r) - 4, 77, 1, why, sizeof(why)), -1, "a short READY");
 }
+
+/* A refusal says why: no NIC left, or the receiver's end failed. */
+Test(fo_wire, a_refusal_names_a_known_cause) {
+  struct lp_fo_nack n;
+  char why[160];
+  memset(&n, 0, sizeof(n));
+  lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)LP_MSG_FO_NACK, sizeof(n));
+  n.conn_id = 77;
+  n.reason = LP_FO_STALL;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), LP_MSG_FO_NACK, "%s", why);
+  n.cause = LP_NACK_FAILED;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), LP_MSG_FO_NACK, "%s", why);
+  n.cause = 2;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "refusal with cause 2"), "%s", why);
+}
