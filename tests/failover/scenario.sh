@@ -102,6 +102,27 @@ busy_qps() {
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
+# Bytes each port has sent: "host:dev tx" per port.
+port_tx() {
+  "$SIMVERBS" status | awk '$1 == "host" { h = $2 } $1 ~ /^mlx5_/ { n = $1 }
+    $1 == "port" { for (i = 1; i < NF; i++) if ($i == "tx") { print h ":" n, $(i + 1); break } }'
+}
+
+# A NIC of HOST ("host:dev") that carries traffic now: its port sent bytes
+# within a 100 ms window (a QP that sent once may be idle now: a suspect
+# NIC's old path awaiting destruction, a standby); windows are tried for up
+# to 5 s.  Empty if none.
+active_nic() {
+  local nic="" deadline=$((SECONDS + 5))
+  while [ -z "$nic" ] && ((SECONDS < deadline)); do
+    port_tx >"$tmp/tx.a"
+    sleep 0.1 # the measuring window, not synchronisation
+    port_tx >"$tmp/tx.b"
+    nic=$(join "$tmp/tx.a" "$tmp/tx.b" | awk -v h="$1:" 'index($1, h) == 1 && $3 > $2 { print $1; exit }')
+  done
+  echo "$nic"
+}
+
 conf=$CONFS/two-hosts-4nic.conf
 if [ "$name" = nccl_ib_vars ]; then
   # Every NIC adaptively routed and offering ECE (the InfiniBand default
@@ -316,9 +337,9 @@ ack_loss_repeated | ack_loss_idle_receiver)
   for round in 1 2 3 4 5 6; do
     host=node$((round % 2))
     # a NIC of that host that carries a connection now (moves change it)
-    nic=$(busy_qps | awk -v h="$host:" 'index($2, h) == 1 { print $2; exit }')
-    [ -n "$nic" ] || fail "no live QP on $host"
-    sv fault "${nic%:*}" ack-loss 1
+    nic=$(active_nic "$host")
+    [ -n "$nic" ] || fail "no NIC of $host carries traffic"
+    sv fault "$nic" ack-loss 1
     # the fault is spent once a failover names it
     wait_for_count "event=failover .*reason=completion_error" "$tmp/syslog" "$round"
   done
@@ -426,14 +447,10 @@ different_rails_a | different_rails_b)
   sv link "$second" up
   wait_for_count "event=failback" "$tmp/syslog" 4 20
   # Every failback done (hold-downs of 500 ms): which ports carry traffic now?
-  tx() {
-    "$SIMVERBS" status | awk '$1 == "host" { h = $2 } $1 ~ /^mlx5_/ { n = $1 }
-      $1 == "port" { for (i = 1; i < NF; i++) if ($i == "tx") { print h ":" n, $(i + 1); break } }'
-  }
   sleep 2 # let the last moves settle; then a 1 s window (measuring, not synchronising)
-  tx >"$tmp/tx0"
+  port_tx >"$tmp/tx0"
   sleep 1
-  tx >"$tmp/tx1"
+  port_tx >"$tmp/tx1"
   busy=$(join "$tmp/tx0" "$tmp/tx1" | awk '$3 - $2 > 1000000 { print $1 }' | sort | tr '\n' ' ')
   echo "ports carrying traffic after both rails returned: $busy"
   expect_clean_run
