@@ -360,6 +360,12 @@ struct exec_out {
   uint32_t len;
 };
 
+/* Packets of a request of `bytes` at the QP's path MTU (a zero-length one is one). */
+static uint64_t packets_of(const struct sv_qp *q, size_t bytes) {
+  uint64_t mtu = 128u << q->path_mtu; /* enum ibv_mtu: 1 is 256 bytes */
+  return bytes ? (bytes + mtu - 1) / mtu : 1;
+}
+
 static void count_traffic(struct sv_qp *q, struct sv_qp *d, size_t bytes) {
   struct sv_fabric *f = fab();
   struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
@@ -368,6 +374,7 @@ static void count_traffic(struct sv_qp *q, struct sv_qp *d, size_t bytes) {
   atomic_fetch_add(&lp->tx_wrs, 1);
   atomic_fetch_add(&rp->rx_bytes, bytes);
   atomic_fetch_add(&rp->rx_wrs, 1);
+  atomic_fetch_add_explicit(&rp->rx_packets, packets_of(q, bytes), memory_order_relaxed);
 }
 
 /* FETCH_AND_ADD / CMP_AND_SWP on 8 aligned bytes of the responder's
@@ -513,12 +520,74 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
  * the WR was posted: WRs posted back to back fly together, as on an HCA,
  * rather than each waiting for the one before it to land. */
 static uint64_t schedule(struct sv_port *p, size_t bytes, uint64_t now) {
-  uint64_t wire = p->rate_gbps ? (uint64_t)bytes * 8ull / p->rate_gbps : 0; /* ns */
+  uint32_t pct = atomic_load_explicit(&p->rate_pct, memory_order_relaxed); /* a degraded port (rate fault) */
+  if (pct == 0 || pct > 100) pct = 100;
+  uint64_t wire = p->rate_gbps ? (uint64_t)bytes * 800ull / ((uint64_t)p->rate_gbps * pct) : 0; /* ns */
   uint64_t start, busy = atomic_load(&p->busy_until_ns);
   do {
     start = busy > now ? busy : now;
   } while (!atomic_compare_exchange_weak(&p->busy_until_ns, &busy, start + wire));
   return start + p->latency_ns + (uint64_t)atomic_load(&p->delay_us) * 1000ull;
+}
+
+/* ---- packet loss (the loss fault) ---- */
+
+static double pow_int(double b, uint64_t e) {
+  double r = 1.0;
+  for (; e; e >>= 1, b *= b)
+    if (e & 1) r *= b;
+  return r;
+}
+
+/* Uniform in [0, 1): xorshift64* per thread, no lock and no libm. */
+static double uniform01(void) {
+  static _Thread_local uint64_t x;
+  if (x == 0) x = (sv_now_ns() ^ (uint64_t)(uintptr_t)&x) | 1;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  return (double)((x * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
+}
+
+/* A transmission of `n` packets through two ports losing `a` and `b` parts
+ * per million: -1 when every packet gets through, else the index of the
+ * first one lost (P(at least k get through) = keep^k, inverted by bisection). */
+static int64_t first_lost(uint32_t a, uint32_t b, uint64_t n) {
+  if (a == 0 && b == 0) return -1;
+  double keep = (1.0 - a / 1e6) * (1.0 - b / 1e6), u = uniform01();
+  if (u < pow_int(keep, n)) return -1;
+  uint64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    uint64_t mid = (lo + hi + 1) / 2;
+    if (pow_int(keep, mid) > u)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return (int64_t)lo;
+}
+
+/* The head WR's transmission as the wire treats it, decided when it is
+ * scheduled.  A lost packet before the last makes the responder NAK the
+ * next one out of sequence: the requester sends again from the lost packet
+ * one round trip later (more wire time, a later completion).  A lost last
+ * packet draws no NAK: the requester finds out when its local ACK timer
+ * runs out (lq->tail_lost), the way a lossy link costs an RC job dearly. */
+static void transmit(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_port *lp, size_t bytes,
+                     uint64_t post_ns) {
+  struct sv_port *rp = &fab()->devs[d->dev].ports[d->port - 1];
+  uint64_t n = packets_of(q, bytes), mtu = 128u << q->path_mtu;
+  lq->due_ns = schedule(lp, bytes, post_ns);
+  atomic_fetch_add_explicit(&lp->tx_packets, n, memory_order_relaxed);
+  int64_t lost = first_lost(atomic_load_explicit(&lp->loss_ppm, memory_order_relaxed),
+                            atomic_load_explicit(&rp->loss_ppm, memory_order_relaxed), n);
+  lq->tail_lost = lost >= 0 && (uint64_t)lost == n - 1;
+  if (lost < 0 || lq->tail_lost) return;
+  uint64_t again = n - (uint64_t)lost, resent = bytes - (uint64_t)lost * mtu;
+  atomic_fetch_add_explicit(&rp->out_of_sequence, again - 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&lp->seq_err_naks, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&lp->tx_packets, again, memory_order_relaxed);
+  lq->due_ns = schedule(lp, resent, lq->due_ns + 2 * lp->latency_ns);
 }
 
 static size_t wr_bytes(struct sv_swqe *w) {
@@ -647,12 +716,20 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       break;
     }
     if (lq->head_state == SV_HEAD_NEW) {
-      lq->due_ns = schedule(lp, wr_bytes(w), w->post_ns);
+      transmit(lq, q, d, lp, wr_bytes(w), w->post_ns);
       lq->head_state = SV_HEAD_SCHEDULED;
       if (lq->due_ns > now) warm_up(d, w);
     }
     if (lq->due_ns > now) {
       note_deadline(next, lq->due_ns);
+      break;
+    }
+    if (lq->tail_lost) { /* nothing answers; the timer runs out, then it goes again, lost or not */
+      atomic_fetch_add_explicit(&lp->ack_timeouts, 1, memory_order_relaxed);
+      unanswered(lq, q, now, next);
+      lq->tail_lost = 0;
+      lq->head_state = SV_HEAD_NEW;
+      w->post_ns = lq->resend_ns == UINT64_MAX ? now : lq->resend_ns;
       break;
     }
     int partial = w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 &&
@@ -913,10 +990,30 @@ awake:
   atomic_store(&sv_lib.engine_wake_ns, 0);
 }
 
+/* The sysfs counters of this host's ports follow the shared ones, as a
+ * kernel's read them from the NIC: one process of the host (whichever
+ * claims the port's turn first) rewrites a port's files every
+ * SV_COUNTERS_NS.  Files, not a live view: a reader sees them at most that
+ * old. */
+#define SV_COUNTERS_NS 250000000ull
+static void refresh_counters(struct sv_fabric *f, uint64_t now) {
+  for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
+    struct sv_device *dv = &f->devs[d];
+    if (!dv->in_use || (int)dv->host != sv_lib.host) continue;
+    for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++) {
+      uint64_t last = atomic_load_explicit(&dv->ports[p].counters_written_ns, memory_order_relaxed);
+      if (now - last < SV_COUNTERS_NS ||
+          !atomic_compare_exchange_strong(&dv->ports[p].counters_written_ns, &last, now))
+        continue;
+      sv_sysfs_write_counters(f, (int)d, (int)p + 1); /* a failure says why on stderr; the next turn retries */
+    }
+  }
+}
+
 static void *engine_main(void *arg) {
   (void)arg;
   struct sv_fabric *f = fab();
-  uint64_t last_reap = sv_now_ns();
+  uint64_t last_reap = sv_now_ns(), last_counters = 0;
   while (!atomic_load(&sv_lib.engine_stop)) {
     uint32_t seen = atomic_load(&f->procs[sv_lib.proc].doorbell);
     uint64_t now = sv_now_ns(), next = UINT64_MAX;
@@ -929,6 +1026,10 @@ static void *engine_main(void *arg) {
     if (now - last_reap > SV_REAP_PERIOD_NS) {
       sv_reap_dead(f);
       last_reap = now;
+    }
+    if (now - last_counters >= SV_COUNTERS_NS) {
+      refresh_counters(f, now);
+      last_counters = now;
     }
     if (!progress) wait_for_work(seen, now, next);
   }

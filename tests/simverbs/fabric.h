@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 7 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters */
+#define SV_VERSION 8 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -65,12 +65,24 @@ struct sv_port {
   _Atomic uint32_t partial_write; /* next N writes: half the payload lands, then the link dies */
   _Atomic uint32_t delay_us;      /* extra delay on every work request */
   _Atomic uint32_t access_error;  /* next N requests: the responder refuses them (REM_ACCESS_ERR), as for a bad rkey */
+  /* Gray failures: the port stays ACTIVE and reports its full rate, as a
+   * link that degraded under it (a lane down, errors corrected by
+   * retransmission) does not say so in its attributes. */
+  _Atomic uint32_t rate_pct; /* it moves data at this percentage of its rate (1..100; 0 counts as 100) */
+  _Atomic uint32_t loss_ppm; /* packets lost per million, sent or received through it */
+  _Atomic uint32_t link_downs; /* times it went down (sysfs counters/link_downed) */
   /* Written on every work request, each line by one side only: the port's
    * own senders (wire and tx) and its peers' senders (rx).  On the lines
    * above, which every sender reads, they would bounce between processes. */
   _Alignas(64) _Atomic uint64_t busy_until_ns; /* rate limiter: when the wire is free again */
-  _Atomic uint64_t tx_bytes, tx_wrs;
-  _Alignas(64) _Atomic uint64_t rx_bytes, rx_wrs;
+  _Atomic uint64_t tx_bytes, tx_wrs, tx_packets;
+  /* The requester's side of a loss (mlx5 hw_counters): a NAK for a packet
+   * out of sequence (packet_seq_err), a local ACK timeout
+   * (local_ack_timeout_err; on RoCE also roce_adp_retrans). */
+  _Atomic uint64_t seq_err_naks, ack_timeouts;
+  _Alignas(64) _Atomic uint64_t rx_bytes, rx_wrs, rx_packets;
+  _Atomic uint64_t out_of_sequence; /* the responder's side: packets after a lost one (mlx5 out_of_sequence) */
+  _Atomic uint64_t counters_written_ns; /* sysfs counters of the port last rewritten (engine.c) */
 };
 
 struct sv_device {
@@ -311,6 +323,9 @@ struct sv_qp *sv_qp_by_qpn(struct sv_fabric *f, uint32_t qpn);
 int sv_sysfs_create(struct sv_fabric *f);
 /* Rewrite ports/<port>/state and phys_state after a link change. */
 int sv_sysfs_update_port(struct sv_fabric *f, int dev, int port);
+/* Rewrite a port's counters/ and hw_counters/ files from its shared
+ * counters (the engines do, a few times a second). */
+int sv_sysfs_write_counters(struct sv_fabric *f, int dev, int port);
 /* The sysfs root a process of `host` sees: <run_dir>/<host>/sys */
 void sv_sysfs_root(struct sv_fabric *f, uint32_t host, char *out, size_t len);
 

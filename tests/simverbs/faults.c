@@ -59,6 +59,8 @@ int sv_port_set_state(struct sv_fabric *f, int dev, int port, int up) {
     return -1;
   }
   old = atomic_exchange(&d->ports[port - 1].state, want);
+  if (old != want && !up)
+    atomic_fetch_add(&d->ports[port - 1].link_downs, 1);
   rc = sv_sysfs_update_port(f, dev, port);
   if (old != want)
     sv_device_post_event(f, dev, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, (uint32_t)port);

@@ -99,6 +99,7 @@ struct sv_qp_local {
    * the QP moves to RTR (as mlx5 passes it with the next modify). */
   int ece_pending;
   uint32_t ece_request;
+  int tail_lost; /* the head WR's last packet is lost (engine.c transmit) */
   pthread_mutex_t post_lock; /* posters among themselves */
   pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
   pthread_mutex_t recv_lock; /* posters of receives among themselves */

@@ -19,6 +19,7 @@
 #include "sysview.h"
 
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -72,7 +73,8 @@ static const struct cmd_help helps[] = {
      "interface down or up in its host's namespace and waits for the port to\n"
      "follow.\n"},
     {"fault",
-     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|access-error [N]|delay US|clear\n"
+     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|access-error [N]|delay US|\n"
+     "                               rate PERCENT|loss PERCENT|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
      "simverbs fault qp QPN fatal",
      "Port faults (on the sending port): blackhole drops everything while the\n"
@@ -81,7 +83,12 @@ static const struct cmd_help helps[] = {
      "writes land half their payload before the link dies; access-error makes\n"
      "the responder refuse the next N requests (REM_ACCESS_ERR, as for a bad\n"
      "rkey; the responder's QP breaks with IBV_EVENT_QP_ACCESS_ERR); delay adds US\n"
-     "microseconds to every request; clear removes them all.  device-fatal\n"
+     "microseconds to every request.  Gray failures, the port ACTIVE and its\n"
+     "attributes unchanged: rate makes it move data at PERCENT (1-100) of its\n"
+     "rate; loss drops PERCENT (0-100, up to 4 decimals) of the packets it sends\n"
+     "or receives (a packet before a message's last: a NAK and a resend one round\n"
+     "trip later; the last: a local ACK timeout, then the resend).  clear removes\n"
+     "them all.  device-fatal\n"
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
      "device-recover lets it be opened again.  qp QPN fatal moves one QP\n"
      "(decimal or 0x hex) to the error state with IBV_EVENT_QP_FATAL.\n"},
@@ -815,8 +822,34 @@ static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t ma
   return 0;
 }
 
+/* "1", "0.05", "100": a percentage with up to 4 decimals, as parts per million. */
+static int parse_ppm(const char *s, uint32_t *out) {
+  uint32_t whole = 0, frac = 0, scale = 10000;
+  const char *p = s;
+  if (!isdigit((unsigned char)*p))
+    return -1;
+  for (; isdigit((unsigned char)*p); p++)
+    if ((whole = whole * 10 + (uint32_t)(*p - '0')) > 100)
+      return -1;
+  if (*p == '.') {
+    if (!isdigit((unsigned char)*++p))
+      return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+      if (scale == 1)
+        return -1;
+      scale /= 10;
+      frac = frac * 10 + (uint32_t)(*p - '0');
+    }
+  }
+  if (*p != '\0' || whole * 10000 + frac * scale > 1000000)
+    return -1;
+  *out = whole * 10000 + frac * scale;
+  return 0;
+}
+
 static bool is_port_fault(const char *what) {
-  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "access-error", "delay", "clear"};
+  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "access-error",
+                                      "delay",     "rate",     "loss",          "clear"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(what, names[i]) == 0)
       return true;
@@ -839,6 +872,16 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     if ((rc = fault_value(a, true, 0, MAX_DELAY_US, &v)) != 0)
       return rc;
     atomic_store(&p->delay_us, v);
+  } else if (strcmp(what, "rate") == 0) {
+    if ((rc = fault_value(a, true, 100, 100, &v)) != 0)
+      return rc;
+    if (v == 0)
+      return bad_usage(a->cmd, "rate 0 would stop the port: use a percentage 1 to 100, or blackhole on");
+    atomic_store(&p->rate_pct, v == 100 ? 0 : v);
+  } else if (strcmp(what, "loss") == 0) {
+    if (a->npos != 3 || parse_ppm(a->pos[2], &v) != 0)
+      return bad_usage(a->cmd, "loss takes a percentage of packets, 0 to 100 with up to 4 decimals (e.g. 1 or 0.05)");
+    atomic_store(&p->loss_ppm, v);
   } else { /* clear */
     if (a->npos != 2)
       return bad_usage(a->cmd, "clear takes no value");
@@ -847,6 +890,8 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     atomic_store(&p->partial_write, 0);
     atomic_store(&p->access_error, 0);
     atomic_store(&p->delay_us, 0);
+    atomic_store(&p->rate_pct, 0);
+    atomic_store(&p->loss_ppm, 0);
   }
   return 0;
 }
@@ -856,7 +901,8 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   struct sv_port *p;
   if (!is_port_fault(a->pos[1]))
     return bad_usage(a->cmd,
-                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, clear, "
+                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, "
+                     "rate PERCENT, loss PERCENT, clear, "
                      "device-fatal or device-recover",
                      a->pos[1]);
   if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0)
@@ -865,10 +911,12 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   if ((rc = fault_port_apply(a, p)) != 0)
     return rc;
   sv_wake_all(f); /* engines re-check the port at once */
-  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us\n",
+  uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
+  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
+         "%u.%04u%%\n",
          f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
          atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
-         atomic_load(&p->delay_us));
+         atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000);
   return 0;
 }
 
@@ -902,6 +950,7 @@ static const char *ibv_qp_state_name(uint32_t s) {
 static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint32_t port) {
   uint32_t bh = atomic_load(&p->blackhole), al = atomic_load(&p->ack_loss);
   uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us), ae = atomic_load(&p->access_error);
+  uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
   printf("      port %u  %-6s", port, atomic_load(&p->state) == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN");
   if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && f->netns)
     printf("  lid %u  if %s", p->lid, p->netdev);
@@ -914,7 +963,7 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
   printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
          (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
          (unsigned long long)atomic_load(&p->rx_wrs));
-  if (!bh && !al && !pw && !dl && !ae)
+  if (!bh && !al && !pw && !dl && !ae && !pct && !ppm)
     printf(" none");
   if (bh)
     printf(" blackhole");
@@ -926,7 +975,16 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
     printf(" access-error %u", ae);
   if (dl)
     printf(" delay %u us", dl);
+  if (pct)
+    printf(" rate %u%%", pct);
+  if (ppm)
+    printf(" loss %u.%04u%%", ppm / 10000, ppm % 10000);
   putchar('\n');
+  printf("        counters: tx %llu packets  rx %llu packets  packet_seq_err %llu  out_of_sequence %llu  "
+         "local_ack_timeout_err %llu  link_downed %u\n",
+         (unsigned long long)atomic_load(&p->tx_packets), (unsigned long long)atomic_load(&p->rx_packets),
+         (unsigned long long)atomic_load(&p->seq_err_naks), (unsigned long long)atomic_load(&p->out_of_sequence),
+         (unsigned long long)atomic_load(&p->ack_timeouts), (unsigned)atomic_load(&p->link_downs));
 }
 
 static void print_devices(struct sv_fabric *f) {

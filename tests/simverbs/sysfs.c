@@ -247,6 +247,32 @@ static int write_port_gids(const char *pdir, const struct sv_port *p) {
   return 0;
 }
 
+/* The counters a ConnectX keeps per port, under the names the kernel and
+ * mlx5 give them: counters/ (the IB PortCounters; the data ones count
+ * 4-byte words) and hw_counters/ (the QP-level retransmission events). */
+static int write_counters(const char *pdir, const struct sv_port *p) {
+  char cdir[PATH_MAX], hdir[PATH_MAX];
+  if (join(cdir, sizeof(cdir), "%s/counters", pdir) || join(hdir, sizeof(hdir), "%s/hw_counters", pdir) ||
+      mkdir_p(cdir) || mkdir_p(hdir))
+    return -1;
+  unsigned long long tx = atomic_load(&p->tx_bytes), rx = atomic_load(&p->rx_bytes);
+  unsigned long long timeouts = atomic_load(&p->ack_timeouts);
+  bool roce = p->link_layer == IBV_LINK_LAYER_ETHERNET;
+  if (put_fmt(cdir, "port_xmit_data", "%llu\n", tx / 4) || put_fmt(cdir, "port_rcv_data", "%llu\n", rx / 4) ||
+      put_fmt(cdir, "port_xmit_packets", "%llu\n", (unsigned long long)atomic_load(&p->tx_packets)) ||
+      put_fmt(cdir, "port_rcv_packets", "%llu\n", (unsigned long long)atomic_load(&p->rx_packets)) ||
+      put_fmt(cdir, "link_downed", "%u\n", (unsigned)atomic_load(&p->link_downs)) ||
+      put_file(cdir, "symbol_error", "0\n") || put_file(cdir, "port_rcv_errors", "0\n") ||
+      put_file(cdir, "port_xmit_discards", "0\n") || put_file(cdir, "link_error_recovery", "0\n") ||
+      put_fmt(hdir, "local_ack_timeout_err", "%llu\n", timeouts) ||
+      put_fmt(hdir, "packet_seq_err", "%llu\n", (unsigned long long)atomic_load(&p->seq_err_naks)) ||
+      put_fmt(hdir, "out_of_sequence", "%llu\n", (unsigned long long)atomic_load(&p->out_of_sequence)) ||
+      put_file(hdir, "rnr_nak_retry_err", "0\n") || put_file(hdir, "duplicate_request", "0\n") ||
+      put_file(hdir, "implied_nak_seq_err", "0\n"))
+    return -1;
+  return roce ? put_fmt(hdir, "roce_adp_retrans", "%llu\n", timeouts) : 0;
+}
+
 static int write_port(const char *ddir, const struct sv_port *p, uint32_t port) {
   char pdir[PATH_MAX], pkdir[PATH_MAX], rate[64];
   bool ib = p->link_layer == IBV_LINK_LAYER_INFINIBAND;
@@ -261,7 +287,7 @@ static int write_port(const char *ddir, const struct sv_port *p, uint32_t port) 
       put_file(pdir, "lid_mask_count", "0\n") || put_file(pdir, "sm_sl", "0\n") ||
       put_file(pkdir, "0", "0xffff\n"))
     return -1;
-  return write_port_gids(pdir, p);
+  return write_port_gids(pdir, p) || write_counters(pdir, p);
 }
 
 /* "0000000f,ffffffff\n"-style mask of the first `ncpu` CPUs, as local_cpus. */
@@ -388,6 +414,20 @@ int sv_sysfs_create(struct sv_fabric *f) {
     if (f->hosts[h].in_use && write_host(f, h))
       return -1;
   return 0;
+}
+
+int sv_sysfs_write_counters(struct sv_fabric *f, int dev, int port) {
+  char root[PATH_MAX], pdir[PATH_MAX];
+  const struct sv_device *d;
+  if (dev < 0 || dev >= SV_MAX_DEVS || !f->devs[dev].in_use || port < 1 || port > (int)f->devs[dev].nports) {
+    errno = EINVAL;
+    return -1;
+  }
+  d = &f->devs[dev];
+  sv_sysfs_root(f, d->host, root, sizeof(root));
+  if (join(pdir, sizeof(pdir), "%s/class/infiniband/%s/ports/%d", root, d->name, port))
+    return -1;
+  return write_counters(pdir, &d->ports[port - 1]);
 }
 
 int sv_sysfs_update_port(struct sv_fabric *f, int dev, int port) {

@@ -7,6 +7,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <signal.h>
@@ -821,4 +822,58 @@ Test(bad_input, ece_is_negotiated_at_rtr_and_checked) {
   cr_assert_eq(to_rts(&A, 8, 7), 0);
   cr_assert_eq(ibv_query_ece(A.qp, &a), 0);
   cr_assert_eq(a.options, 0x10000002, "a request after RTR never takes effect");
+}
+
+/* ---- gray failures: a degraded rate, packet loss, the port counters ----- */
+
+/* Every port of the test fabric: 100 Gb/s.  At 10 % a 1 MiB write cannot
+ * complete before its 839 us on the wire (a lower bound: never flaky). */
+Test(data, a_degraded_rate_slows_the_wire) {
+  struct sv_port *p = &fab->devs[shared(&A)->dev].ports[0];
+  atomic_store(&p->rate_pct, 10);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, BUF_SIZE, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  uint64_t took = sv_now_ns() - t0;
+  cr_assert_geq(took, (uint64_t)BUF_SIZE * 8 * 100 / (100 * 10), "1 MiB at 10 Gb/s took only %llu ns",
+                (unsigned long long)took);
+}
+
+/* Every packet lost.  A message of one packet loses its last one: no NAK,
+ * only the local ACK timer, retry_cnt + 1 times (3 + 1 here), then
+ * RETRY_EXC_ERR.  A longer message loses its first packet: the responder
+ * NAKs the next one out of sequence, the requester sends again from the
+ * lost one, and the write completes (the model resends a NAKed tail once,
+ * loss-free: docs/SIMVERBS.md). */
+Test(faults, packet_loss_naks_or_times_out_and_counts) {
+  struct sv_port *lp = &fab->devs[shared(&A)->dev].ports[0], *rp = &fab->devs[shared(&B)->dev].ports[0];
+  atomic_store(&lp->loss_ppm, 1000000);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 3 * 4096, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(atomic_load(&lp->seq_err_naks), 1);
+  cr_assert_eq(atomic_load(&rp->out_of_sequence), 2, "the two packets after the lost one");
+  cr_assert_eq(atomic_load(&lp->tx_packets), 3 + 3, "three sent, three sent again");
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 2, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
+  cr_assert_eq(atomic_load(&lp->ack_timeouts), 4, "the first try and 3 retries");
+}
+
+/* The port counters, as the kernel lists them, follow the fabric's. */
+Test(data, port_counters_are_in_sysfs) {
+  fill(A.buf, BUF_SIZE, 7);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 8192, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  int dev = (int)shared(&A)->dev;
+  cr_assert_eq(sv_sysfs_write_counters(fab, dev, 1), 0);
+  char root[PATH_MAX], path[PATH_MAX + 128], line[64] = "";
+  sv_sysfs_root(fab, fab->devs[dev].host, root, sizeof(root));
+  snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/1/counters/port_xmit_data", root, fab->devs[dev].name);
+  FILE *fp = fopen(path, "r");
+  cr_assert_not_null(fp, "%s", path);
+  cr_assert_not_null(fgets(line, sizeof(line), fp));
+  fclose(fp);
+  cr_assert_eq(strtoull(line, NULL, 10), 8192 / 4, "port_xmit_data counts 4-byte words: %s", line);
+  snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/1/hw_counters/local_ack_timeout_err", root,
+           fab->devs[dev].name);
+  cr_assert_eq(access(path, R_OK), 0, "%s", path);
 }
