@@ -427,6 +427,8 @@ int sv_sysfs_write_counters(struct sv_fabric *f, int dev, int port) {
   sv_sysfs_root(f, d->host, root, sizeof(root));
   if (join(pdir, sizeof(pdir), "%s/class/infiniband/%s/ports/%d", root, d->name, port))
     return -1;
+  if (access(pdir, F_OK) != 0)
+    return -1; /* the fabric is going down under a running process: nothing to say */
   return write_counters(pdir, &d->ports[port - 1]);
 }
 
