@@ -95,6 +95,8 @@ struct lp_config {
   int watchdog_ms;                      /* LINKPASS_WATCHDOG_MS: no progress this long moves a connection, 0: off */
   int move_timeout_ms;                  /* LINKPASS_MOVE_TIMEOUT_MS: the peer's answer to each step of a move */
   int standby;                          /* LINKPASS_STANDBY: a pre-connected path on another NIC per connection */
+  int gray;                             /* LINKPASS_GRAY: drain ports that resend many packets (gray.h) */
+  int gray_ppm;                         /* LINKPASS_GRAY_RESEND_PPM: resent packets per million that count */
   int failback_holddown_ms;             /* LINKPASS_FAILBACK_HOLDDOWN_MS: a recovered port's first hold-down */
   int failback_holddown_max_ms;         /* LINKPASS_FAILBACK_HOLDDOWN_MAX_MS: the cap of the doubling */
   int syslog;                           /* LINKPASS_SYSLOG: 0 keeps event lines in NCCL's log only */

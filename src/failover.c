@@ -649,12 +649,12 @@ static ncclResult_t check_health(struct lp_comm *c) {
   if (fo->sb.link.env != NULL && !lp_health_ok(h, fo->sb.link.dev)) lp_sb_drop(c, &fo->sb); /* rebuilt elsewhere */
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
-    if (!here_ok) return sender_start(s, LP_FO_PORT_DOWN, -1);
+    if (!here_ok) return sender_start(s, lp_health_down_reason(h, c->link.dev), -1);
     if (failback_due(c)) return failback(s);
     return ncclSuccess;
   }
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
-  if (!here_ok) return receiver_notice(r, LP_FO_PORT_DOWN);
+  if (!here_ok) return receiver_notice(r, lp_health_down_reason(h, c->link.dev));
   if (c->link.dev != fo->primary_dev && lp_health_trusted(h, fo->primary_dev, lp_now_ns()))
     return send_notice(c, LP_FO_FAILBACK, fo->primary_dev);
   return ncclSuccess;

@@ -12,7 +12,8 @@ const char *lp_fo_reason_str(int reason) {
                                                 [LP_FO_STALL] = "stall",
                                                 [LP_FO_DEVICE_FATAL] = "device_fatal",
                                                 [LP_FO_QP_FATAL] = "qp_fatal",
-                                                [LP_FO_FAILBACK] = "failback"};
+                                                [LP_FO_FAILBACK] = "failback",
+                                                [LP_FO_DEGRADED] = "degraded"};
   return reason > 0 && reason < LP_FO_REASON_MAX ? names[reason] : "unknown";
 }
 

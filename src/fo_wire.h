@@ -61,6 +61,7 @@ enum lp_fo_reason {
   LP_FO_DEVICE_FATAL,   /* the NIC reported a fatal error */
   LP_FO_QP_FATAL,       /* a QP of the connection broke */
   LP_FO_FAILBACK,       /* the primary NIC is stable again */
+  LP_FO_DEGRADED,       /* the port is up but resends many of its packets (gray.h) */
   LP_FO_REASON_MAX
 };
 

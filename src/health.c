@@ -111,6 +111,7 @@ static void set_healthy(struct lp_health *h, int dev, int ok) {
 
 static void port_down(struct lp_health *h, int dev, const char *why, uint64_t now) {
   if (h->hd[dev].down) return;
+  atomic_store_explicit(&h->down_reason[dev], LP_FO_PORT_DOWN, memory_order_relaxed);
   unsigned flaps = lp_holddown_down(&h->hd[dev], now);
   atomic_fetch_add_explicit(&h->stats.dev[dev].flaps, 1, memory_order_relaxed);
   atomic_store(&h->link_up[dev], 0);
@@ -356,6 +357,56 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
   lp_metrics_file_put(&h->metrics, &m, now);
 }
 
+/* ---- gray failures (gray.h) ---- */
+
+#define LP_GRAY_WINDOW_NS (250ull * 1000 * 1000)
+
+/* A port that is up but resends too many of its packets, while a port of
+ * its pool shows it could do clearly better: its connections move, as off
+ * a port that went down (reason `degraded`), but it stays usable as a last
+ * resort.  The hold-down and its damping are a flap's; when it has passed,
+ * connections fail back, and that traffic is the probe: a port still
+ * losing packets is drained again, for twice as long. */
+static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
+  const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
+  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
+  unsigned flaps = lp_holddown_down(&h->hd[dev], now);
+  lp_holddown_up(&h->hd[dev], now); /* the port is up: its hold-down runs from now */
+  atomic_store_explicit(&h->down_reason[dev], LP_FO_DEGRADED, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->stats.dev[dev].flaps, 1, memory_order_relaxed);
+  set_healthy(h, dev, 0);
+  lp_gray_reset(&h->gray[dev]);
+  LP_WARN(
+      "%s:%d is degraded: it resent %d.%02d%% of its packets in each of the last %d windows of %llu ms, %s:%d "
+      "%d.%02d%% (threshold %d.%02d%%): connections on it move to other NICs; traffic may try it again after "
+      "%llu ms (flap %u)",
+      d->name, d->port, ppm / 10000, ppm / 100 % 100, LP_GRAY_STRIKES,
+      (unsigned long long)(LP_GRAY_WINDOW_NS / 1000000), b->name, b->port, bppm / 10000, bppm / 100 % 100,
+      h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100,
+      (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+}
+
+static void gray_tick(struct lp_health *h, uint64_t now) {
+  const struct lp_env *env = h->env;
+  uint32_t threshold = (uint32_t)env->cfg.gray_ppm;
+  for (int d = 0; d < env->ndevs; d++) {
+    uint64_t packets = 0, resends = 0;
+    int ok = lp_port_resend_counters(lp_env_nic_of(env, d), env->devs[d].port, &packets, &resends) == 0;
+    lp_gray_window(&h->gray[d], ok, packets, resends, threshold);
+  }
+  for (int d = 0; d < env->ndevs; d++) {
+    if (!lp_gray_struck(&h->gray[d]) || !lp_health_ok(h, d)) continue;
+    for (int i = 0; i < env->pool_n[d]; i++) {
+      int o = env->pool[d][i];
+      if (o != d && env->devs[o].link_layer == env->devs[d].link_layer && lp_health_ok(h, o) &&
+          lp_gray_clearly_better(&h->gray[o], threshold)) {
+        degrade(h, d, o, now);
+        break;
+      }
+    }
+  }
+}
+
 static void *control_main(void *arg) {
   struct lp_health *h = arg;
   uint64_t reported_overflows = 0;
@@ -376,6 +427,7 @@ static void *control_main(void *arg) {
       }
     }
     next = suspect_expiry(h, now, next);
+    if (h->env->cfg.gray && h->next_gray_ns < next) next = h->next_gray_ns > now ? h->next_gray_ns : now;
     int ms = (int)((next - now) / 1000000ull) + 1;
     lp_ring_wait(&h->ring, ms);
     struct lp_event e;
@@ -393,6 +445,10 @@ static void *control_main(void *arg) {
     }
     fatal_sweep(h, now);
     poll_ports(h, now);
+    if (h->env->cfg.gray && now >= h->next_gray_ns) {
+      gray_tick(h, now);
+      h->next_gray_ns = now + LP_GRAY_WINDOW_NS;
+    }
     uint64_t lost = lp_ring_overflows(&h->ring);
     if (lost != reported_overflows) {
       LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
@@ -413,6 +469,8 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   for (int d = 0; d < h->env->ndevs; d++) {
     lp_holddown_init(&h->hd[d], base, max, now);
     lp_holddown_init(&h->silent[d], base, max, now);
+    lp_gray_reset(&h->gray[d]);
+    atomic_store(&h->down_reason[d], LP_FO_PORT_DOWN);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);
   }

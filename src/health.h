@@ -24,6 +24,7 @@
 
 #include "env.h"
 #include "event_ring.h"
+#include "gray.h"
 #include "holddown.h"
 #include "metrics.h"
 #include "netwatch.h"
@@ -70,10 +71,15 @@ struct lp_health {
    * the connections still on it stay.  The hold-down and its damping are
    * those of a port flap (silent[]). */
   _Atomic uint64_t suspect_until[LP_MAX_DEVS];
+  /* Why a device is not healthy (enum lp_fo_reason): LP_FO_PORT_DOWN, or
+   * LP_FO_DEGRADED for a port that is up but resends too many packets. */
+  _Atomic int down_reason[LP_MAX_DEVS];
   struct lp_fo_stats stats;
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   struct lp_holddown silent[LP_MAX_DEVS];
+  struct lp_gray gray[LP_MAX_DEVS]; /* LINKPASS_GRAY: each port's resend windows */
+  uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
@@ -181,6 +187,10 @@ static inline uint32_t lp_health_gen(struct lp_health *h) {
 }
 static inline int lp_health_ok(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->healthy[dev], memory_order_relaxed);
+}
+/* Why `dev` is not healthy: the reason a connection leaving it gives. */
+static inline int lp_health_down_reason(const struct lp_health *h, int dev) {
+  return atomic_load_explicit(&h->down_reason[dev], memory_order_relaxed);
 }
 static inline int lp_health_link_up(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->link_up[dev], memory_order_relaxed);

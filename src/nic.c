@@ -328,6 +328,29 @@ int lp_gid_netdev(const char *ibdev_path, int port, int gid_index, char *out, si
   return 0;
 }
 
+static int read_u64(const char *dir, int port, const char *name, uint64_t *out) {
+  char path[512];
+  if (snprintf(path, sizeof(path), "%s/ports/%d/%s", dir, port, name) >= (int)sizeof(path)) return -1;
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  unsigned long long v;
+  int ok = fscanf(f, "%llu", &v) == 1;
+  fclose(f);
+  if (!ok) return -1;
+  *out = v;
+  return 0;
+}
+
+int lp_port_resend_counters(const struct lp_nic *nic, int port, uint64_t *packets, uint64_t *resends) {
+  uint64_t naks = 0, timeouts = 0;
+  if (read_u64(nic->ibdev_path, port, "counters/port_xmit_packets", packets) != 0 ||
+      read_u64(nic->ibdev_path, port, "hw_counters/packet_seq_err", &naks) != 0 ||
+      read_u64(nic->ibdev_path, port, "hw_counters/local_ack_timeout_err", &timeouts) != 0)
+    return -1;
+  *resends = naks + timeouts;
+  return 0;
+}
+
 static int add_name(char (*out)[LP_IFNAME_MAX], int n, int max, const char *name) {
   if (n >= max || strlen(name) >= LP_IFNAME_MAX) return n;
   for (int i = 0; i < n; i++)

@@ -477,6 +477,35 @@ failback_after_blackhole)
   stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
   echo "$stalls stall moves, $(grep -c 'is suspect' "$tmp/out") suspect lines"; grep -E "is suspect|no silent fault" "$tmp/out" | cut -c1-200
   ;;
+gray_loss | gray_loss_everywhere)
+  # Gray failure: the port stays up and says nothing, but loses 1 % of its
+  # packets (each costs a NAK and a resend, or a local ACK timeout).  Four
+  # channels, one a rail: every NIC carries traffic, so a lossy one can be
+  # compared with its pool.  One lossy NIC is drained (reason degraded),
+  # and its connections come back once the loss is gone.  All four lossy
+  # alike: none is clearly better, nothing moves.
+  run_perf 1M 10 2 all_reduce --channels 4 -c 2
+  wait_for '^ +1\.0 ' "$tmp/out"
+  t0=$(date +%s.%N)
+  if [ "$name" = gray_loss ]; then
+    sv fault node0:mlx5_0 loss 1
+    wait_for "event=failover .*dev=mlx5_0 .*reason=degraded" "$tmp/syslog" 10
+    t1=$(date +%s.%N)
+    took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    echo "the first connection left the lossy mlx5_0 ${took} s after the loss began"
+    awk -v t="$took" 'BEGIN { exit !(t < 3) }' || fail "the lossy port was drained only after ${took} s"
+    grep -m1 "mlx5_0:1 is degraded: it resent" "$tmp/out" || fail "no WARN saying mlx5_0 is degraded"
+    sv fault node0:mlx5_0 loss 0
+    wait_for "event=failback .*new_dev=mlx5_0" "$tmp/syslog" 20
+    expect_clean_run
+  else
+    for n in 0 1 2 3; do sv fault "node0:mlx5_$n" loss 1; done
+    sleep 4 # the loss lasts; a move would come within 1 s
+    for n in 0 1 2 3; do sv fault "node0:mlx5_$n" loss 0; done
+    expect_clean_run
+    ! grep -q "reason=degraded" "$tmp/syslog" || fail "a connection moved though every NIC lost packets alike"
+  fi
+  ;;
 nccl_ib_vars)
   # NCCL's IB settings that change the data path, all on: clear-to-sends
   # inline, relaxed-ordering data registrations (the default), adaptive

@@ -25,7 +25,8 @@ libdir=/usr/lib/$multiarch
 installed_re="(/usr)?/lib/$multiarch/libnccl-net-linkpass\.so"
 dpkg-deb -c "$deb" >"$tmp/contents"
 for f in ".$libdir/libnccl-net-linkpass.so" ./usr/bin/linkpass-status ./usr/share/man/man1/linkpass-status.1 \
-  ./usr/share/doc/linkpass/OPERATIONS.md ./usr/share/doc/linkpass/grafana/linkpass.json; do
+  ./usr/share/doc/linkpass/OPERATIONS.md ./usr/share/doc/linkpass/grafana/linkpass.json \
+  ./usr/share/doc/linkpass/copyright; do
   grep -q " $f\$" "$tmp/contents" || fail "the package lacks $f"
 done
 depends=$(dpkg-deb -f "$deb" Depends)

@@ -995,7 +995,7 @@ awake:
  * claims the port's turn first) rewrites a port's files every
  * SV_COUNTERS_NS.  Files, not a live view: a reader sees them at most that
  * old. */
-#define SV_COUNTERS_NS 250000000ull
+#define SV_COUNTERS_NS 100000000ull
 static void refresh_counters(struct sv_fabric *f, uint64_t now) {
   for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
     struct sv_device *dv = &f->devs[d];

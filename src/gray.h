@@ -1,0 +1,46 @@
+/*
+ * Gray failures: a port that is up but loses packets.  Each RC
+ * retransmission is counted by the NIC (mlx5 hw_counters: a NAK for a packet
+ * out of sequence, packet_seq_err; a local ACK timeout,
+ * local_ack_timeout_err), and every packet it sends too (counters/
+ * port_xmit_packets); their ratio over a window is the share of packets
+ * the port had to send again.  A clean port shows none.
+ *
+ * Pure: the control thread (health.c) reads the counters and decides; this
+ * only keeps one port's windows, so tests can feed it any sequence.
+ */
+#ifndef LP_GRAY_H
+#define LP_GRAY_H
+
+#include <stdint.h>
+
+#define LP_GRAY_MIN_PACKETS 1000 /* a window with fewer says nothing: an idle port is no evidence */
+#define LP_GRAY_STRIKES 2        /* windows in a row over the threshold before the port is judged */
+
+struct lp_gray {
+  int valid;                /* the counters could be read at the last window */
+  uint64_t packets, errors; /* their values then */
+  int32_t ppm;              /* the last window's retransmissions per million packets, -1: nothing to judge */
+  int strikes;              /* windows in a row at or over the threshold */
+};
+
+void lp_gray_reset(struct lp_gray *g);
+
+/* One window ended with these counter values (`ok` 0: unreadable).  Returns
+ * the window's retransmissions per million packets, or -1 when the window
+ * says nothing (unreadable, the first one, too little traffic, counters
+ * that went back).  A window at or over `threshold_ppm` is a strike, one
+ * under it clears the strikes; one that says nothing leaves them. */
+int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm);
+
+/* A port is degraded when it struck LP_GRAY_STRIKES windows in a row. */
+static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >= LP_GRAY_STRIKES; }
+
+/* Clearly better than a degraded port: measured in its last window, with
+ * at most a quarter of the threshold.  An idle port is no evidence; when
+ * every port loses alike, none is better and nothing moves. */
+static inline int lp_gray_clearly_better(const struct lp_gray *g, uint32_t threshold_ppm) {
+  return g->ppm >= 0 && (uint32_t)g->ppm * 4 < threshold_ppm;
+}
+
+#endif

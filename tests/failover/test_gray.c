@@ -1,0 +1,53 @@
+/* Gray failures: one port's resend windows (gray.h), fed by hand. */
+#include <criterion/criterion.h>
+
+#include "gray.h"
+
+#define T 2000 /* 0.2 %, LINKPASS_GRAY_RESEND_PPM's default */
+
+Test(gray, two_windows_over_the_threshold_strike) {
+  struct lp_gray g;
+  lp_gray_reset(&g);
+  cr_expect_eq(lp_gray_window(&g, 1, 1000000, 0, T), -1, "the first window only sets the start");
+  cr_expect_eq(lp_gray_window(&g, 1, 1100000, 1000, T), 10000, "1,000 resends in 100,000 packets: 1 %");
+  cr_expect(!lp_gray_struck(&g));
+  cr_expect_eq(lp_gray_window(&g, 1, 1200000, 2000, T), 10000);
+  cr_expect(lp_gray_struck(&g), "a second window over it");
+  cr_expect_eq(lp_gray_window(&g, 1, 1300000, 2010, T), 100, "a clean window");
+  cr_expect_eq(g.strikes, 0, "clears the strikes");
+}
+
+Test(gray, idle_or_unreadable_windows_say_nothing) {
+  struct lp_gray g;
+  lp_gray_reset(&g);
+  lp_gray_window(&g, 1, 0, 0, T);
+  lp_gray_window(&g, 1, 100000, 1000, T);
+  cr_assert_eq(g.strikes, 1);
+  cr_expect_eq(lp_gray_window(&g, 1, 100500, 1100, T), -1, "500 packets are too few to judge");
+  cr_expect_eq(g.strikes, 1, "and leave the strikes as they were");
+  cr_expect(!lp_gray_clearly_better(&g, T), "an idle port is no evidence");
+  cr_expect_eq(lp_gray_window(&g, 0, 0, 0, T), -1, "unreadable counters");
+  cr_expect_eq(lp_gray_window(&g, 1, 200000, 2000, T), -1, "the window after them only sets the start");
+  cr_expect_eq(lp_gray_window(&g, 1, 100, 0, T), -1, "counters that went back (a reset NIC) start over");
+}
+
+Test(gray, clearly_better_means_measured_and_well_under) {
+  struct lp_gray g;
+  lp_gray_reset(&g);
+  lp_gray_window(&g, 1, 0, 0, T);
+  lp_gray_window(&g, 1, 100000, 0, T);
+  cr_expect(lp_gray_clearly_better(&g, T), "no resend at all");
+  lp_gray_window(&g, 1, 200000, 40, T);
+  cr_expect(lp_gray_clearly_better(&g, T), "400 ppm: under a quarter of 2,000");
+  lp_gray_window(&g, 1, 300000, 100, T);
+  cr_expect(!lp_gray_clearly_better(&g, T), "600 ppm: over a quarter, even if under the threshold");
+  lp_gray_window(&g, 1, 300500, 100, T);
+  cr_expect(!lp_gray_clearly_better(&g, T), "too little traffic to know");
+}
+
+Test(gray, every_resend_at_most_one_million_ppm) {
+  struct lp_gray g;
+  lp_gray_reset(&g);
+  lp_gray_window(&g, 1, 0, 0, T);
+  cr_expect_eq(lp_gray_window(&g, 1, 2000, 5000, T), 1000000);
+}
