@@ -377,13 +377,12 @@ static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
   set_healthy(h, dev, 0);
   lp_gray_reset(&h->gray[dev]);
   LP_WARN(
-      "%s:%d is degraded: it resent %d.%02d%% of its packets in each of the last %d windows of %llu ms, %s:%d "
-      "%d.%02d%% (threshold %d.%02d%%): connections on it move to other NICs; traffic may try it again after "
-      "%llu ms (flap %u)",
-      d->name, d->port, ppm / 10000, ppm / 100 % 100, LP_GRAY_STRIKES,
-      (unsigned long long)(LP_GRAY_WINDOW_NS / 1000000), b->name, b->port, bppm / 10000, bppm / 100 % 100,
-      h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100,
-      (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+      "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
+      "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
+      "again after %llu ms (flap %u)",
+      d->name, d->port, ppm / 10000, ppm / 100 % 100, (unsigned long long)(LP_GRAY_WINDOW_NS / 1000000),
+      LP_GRAY_STRIKES, h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100, b->name, b->port, bppm / 10000,
+      bppm / 100 % 100, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
 static void gray_tick(struct lp_health *h, uint64_t now) {
