@@ -2,15 +2,18 @@
 # Failover benchmarks on the simulated fabric (docs/PERFORMANCE.md has the
 # results and the method).  Each part prints a table.
 #
-# usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|all]
+# usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]
 #   time      failover time, from the injected fault to the first completion
 #             after it, p50/p99 over $INJECTIONS (default 50) port-down faults
 #   overhead  busbw with LINKPASS_FAILOVER=1 against =0, 1 MiB .. 256 MiB,
 #             $ROUNDS (default 3) interleaved rounds (A B A B ...)
 #   degraded  busbw with one of four rate-limited NICs down against all four
 #             up, $ROUNDS interleaved rounds
+#   gray      busbw with 1 % packet loss on one of four rate-limited NICs,
+#             drained (LINKPASS_GRAY=1, the default) and kept (=0), against
+#             that NIC down and all four healthy, $ROUNDS interleaved rounds
 set -euo pipefail
-build=${1:?usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|all]}
+build=${1:?usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]}
 what=${2:-all}
 top=$(cd "$(dirname "$0")/.." && pwd)
 sv="$build/simverbs/simverbs"
@@ -180,8 +183,41 @@ part_degraded() {
   done
 }
 
+part_gray() {
+  # As part_degraded, with a 67 ms local ACK timeout (NCCL_IB_TIMEOUT=14):
+  # at NCCL's default 4.3 s a lost last packet would stall the run long
+  # enough for the watchdog to move it (a stall), hiding the difference.
+  fabric "$confs/two-hosts-4nic.conf" 25
+  local r state
+  for r in $(seq "$rounds"); do
+    for state in healthy down drained kept; do
+      case $state in
+      down) "$sv" link node0:mlx5_0 down >/dev/null ;;
+      drained | kept) "$sv" fault node0:mlx5_0 loss 1 >/dev/null ;;
+      esac
+      # 20 warm-up iterations: the drain happens during them
+      LINKPASS_GRAY=$([ "$state" = kept ] && echo 0 || echo 1) NCCL_IB_TIMEOUT=14 \
+        busbw --op sendrecv -R 1 --channels 4 -b 64M -e 64M -n 10 -w 20 >"$tmp/gr.$state.$r"
+      "$sv" link node0:mlx5_0 up >/dev/null
+      "$sv" fault node0:mlx5_0 clear >/dev/null
+    done
+  done
+  echo "# gray failure: sendrecv busbw of 64 MiB, 4 channels over 4 NICs per host at 25 Gb/s, -R 1, NCCL_IB_TIMEOUT=14"
+  echo "# node0:mlx5_0 loses 1 % of its packets (drained: LINKPASS_GRAY=1; kept: =0), or is down;"
+  echo "# median of $rounds interleaved rounds; ratios against the NIC simply down"
+  printf '%10s %10s %10s %10s %14s %12s\n' "healthy" "down" "drained" "kept" "drained/down" "kept/down"
+  local h d g k
+  h=$(awk '{ print $2 }' "$tmp"/gr.healthy.* | median)
+  d=$(awk '{ print $2 }' "$tmp"/gr.down.* | median)
+  g=$(awk '{ print $2 }' "$tmp"/gr.drained.* | median)
+  k=$(awk '{ print $2 }' "$tmp"/gr.kept.* | median)
+  printf '%10s %10s %10s %10s %14s %12s\n' "$h" "$d" "$g" "$k" "$(awk -v a="$g" -v b="$d" 'BEGIN { printf "%.3f", a / b }')" \
+    "$(awk -v a="$k" -v b="$d" 'BEGIN { printf "%.3f", a / b }')"
+}
+
 case $what in
 time) part_time ;;
+gray) part_gray ;;
 overhead) part_overhead ;;
 degraded) part_degraded ;;
 all)
@@ -192,7 +228,7 @@ all)
   part_degraded
   ;;
 *)
-  echo "usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|all]" >&2
+  echo "usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]" >&2
   exit 2
   ;;
 esac
