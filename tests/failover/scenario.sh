@@ -79,6 +79,9 @@ expect_clean_run() {
   wait "$perf" || rc=$?
   ((rc == 0)) || fail "the driver exited with $rc"
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
+  # Only the loss scenario loses packets: no other may drain a port as degraded.
+  [ "$name" = gray_loss ] || ! grep -q "reason=degraded" "$tmp/syslog" ||
+    fail "a move for reason degraded, and no port lost packets"
 }
 
 # An event line with these key=value fields, in syslog and in NCCL's log.

@@ -181,6 +181,9 @@ lost=$(grep -c '^event=path_lost ' "$tmp/ev.syslog" || true)
 ((lost == 0)) || fail "$lost connections lost their path although a NIC of each host was always up"
 ((failovers > 0)) || fail "$pulls cable pulls and not one failover"
 ((failbacks > 0)) || fail "$pulls cable pulls and not one failback"
+# No packet was lost on purpose: the gray-failure detector must not move
+# anything (pulls and flaps leave no resends in the counters).
+! grep -q 'reason=degraded' "$tmp/ev.syslog" || fail "a move for reason degraded, and no port lost packets"
 
 # A failover for port_down names a NIC of its own host that was pulled.
 awk 'NR == FNR { if ($1 == "#" && $2 == "rank") host[$5] = $7; next }
