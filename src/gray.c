@@ -20,5 +20,6 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
   uint64_t ppm = de >= dp ? 1000000u : de * 1000000u / dp;
   g->ppm = (int32_t)ppm;
   g->strikes = ppm >= threshold_ppm ? g->strikes + 1 : 0;
+  g->good = ppm * 4 < threshold_ppm ? g->good + 1 : 0;
   return g->ppm;
 }

@@ -14,14 +14,16 @@
 
 #include <stdint.h>
 
-#define LP_GRAY_MIN_PACKETS 1000 /* a window with fewer says nothing: an idle port is no evidence */
-#define LP_GRAY_STRIKES 2        /* windows in a row over the threshold before the port is judged */
+#define LP_GRAY_MIN_PACKETS 2000 /* a window with fewer says nothing: an idle port is no evidence */
+#define LP_GRAY_STRIKES 2        /* windows in a row over the threshold before the port is judged, and */
+                                 /* under a quarter of it before another counts as clearly better */
 
 struct lp_gray {
   int valid;                /* the counters could be read at the last window */
   uint64_t packets, errors; /* their values then */
   int32_t ppm;              /* the last window's retransmissions per million packets, -1: nothing to judge */
   int strikes;              /* windows in a row at or over the threshold */
+  int good;                 /* windows in a row under a quarter of it */
 };
 
 void lp_gray_reset(struct lp_gray *g);
@@ -36,11 +38,11 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
 /* A port is degraded when it struck LP_GRAY_STRIKES windows in a row. */
 static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >= LP_GRAY_STRIKES; }
 
-/* Clearly better than a degraded port: measured in its last window, with
- * at most a quarter of the threshold.  An idle port is no evidence; when
- * every port loses alike, none is better and nothing moves. */
-static inline int lp_gray_clearly_better(const struct lp_gray *g, uint32_t threshold_ppm) {
-  return g->ppm >= 0 && (uint32_t)g->ppm * 4 < threshold_ppm;
-}
+/* Clearly better than a degraded port: measured in its last windows,
+ * LP_GRAY_STRIKES in a row, each under a quarter of the threshold (one
+ * lucky window of a port that loses like the others is not enough).  An
+ * idle port is no evidence; when every port loses alike, none is better
+ * and nothing moves. */
+static inline int lp_gray_clearly_better(const struct lp_gray *g) { return g->good >= LP_GRAY_STRIKES; }
 
 #endif

@@ -344,6 +344,8 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
     uint64_t since = atomic_load_explicit(&ds->degraded_since_ns, rx);
     if (since != 0 && now > since) degraded += now - since;
     md->degraded_seconds = (double)degraded / 1e9;
+    md->degraded = atomic_load_explicit(&ds->degraded, rx);
+    md->resend_ratio = h->gray[d].ppm > 0 ? (double)h->gray[d].ppm / 1e6 : 0.0;
   }
   m.replayed_requests = atomic_load_explicit(&st->replayed, rx);
   m.replayed_bytes = atomic_load_explicit(&st->replayed_bytes, rx);
@@ -374,6 +376,7 @@ static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
   lp_holddown_up(&h->hd[dev], now); /* the port is up: its hold-down runs from now */
   atomic_store_explicit(&h->down_reason[dev], LP_FO_DEGRADED, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->stats.dev[dev].flaps, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->stats.dev[dev].degraded, 1, memory_order_relaxed);
   set_healthy(h, dev, 0);
   lp_gray_reset(&h->gray[dev]);
   LP_WARN(
@@ -398,7 +401,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     for (int i = 0; i < env->pool_n[d]; i++) {
       int o = env->pool[d][i];
       if (o != d && env->devs[o].link_layer == env->devs[d].link_layer && lp_health_ok(h, o) &&
-          lp_gray_clearly_better(&h->gray[o], threshold)) {
+          lp_gray_clearly_better(&h->gray[o])) {
         degrade(h, d, o, now);
         break;
       }

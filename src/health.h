@@ -37,6 +37,7 @@ struct lp_fo_dev_stats {
   _Atomic uint64_t failovers;         /* connection ends that left the device because of a failure */
   _Atomic uint64_t failbacks;         /* connection ends that came back to it */
   _Atomic uint64_t flaps;             /* times it went down */
+  _Atomic uint64_t degraded;          /* times it was drained as degraded (gray.h) */
   _Atomic uint64_t degraded_ns;       /* finished periods of not being usable */
   _Atomic uint64_t degraded_since_ns; /* start of the current period, 0 while usable */
 };

@@ -46,6 +46,11 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       {"linkpass_port_flaps_total", "counter", "Times the NIC port went down."},
       {"linkpass_degraded_seconds_total", "counter", "Time the NIC port was not usable."},
       {"linkpass_standby_paths", "gauge", "Standby paths connected on the NIC port, ready for a move to take."},
+      {"linkpass_port_resend_ratio", "gauge",
+       "Share of its packets the NIC port sent again in the last 250 ms (RC NAKs and local ACK timeouts); 0 also "
+       "when too little traffic to judge."},
+      {"linkpass_port_degraded_total", "counter",
+       "Times the NIC port was drained for resending too many packets while up (a gray failure)."},
   };
   for (size_t f = 0; f < sizeof(per_dev) / sizeof(per_dev[0]); f++) {
     family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
@@ -59,7 +64,9 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       case 3: put(&o, "%llu\n", (unsigned long long)d->failbacks); break;
       case 4: put(&o, "%llu\n", (unsigned long long)d->flaps); break;
       case 5: put(&o, "%.3f\n", d->degraded_seconds); break;
-      default: put(&o, "%d\n", d->standby); break;
+      case 6: put(&o, "%d\n", d->standby); break;
+      case 7: put(&o, "%.6f\n", d->resend_ratio); break;
+      default: put(&o, "%llu\n", (unsigned long long)d->degraded); break;
       }
     }
   }

@@ -25,6 +25,8 @@ struct lp_metrics_dev {
   uint64_t flaps;          /* times it went down */
   double degraded_seconds; /* time spent not usable */
   int standby;             /* standby paths ready on it (LINKPASS_STANDBY) */
+  double resend_ratio;     /* share of its packets resent in the last window (gray.h), 0 when unknown */
+  uint64_t degraded;       /* times it was drained for resending too many packets */
 };
 
 struct lp_metrics {

@@ -539,22 +539,25 @@ static double pow_int(double b, uint64_t e) {
   return r;
 }
 
-/* Uniform in [0, 1): xorshift64* per thread, no lock and no libm. */
-static double uniform01(void) {
-  static _Thread_local uint64_t x;
-  if (x == 0) x = (sv_now_ns() ^ (uint64_t)(uintptr_t)&x) | 1;
+/* Uniform in [0, 1): xorshift64* with the QP's own state (its executor
+ * holds the QP's exec_lock), no libm.  Not thread-local: sanitizers'
+ * leak checkers trip over the dynamic TLS of a dlopen'ed library. */
+static double uniform01(uint64_t *state) {
+  uint64_t x = *state;
+  if (x == 0) x = (sv_now_ns() ^ (uint64_t)(uintptr_t)state) | 1;
   x ^= x >> 12;
   x ^= x << 25;
   x ^= x >> 27;
+  *state = x;
   return (double)((x * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
 }
 
 /* A transmission of `n` packets through two ports losing `a` and `b` parts
  * per million: -1 when every packet gets through, else the index of the
  * first one lost (P(at least k get through) = keep^k, inverted by bisection). */
-static int64_t first_lost(uint32_t a, uint32_t b, uint64_t n) {
+static int64_t first_lost(uint64_t *rng, uint32_t a, uint32_t b, uint64_t n) {
   if (a == 0 && b == 0) return -1;
-  double keep = (1.0 - a / 1e6) * (1.0 - b / 1e6), u = uniform01();
+  double keep = (1.0 - a / 1e6) * (1.0 - b / 1e6), u = uniform01(rng);
   if (u < pow_int(keep, n)) return -1;
   uint64_t lo = 0, hi = n - 1;
   while (lo < hi) {
@@ -579,7 +582,7 @@ static void transmit(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, s
   uint64_t n = packets_of(q, bytes), mtu = 128u << q->path_mtu;
   lq->due_ns = schedule(lp, bytes, post_ns);
   atomic_fetch_add_explicit(&lp->tx_packets, n, memory_order_relaxed);
-  int64_t lost = first_lost(atomic_load_explicit(&lp->loss_ppm, memory_order_relaxed),
+  int64_t lost = first_lost(&lq->rng, atomic_load_explicit(&lp->loss_ppm, memory_order_relaxed),
                             atomic_load_explicit(&rp->loss_ppm, memory_order_relaxed), n);
   lq->tail_lost = lost >= 0 && (uint64_t)lost == n - 1;
   if (lost < 0 || lq->tail_lost) return;

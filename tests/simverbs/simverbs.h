@@ -100,6 +100,7 @@ struct sv_qp_local {
   int ece_pending;
   uint32_t ece_request;
   int tail_lost; /* the head WR's last packet is lost (engine.c transmit) */
+  uint64_t rng;  /* its packet losses' random state (engine.c) */
   pthread_mutex_t post_lock; /* posters among themselves */
   pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
   pthread_mutex_t recv_lock; /* posters of receives among themselves */
