@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Every plot of docs/PERFORMANCE.md, measured and drawn from one command:
 #
-#   bench/plots.sh BUILD_DIR [flap|failover|sizes|all]      (default: all)
+#   bench/plots.sh BUILD_DIR [flap|gray|failover|sizes|all]      (default: all)
 #
 #   flap      busbw second by second through a cable pull, the reinsertion
 #             and the failback: docs/img/busbw-flap.png
+#   gray      busbw second by second through a gray failure: 1 % packet loss
+#             on one of four NICs (4 channels), its drain, the loss cleared
+#             and the failback: docs/img/busbw-gray.png
 #   failover  failover-time distribution (CDF of the duration_us field of
 #             the syslog failover lines) over $INJECTIONS (default 50) cable
 #             pulls of alternating hosts in one long run, p50/p99 printed:
@@ -19,7 +22,7 @@
 # The measured numbers land next to the plots in docs/img/plots.txt, and the
 # raw data in docs/img/*.dat (redraw only: PLOTS_REDRAW=1 bench/plots.sh B).
 set -euo pipefail
-build=${1:?usage: bench/plots.sh BUILD_DIR [flap|failover|sizes|all]}
+build=${1:?usage: bench/plots.sh BUILD_DIR [flap|gray|failover|sizes|all]}
 what=${2:-all}
 build=$(cd "$build" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +32,7 @@ sink="$build/tests/failover/syslog_sink"
 conf="$top/tests/simverbs/configs/two-hosts-4nic.conf"
 injections=${INJECTIONS:-50}
 redraw=${PLOTS_REDRAW:-0}
-case $what in flap | failover | sizes | all) ;; *) echo "unknown part '$what': flap, failover, sizes or all" >&2; exit 2 ;; esac
+case $what in flap | gray | failover | sizes | all) ;; *) echo "unknown part '$what': flap, gray, failover, sizes or all" >&2; exit 2 ;; esac
 command -v gnuplot >/dev/null || { echo "plots: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 if [ "$redraw" != 1 ]; then
   for f in "$sv" "$perf" "$plugin" "$sink"; do
@@ -78,10 +81,12 @@ start_sink() {
   for _ in $(seq 100); do [ -s "$tmp/tail.pid" ] && break; sleep 0.01; done
   bg+=("$(cat "$tmp/tail.pid")")
 }
-# run_perf SECONDS SIZE: the checked all_reduce loop in the background ($perf_pid)
+# run_perf SECONDS SIZE [ARGS...]: the checked all_reduce loop in the background ($perf_pid)
 run_perf() {
+  local secs=$1 size=$2
+  shift 2
   LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 \
-    --plugin "$plugin" --op all_reduce -e "$2" --duration "$1" --timeout $(($1 + 60)) >"$tmp/out" 2>"$tmp/err" &
+    --plugin "$plugin" --op all_reduce -e "$size" --duration "$secs" --timeout $((secs + 60)) "$@" >"$tmp/out" 2>"$tmp/err" &
   perf_pid=$!
   bg+=("$perf_pid")
   for _ in $(seq 1200); do grep -q '^# --duration' "$tmp/out" && break; sleep 0.05; done
@@ -95,6 +100,54 @@ finish_perf() {
   wait "$perf_pid" || { echo "plots: the driver failed:" >&2; tail -20 "$tmp/err" >&2; exit 1; }
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || { echo "plots: wrong data" >&2; exit 1; }
   sleep 0.3
+}
+
+# draw_timeline DAT EVENTS PNG TITLE: busbw per second with the events as lines
+draw_timeline() {
+  {
+    png "$3"
+    echo "set title '$4' noenhanced"
+    echo "set xlabel 'time (s)'; set ylabel 'busbw (GB/s), per second'; set grid; set key bottom right"
+    echo "set yrange [0:*]; set xrange [0:*]"
+    awk '{ c = ($0 ~ /pulled|failover|loss 1/) ? "#c0392b" : "#27ae60"; dt = ($0 ~ /cable|loss/) ? 1 : 2
+           t = $1; sub(/^[^ ]* /, "")
+           printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt %d lw 2\n", t, t, c, dt
+           printf "set label \"%s\" at %s, graph %.2f offset 0.5,0 tc rgb \"%s\"\n", $0, t, 0.95 - 0.06 * (NR - 1), c }' "$2"
+    echo "plot '$1' using 1:2 with linespoints lw 2 pt 7 lc rgb '#2c3e50' title 'busbw (GB/s)'"
+  } >"$tmp/timeline.gp"
+  gnuplot "$tmp/timeline.gp"
+}
+
+# ---------------------------------------------------------------- gray
+gray() {
+  local dat="$img/busbw-gray.dat" ev="$img/busbw-gray.events"
+  if [ "$redraw" != 1 ]; then
+    echo "== gray: all_reduce 16M, 2 ranks, 4 channels; node0:mlx5_0 loses 1 % of its packets from 6 s to 12 s"
+    "$sv" up "$conf" >/dev/null
+    start_sink
+    NCCL_IB_TIMEOUT=14 run_perf 24 16M --channels 4
+    at 6.0 && "$sv" fault node0:mlx5_0 loss 1 >/dev/null && echo "$(now_ms) loss" >>"$tmp/inj"
+    at 12.0 && "$sv" fault node0:mlx5_0 loss 0 >/dev/null && echo "$(now_ms) clear" >>"$tmp/inj"
+    finish_perf
+    awk '$1 ~ /^[0-9.]+$/ && NF == 5 { print $1, $4 }' "$tmp/out" >"$dat"
+    {
+      awk -v t0="$t0" '{ printf "%.3f %s\n", ($1 - t0) / 1000, ($2 == "loss" ? "loss 1 % begins" : "loss cleared") }' "$tmp/inj"
+      awk -v t0="$t0" '/event=failover.*reason=degraded/ && !fo++ { printf "%.3f drained (degraded)\n", ($1 - t0) / 1000 }
+                       /event=failback/ && !fb++ { printf "%.3f failback\n", ($1 - t0) / 1000 }' "$tmp/stamped"
+    } | sort -n >"$ev"
+    note gray.avg_busbw_GBps "$(sed -n 's/^# Avg bus bandwidth *: //p' "$tmp/out")"
+    note gray.drained "$(grep -c 'reason=degraded' "$tmp/syslog" || true)"
+    note gray.failbacks "$(grep -c 'event=failback' "$tmp/syslog" || true)"
+    note gray.events "$(awk '{ t = $1; sub(/^[^ ]* /, ""); gsub(/ /, "-"); printf "%s%s@%ss", (NR > 1 ? "," : ""), $0, t }' "$ev")"
+    "$sv" down >/dev/null
+    for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    bg=()
+    rm -f "$tmp/inj" "$tmp/syslog" "$tmp/stamped"
+  fi
+  draw_timeline "$dat" "$ev" "$img/busbw-gray.png" \
+    'all_reduce busbw through 1 % packet loss on one of 4 NICs, its drain and failback (2 ranks, 16 MiB, 4 channels)'
+  echo "  -> $img/busbw-gray.png"
 }
 
 # ---------------------------------------------------------------- (a) flap
@@ -231,6 +284,7 @@ sizes() {
 }
 
 [ "$what" = all ] || [ "$what" = flap ] && flap
+[ "$what" = all ] || [ "$what" = gray ] && gray
 [ "$what" = all ] || [ "$what" = failover ] && failover
 [ "$what" = all ] || [ "$what" = sizes ] && sizes
 echo "numbers: $img/plots.txt"

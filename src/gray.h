@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 
-#define LP_GRAY_MIN_PACKETS 2000 /* a window with fewer says nothing: an idle port is no evidence */
+#define LP_GRAY_MIN_PACKETS 2000 /* a window closes once this many packets went out: an idle port is no evidence */
+#define LP_GRAY_QUIET_WINDOWS 8  /* ticks (250 ms) without a closed window before a port stops counting as better */
 #define LP_GRAY_STRIKES 2        /* windows in a row over the threshold before the port is judged, and */
                                  /* under a quarter of it before another counts as clearly better */
 
@@ -24,15 +25,20 @@ struct lp_gray {
   int32_t ppm;              /* the last window's retransmissions per million packets, -1: nothing to judge */
   int strikes;              /* windows in a row at or over the threshold */
   int good;                 /* windows in a row under a quarter of it */
+  int quiet;                /* ticks since the window opened with too little traffic to close it */
 };
 
 void lp_gray_reset(struct lp_gray *g);
 
-/* One window ended with these counter values (`ok` 0: unreadable).  Returns
- * the window's retransmissions per million packets, or -1 when the window
- * says nothing (unreadable, the first one, too little traffic, counters
- * that went back).  A window at or over `threshold_ppm` is a strike, one
- * under it clears the strikes; one that says nothing leaves them. */
+/* A tick (every 250 ms) with these counter values (`ok` 0: unreadable).
+ * The window closes when at least LP_GRAY_MIN_PACKETS went out since it
+ * opened; then this returns its retransmissions per million packets.
+ * Otherwise -1: unreadable, the first tick, counters that went back (each
+ * starts over), or too little traffic yet (the window stays open).  A
+ * closed window at or over `threshold_ppm` is a strike, one under it clears
+ * the strikes; a port that closes no window for LP_GRAY_QUIET_WINDOWS ticks
+ * loses its run of good windows (it is clearly better only by what it
+ * shows now). */
 int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm);
 
 /* A port is degraded when it struck LP_GRAY_STRIKES windows in a row. */

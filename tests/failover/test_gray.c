@@ -23,8 +23,10 @@ Test(gray, idle_or_unreadable_windows_say_nothing) {
   lp_gray_window(&g, 1, 0, 0, T);
   lp_gray_window(&g, 1, 100000, 1000, T);
   cr_assert_eq(g.strikes, 1);
-  cr_expect_eq(lp_gray_window(&g, 1, 101500, 1100, T), -1, "1,500 packets are too few to judge");
+  cr_expect_eq(lp_gray_window(&g, 1, 101500, 1000, T), -1, "1,500 packets are too few to judge");
   cr_expect_eq(g.strikes, 1, "and leave the strikes as they were");
+  cr_expect_eq(lp_gray_window(&g, 1, 102500, 1001, T), 400, "the window went on: 2,500 packets, 1 resent");
+  cr_expect_eq(g.strikes, 0);
   cr_expect(!lp_gray_clearly_better(&g), "an idle port is no evidence");
   cr_expect_eq(lp_gray_window(&g, 0, 0, 0, T), -1, "unreadable counters");
   cr_expect_eq(lp_gray_window(&g, 1, 200000, 2000, T), -1, "the window after them only sets the start");
@@ -44,8 +46,10 @@ Test(gray, clearly_better_means_measured_and_well_under_twice) {
   lp_gray_window(&g, 1, 400000, 100, T);
   lp_gray_window(&g, 1, 500000, 100, T);
   cr_expect(lp_gray_clearly_better(&g), "two clean windows again");
+  for (int i = 1; i < LP_GRAY_QUIET_WINDOWS; i++) lp_gray_window(&g, 1, 500500, 100, T);
+  cr_expect(lp_gray_clearly_better(&g), "a few quiet ticks: the window is still open");
   lp_gray_window(&g, 1, 500500, 100, T);
-  cr_expect(lp_gray_clearly_better(&g), "too little traffic changes nothing");
+  cr_expect(!lp_gray_clearly_better(&g), "quiet for 2 s: no longer evidence of now");
 }
 
 Test(gray, every_resend_at_most_one_million_ppm) {
