@@ -11,6 +11,7 @@
 #define LP_NIC_H
 
 #include <infiniband/verbs.h>
+#include <net/if.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,7 +77,7 @@ int lp_gid_netdev(const char *ibdev_path, int port, int gid_index, char *out, si
  * depend on: every entry of <PCI device>/net/ (RoCE netdevs, IPoIB
  * interfaces) and each RoCE port's GID netdev (a VLAN or bond above it).
  * Fills up to `max` names of LP_IFNAME_MAX bytes; returns how many. */
-#define LP_IFNAME_MAX 16 /* IFNAMSIZ */
+#define LP_IFNAME_MAX IF_NAMESIZE
 int lp_nic_netdevs(const struct lp_nic *nics, int nnics, const struct lp_dev *devs, int ndevs,
                    char (*out)[LP_IFNAME_MAX], int max);
 

@@ -7,6 +7,7 @@
 #ifndef LP_SOCK_H
 #define LP_SOCK_H
 
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,7 +25,7 @@ union lp_sockaddr {
 #define LP_OOB_AVOID_MAX 64
 struct lp_oob_avoid {
   int n;
-  char name[LP_OOB_AVOID_MAX][16];
+  char name[LP_OOB_AVOID_MAX][IF_NAMESIZE];
 };
 
 /* Choose the local address for out-of-band sockets, the control channel

@@ -416,32 +416,32 @@ int sv_sysfs_create(struct sv_fabric *f) {
   return 0;
 }
 
-int sv_sysfs_write_counters(struct sv_fabric *f, int dev, int port) {
-  char root[PATH_MAX], pdir[PATH_MAX];
+/* <host root>/class/infiniband/<dev>/ports/<port> of a device's port, and
+ * the port itself; NULL (errno EINVAL) for a device or port that is not. */
+static const struct sv_port *port_dir(struct sv_fabric *f, int dev, int port, char *pdir, size_t len) {
+  char root[PATH_MAX];
   const struct sv_device *d;
   if (dev < 0 || dev >= SV_MAX_DEVS || !f->devs[dev].in_use || port < 1 || port > (int)f->devs[dev].nports) {
     errno = EINVAL;
-    return -1;
+    return NULL;
   }
   d = &f->devs[dev];
   sv_sysfs_root(f, d->host, root, sizeof(root));
-  if (join(pdir, sizeof(pdir), "%s/class/infiniband/%s/ports/%d", root, d->name, port))
-    return -1;
-  if (access(pdir, F_OK) != 0)
-    return -1; /* the fabric is going down under a running process: nothing to say */
-  return write_counters(pdir, &d->ports[port - 1]);
+  if (join(pdir, len, "%s/class/infiniband/%s/ports/%d", root, d->name, port))
+    return NULL;
+  return &d->ports[port - 1];
+}
+
+int sv_sysfs_write_counters(struct sv_fabric *f, int dev, int port) {
+  char pdir[PATH_MAX];
+  const struct sv_port *p = port_dir(f, dev, port, pdir, sizeof(pdir));
+  if (!p || access(pdir, F_OK) != 0)
+    return -1; /* (a missing directory: the fabric is going down under a running process, nothing to say) */
+  return write_counters(pdir, p);
 }
 
 int sv_sysfs_update_port(struct sv_fabric *f, int dev, int port) {
-  char root[PATH_MAX], pdir[PATH_MAX];
-  const struct sv_device *d;
-  if (dev < 0 || dev >= SV_MAX_DEVS || !f->devs[dev].in_use || port < 1 || port > (int)f->devs[dev].nports) {
-    errno = EINVAL;
-    return -1;
-  }
-  d = &f->devs[dev];
-  sv_sysfs_root(f, d->host, root, sizeof(root));
-  if (join(pdir, sizeof(pdir), "%s/class/infiniband/%s/ports/%d", root, d->name, port))
-    return -1;
-  return write_port_state(pdir, &d->ports[port - 1]);
+  char pdir[PATH_MAX];
+  const struct sv_port *p = port_dir(f, dev, port, pdir, sizeof(pdir));
+  return p ? write_port_state(pdir, p) : -1;
 }
