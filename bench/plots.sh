@@ -102,6 +102,16 @@ finish_perf() {
   sleep 0.3
 }
 
+# The fabric down, the sink and its stamper stopped, their files gone.
+end_run() {
+  local p
+  "$sv" down >/dev/null
+  for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  bg=()
+  rm -f "$tmp/inj" "$tmp/syslog" "$tmp/stamped"
+}
+
 # draw_timeline DAT EVENTS PNG TITLE: busbw per second with the events as lines
 draw_timeline() {
   {
@@ -139,11 +149,7 @@ gray() {
     note gray.drained "$(grep -c 'reason=degraded' "$tmp/syslog" || true)"
     note gray.failbacks "$(grep -c 'event=failback' "$tmp/syslog" || true)"
     note gray.events "$(awk '{ t = $1; sub(/^[^ ]* /, ""); gsub(/ /, "-"); printf "%s%s@%ss", (NR > 1 ? "," : ""), $0, t }' "$ev")"
-    "$sv" down >/dev/null
-    for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    bg=()
-    rm -f "$tmp/inj" "$tmp/syslog" "$tmp/stamped"
+    end_run
   fi
   draw_timeline "$dat" "$ev" "$img/busbw-gray.png" \
     'all_reduce busbw through 1 % packet loss on one of 4 NICs, its drain and failback (2 ranks, 16 MiB, 4 channels)'
@@ -173,24 +179,10 @@ flap() {
     note flap.failovers "$(grep -c 'event=failover' "$tmp/syslog" || true)"
     note flap.failbacks "$(grep -c 'event=failback' "$tmp/syslog" || true)"
     note flap.events "$(awk '{ printf "%s%s@%ss", (NR > 1 ? "," : ""), $2 == "cable" ? $2 "-" $3 : $2, $1 }' "$ev")"
-    "$sv" down >/dev/null
-    for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    bg=()
-    rm -f "$tmp/inj" "$tmp/syslog" "$tmp/stamped"
+    end_run
   fi
-  {
-    png "$img/busbw-flap.png"
-    echo "set title 'all_reduce busbw through a cable pull and its failback (2 ranks, 16 MiB, simulated 2 x 4 NIC fabric)' noenhanced"
-    echo "set xlabel 'time (s)'; set ylabel 'busbw (GB/s), per second'; set grid; set key bottom right"
-    echo "set yrange [0:*]; set xrange [0:*]"
-    awk '{ c = ($0 ~ /pulled|failover/) ? "#c0392b" : "#27ae60"; dt = ($0 ~ /cable/) ? 1 : 2
-           t = $1; sub(/^[^ ]* /, "")
-           printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt %d lw 2\n", t, t, c, dt
-           printf "set label \"%s\" at %s, graph %.2f offset 0.5,0 tc rgb \"%s\"\n", $0, t, 0.95 - 0.06 * (NR - 1), c }' "$ev"
-    echo "plot '$dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#2c3e50' title 'busbw (GB/s)'"
-  } >"$tmp/flap.gp"
-  gnuplot "$tmp/flap.gp"
+  draw_timeline "$dat" "$ev" "$img/busbw-flap.png" \
+    'all_reduce busbw through a cable pull and its failback (2 ranks, 16 MiB, simulated 2 x 4 NIC fabric)'
   echo "   -> $img/busbw-flap.png"
 }
 
@@ -216,11 +208,7 @@ failover() {
     unset LINKPASS_FAILBACK_HOLDDOWN_MS LINKPASS_FAILBACK_HOLDDOWN_MAX_MS
     # reason duration_us, for every failover line
     sed -n 's/.*event=failover .* reason=\([a-z_]*\) .* duration_us=\([0-9]*\).*/\1 \2/p' "$tmp/syslog" >"$dat"
-    "$sv" down >/dev/null
-    for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    bg=()
-    rm -f "$tmp/syslog" "$tmp/stamped"
+    end_run
   fi
   local r
   for r in port_down peer_notice all; do

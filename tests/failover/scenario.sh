@@ -95,6 +95,15 @@ expect_event() {
   done
 }
 
+# node0's mlx5_0 pulled until a connection left it, then back in until one
+# returned (the failback, after the hold-down).
+pull_and_failback() {
+  sv link node0:mlx5_0 down
+  wait_for "event=failover" "$tmp/syslog"
+  sv link node0:mlx5_0 up
+  wait_for "event=failback" "$tmp/syslog" 20
+}
+
 # The live QPs that carry traffic (`simverbs status`: RTS, requests sent),
 # as "qpn host:dev:port": standby paths are RTS too, but idle.
 busy_qps() {
@@ -415,10 +424,7 @@ last_nic_fails)
 failback_after_holddown)
   run_perf 1M 6
   wait_for '^ +1\.0 ' "$tmp/out"
-  sv link node0:mlx5_0 down
-  wait_for "event=failover" "$tmp/syslog"
-  sv link node0:mlx5_0 up
-  wait_for "event=failback" "$tmp/syslog" 20
+  pull_and_failback
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback path=standby
   ;;
@@ -437,10 +443,7 @@ shape_record_form | shape_qps4 | shape_zero_bytes | shape_small_wr)
   esac
   run_perf "$size" 6 2 "$op" -c 2 "${extra[@]}"
   wait_for '^ +1\.0 ' "$tmp/out"
-  sv link node0:mlx5_0 down
-  wait_for "event=failover" "$tmp/syslog"
-  sv link node0:mlx5_0 up
-  wait_for "event=failback" "$tmp/syslog" 20
+  pull_and_failback
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback
   ;;
@@ -530,10 +533,7 @@ nccl_ib_vars)
   export NCCL_IB_USE_INLINE=1 NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=4096 NCCL_IB_ECE_ENABLE=1
   run_perf 1M 6 2 all_reduce -c 2
   wait_for '^ +1\.0 ' "$tmp/out"
-  sv link node0:mlx5_0 down
-  wait_for "event=failover" "$tmp/syslog"
-  sv link node0:mlx5_0 up
-  wait_for "event=failback" "$tmp/syslog" 20
+  pull_and_failback
   "$SIMVERBS" status >"$tmp/status"
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback
