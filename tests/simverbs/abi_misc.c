@@ -569,11 +569,6 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
   return IBV_REREG_MR_ERR_CMD;
 }
 
-SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
-                                           uint64_t iova, int fd, int access) {
-  return sv_fail_ptr();
-}
-
 /* QPs are only created through the classic interface, never with the
  * extended send ops, so no QP has a qp_ex to hand out. */
 SV_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return sv_fail_ptr(); }

@@ -14,10 +14,13 @@
  *   latency_us <0..1000000>
  *   ports 1|2
  *   adaptive_routing on|off    plain RDMA WRITEs may land out of order
+ *   dmabuf on|off              nics register dma-bufs (ibv_reg_dmabuf_mr); on
+ *   peer_memory on|off         the hosts that follow have GPU peer memory
+ *                              (nvidia-peermem's sysfs file); off
  *   host <name>                starts a host
  *   nic <name> [link=ib|roce] [rate=N] [latency_us=N] [ports=N] [numa=N]
  *       [pci=DDDD:BB:DD.F] [netdev=IF[,IF]] [ip=A.B.C.D[,A.B.C.D]]
- *       [ar=on|off] [ece=MASK]
+ *       [ar=on|off] [ece=MASK] [dmabuf=on|off]
  *
  * Everything a real device would report and the file does not say (GUIDs,
  * LIDs, GIDs, PCI address, addresses) is derived from the position of the
@@ -67,6 +70,7 @@ struct cfg_link {
   uint32_t latency_us;
   uint32_t nports;
   uint32_t adaptive_routing; /* 1: plain RDMA WRITEs may land out of order */
+  uint32_t dmabuf;           /* 1: ibv_reg_dmabuf_mr works (a ConnectX on Linux 5.12+) */
 };
 
 /* Parser state for one file. */
@@ -79,6 +83,7 @@ struct cfg {
   bool netns_forced; /* `simverbs up --netns`: the command line wins over the file */
   bool netns;        /* hosts get namespaces, every port a network interface */
   struct cfg_link defaults;
+  uint32_t peer_memory; /* for the host lines that follow */
   int host;            /* current host index, -1 before the first host line */
   uint32_t host_devs;  /* devices added to the current host */
   uint32_t host_ports; /* ports added to the current host (names default IPs) */
@@ -293,9 +298,9 @@ static int parse_ips(const struct cfg *c, char *s, struct cfg_nic *nic) {
 
 /* ---- nic lines ---- */
 
-enum nic_key { K_LINK, K_RATE, K_LATENCY, K_PORTS, K_NUMA, K_PCI, K_NETDEV, K_IP, K_AR, K_ECE, K_COUNT };
-static const char *const nic_keys[K_COUNT] = {"link", "rate",   "latency_us", "ports", "numa",
-                                              "pci",  "netdev", "ip",         "ar",    "ece"};
+enum nic_key { K_LINK, K_RATE, K_LATENCY, K_PORTS, K_NUMA, K_PCI, K_NETDEV, K_IP, K_AR, K_ECE, K_DMABUF, K_COUNT };
+static const char *const nic_keys[K_COUNT] = {"link", "rate", "latency_us", "ports", "numa",  "pci",
+                                              "netdev", "ip", "ar",         "ece",   "dmabuf"};
 
 static int nic_option(const struct cfg *c, enum nic_key k, char *v, struct cfg_nic *nic) {
   switch (k) {
@@ -309,6 +314,7 @@ static int nic_option(const struct cfg *c, enum nic_key k, char *v, struct cfg_n
   case K_IP: return parse_ips(c, v, nic);
   case K_AR: return parse_on_off(c, "ar", v, &nic->link.adaptive_routing);
   case K_ECE: nic->ece_given = true; return parse_ece(c, v, &nic->ece);
+  case K_DMABUF: return parse_on_off(c, "dmabuf", v, &nic->link.dmabuf);
   case K_COUNT: break;
   }
   return -1;
@@ -322,13 +328,13 @@ static int nic_options(const struct cfg *c, char **tok, int ntok, struct cfg_nic
     int k = 0;
     if (!eq)
       return cfg_err(c, "nic option '%s' has no value: write key=value with key link, rate, "
-                        "latency_us, ports, numa, pci, netdev, ip, ar or ece", tok[i]);
+                        "latency_us, ports, numa, pci, netdev, ip, ar, ece or dmabuf", tok[i]);
     *eq = '\0';
     while (k < K_COUNT && strcmp(tok[i], nic_keys[k]) != 0)
       k++;
     if (k == K_COUNT)
       return cfg_err(c, "unknown nic option '%s': use link, rate, latency_us, ports, numa, pci, "
-                        "netdev, ip, ar or ece", tok[i]);
+                        "netdev, ip, ar, ece or dmabuf", tok[i]);
     if (seen & (1u << k))
       return cfg_err(c, "nic option '%s' given twice: give each option at most once", tok[i]);
     seen |= 1u << k;
@@ -508,6 +514,7 @@ static int nic_add(struct cfg *c, const struct cfg_nic *nic) {
   d->vendor_part_id = CFG_VENDOR_PART_ID;
   /* ECE is negotiated on RoCE connections: RoCE NICs offer it by default. */
   d->ece = nic->ece_given ? nic->ece : nic->link.link_layer == IBV_LINK_LAYER_ETHERNET ? CFG_ECE_DEFAULT : 0;
+  d->dmabuf = nic->link.dmabuf;
   for (uint32_t p = 0; p < d->nports; p++)
     if (port_fill(c, nic, p, d->node_guid + p, &d->ports[p]))
       goto fail;
@@ -555,6 +562,7 @@ static int do_host(struct cfg *c, const char *name) {
     return cfg_err(c, "too many hosts: at most %d in one fabric (SV_MAX_HOSTS)", SV_MAX_HOSTS);
   snprintf(f->hosts[f->nhosts].name, sizeof(f->hosts[f->nhosts].name), "%s", name);
   f->hosts[f->nhosts].in_use = 1;
+  f->hosts[f->nhosts].peer_memory = c->peer_memory;
   c->host = (int)f->nhosts++;
   c->host_devs = 0;
   c->host_ports = 0;
@@ -595,12 +603,13 @@ static int do_directive(struct cfg *c, char **tok, int ntok) {
   const char *d = tok[0];
   bool one_arg = strcmp(d, "fabric") == 0 || strcmp(d, "host") == 0 || strcmp(d, "link") == 0 ||
                  strcmp(d, "rate") == 0 || strcmp(d, "latency_us") == 0 || strcmp(d, "ports") == 0 ||
-                 strcmp(d, "netns") == 0 || strcmp(d, "adaptive_routing") == 0;
+                 strcmp(d, "netns") == 0 || strcmp(d, "adaptive_routing") == 0 ||
+                 strcmp(d, "dmabuf") == 0 || strcmp(d, "peer_memory") == 0;
   if (strcmp(d, "nic") == 0)
     return do_nic(c, tok, ntok);
   if (!one_arg)
     return cfg_err(c, "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, "
-                      "adaptive_routing, host or nic", d);
+                      "adaptive_routing, dmabuf, peer_memory, host or nic", d);
   if (ntok != 2)
     return cfg_err(c, "'%s' takes exactly one value: %s <value>", d, d);
   if (strcmp(d, "fabric") == 0)
@@ -617,6 +626,10 @@ static int do_directive(struct cfg *c, char **tok, int ntok) {
     return parse_latency(c, tok[1], &c->defaults.latency_us);
   if (strcmp(d, "adaptive_routing") == 0)
     return parse_on_off(c, "adaptive_routing", tok[1], &c->defaults.adaptive_routing);
+  if (strcmp(d, "dmabuf") == 0)
+    return parse_on_off(c, "dmabuf", tok[1], &c->defaults.dmabuf);
+  if (strcmp(d, "peer_memory") == 0)
+    return parse_on_off(c, "peer_memory", tok[1], &c->peer_memory);
   return parse_ports(c, tok[1], &c->defaults.nports);
 }
 
@@ -682,7 +695,8 @@ int sv_config_load(struct sv_fabric *f, const char *path) {
   struct cfg c = {
       .f = f,
       .path = path,
-      .defaults = {.link_layer = IBV_LINK_LAYER_INFINIBAND, .rate_gbps = 100, .latency_us = 1, .nports = 1},
+      .defaults = {.link_layer = IBV_LINK_LAYER_INFINIBAND, .rate_gbps = 100, .latency_us = 1, .nports = 1,
+                   .dmabuf = 1},
       .host = -1,
       .next_lid = 1,
       .netns_forced = f->netns != 0,

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 8 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters */
+#define SV_VERSION 9 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -96,6 +96,7 @@ struct sv_device {
   uint32_t nports;
   uint32_t vendor_id, vendor_part_id;
   uint32_t ece; /* Enhanced Connection Establishment options the device offers; 0: ibv_query_ece unsupported */
+  uint32_t dmabuf; /* 1: ibv_reg_dmabuf_mr works; 0: it answers EOPNOTSUPP as on an older kernel */
   _Atomic uint32_t fatal; /* device fatal injected: every QP errors, opens fail */
   /* Serialises the atomic operations that target this NIC's memory: as
    * IBV_ATOMIC_HCA promises, they are atomic among themselves, not with
@@ -115,6 +116,7 @@ struct sv_device {
 struct sv_host {
   uint32_t in_use;
   char name[SV_NAME_LEN];
+  uint32_t peer_memory; /* 1: GPU peer memory is loaded (its sysfs file is in the host's tree) */
 };
 
 struct sv_proc {
@@ -218,6 +220,7 @@ struct sv_mr {
    * [addr, addr + length), which peers map to write with a plain memcpy.
    * -1 when the region could not be shared: peers use process_vm_writev. */
   int32_t win_fd;
+  uint32_t dmabuf; /* 1: a dma-buf registration: addr is the library's own mapping of the buffer */
   uint64_t win_id; /* unique per fabric: a peer's cached mapping never goes stale */
   uint64_t win_off, win_len; /* where addr sits in the memfd; the memfd's size */
 };

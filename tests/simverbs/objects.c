@@ -42,53 +42,49 @@ static const int sv_known_access =
     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
     IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
-SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-                                          unsigned int access) {
-  struct sv_fabric *f = fab();
+/* The access flags the kernel takes for a registration; 0 or EINVAL. */
+static int access_ok(unsigned int access) {
   /* Optional-range bits (relaxed ordering and future ones) are hints: accept. */
   unsigned mandatory = access & ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
   if ((mandatory & ~(unsigned)sv_known_access) ||
-      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
-    errno = EINVAL; /* the kernel refuses remote write without local write */
-    return NULL;
-  }
-  if (!addr && length) {
-    errno = EINVAL;
-    return NULL;
-  }
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
+    return EINVAL; /* the kernel refuses remote write without local write */
+  return 0;
+}
+
+/* Give `shared` (its memory and window already set up) a slot of the
+ * fabric's MR table and the caller its handle; on failure the window goes. */
+static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64_t iova, unsigned int access) {
+  struct sv_fabric *f = fab();
   struct sv_mr_handle *h = calloc(1, sizeof(*h));
-  if (!h) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  /* Share the pages before taking the fabric lock: it copies the region. */
-  struct sv_mr shared = {.addr = (uint64_t)(uintptr_t)addr, .length = length};
-  sv_window_share(&shared);
   int idx = -1;
-  sv_lock(&f->lock);
-  for (int i = 1; i < SV_MAX_MRS; i++) /* index 0 unused: key 0 is never valid */
-    if (!atomic_load(&f->mrs[i].in_use)) {
-      idx = i;
-      struct sv_mr *m = &f->mrs[i];
-      m->gen = (m->gen + 1) & 0xffff;
-      if (m->gen == 0) m->gen = 1;
-      m->owner = sv_lib.proc;
-      m->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
-      m->pd_id = ((struct sv_pd *)pd)->id;
-      m->addr = (uint64_t)(uintptr_t)addr;
-      m->length = length;
-      m->iova = iova;
-      m->access = access;
-      m->win_fd = shared.win_fd;
-      m->win_id = shared.win_id;
-      m->win_off = shared.win_off;
-      m->win_len = shared.win_len;
-      atomic_store_explicit(&m->in_use, 1, memory_order_release);
-      break;
-    }
-  sv_unlock(&f->lock);
+  if (h) {
+    sv_lock(&f->lock);
+    for (int i = 1; i < SV_MAX_MRS; i++) /* index 0 unused: key 0 is never valid */
+      if (!atomic_load(&f->mrs[i].in_use)) {
+        idx = i;
+        struct sv_mr *m = &f->mrs[i];
+        m->gen = (m->gen + 1) & 0xffff;
+        if (m->gen == 0) m->gen = 1;
+        m->owner = sv_lib.proc;
+        m->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
+        m->pd_id = ((struct sv_pd *)pd)->id;
+        m->addr = shared->addr;
+        m->length = shared->length;
+        m->iova = iova;
+        m->access = access;
+        m->dmabuf = shared->dmabuf;
+        m->win_fd = shared->win_fd;
+        m->win_id = shared->win_id;
+        m->win_off = shared->win_off;
+        m->win_len = shared->win_len;
+        atomic_store_explicit(&m->in_use, 1, memory_order_release);
+        break;
+      }
+    sv_unlock(&f->lock);
+  }
   if (idx < 0) {
-    sv_window_release(&shared);
+    sv_window_release(shared);
     free(h);
     errno = ENOMEM;
     return NULL;
@@ -96,11 +92,43 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
   h->index = idx;
   h->mr.context = pd->context;
   h->mr.pd = pd;
-  h->mr.addr = addr;
-  h->mr.length = length;
+  h->mr.addr = (void *)(uintptr_t)shared->addr;
+  h->mr.length = shared->length;
   h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, f->mrs[idx].gen);
   h->mr.handle = (uint32_t)idx;
   return &h->mr;
+}
+
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                          unsigned int access) {
+  int err = access_ok(access);
+  if (!err && !addr && length) err = EINVAL;
+  if (err) {
+    errno = err;
+    return NULL;
+  }
+  /* Share the pages before taking the fabric lock: it copies the region. */
+  struct sv_mr shared = {.addr = (uint64_t)(uintptr_t)addr, .length = length};
+  sv_window_share(&shared);
+  return mr_publish(pd, &shared, iova, access);
+}
+
+/* As mlx5 on a kernel with dma-buf support (5.12+): the memory is the
+ * buffer's pages [offset, offset + length), reached at `iova`, held by the
+ * registration after the caller closes its fd.  A device without dma-buf
+ * support answers EOPNOTSUPP before it looks at the fd, which is what
+ * NCCL's probe (fd -1) relies on. */
+SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                                           int access) {
+  struct sv_fabric *f = fab();
+  int err = f->devs[sv_ctx_of(pd->context)->dev].dmabuf ? access_ok((unsigned)access) : EOPNOTSUPP;
+  struct sv_mr shared = {.length = length};
+  if (!err) err = sv_window_dmabuf(&shared, fd, offset, length, iova);
+  if (err) {
+    errno = err;
+    return NULL;
+  }
+  return mr_publish(pd, &shared, iova, (unsigned)access);
 }
 
 #undef ibv_reg_mr

@@ -181,6 +181,9 @@ struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key);
 /* window.c */
 void sv_window_share(struct sv_mr *m);
 void sv_window_release(struct sv_mr *m);
+/* Map the dma-buf `fd`'s [offset, offset + length) for a registration at
+ * `iova` into `m` (addr, window); 0 or the errno the kernel would give. */
+int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, uint64_t iova);
 char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m);
 
 /* qp.c */

@@ -26,7 +26,8 @@
 #define SYSFS_FW_VER "22.36.1010\n" /* the same string ibv_query_device reports (device.c) */
 #define SYSFS_PCI_VENDOR "0x15b3\n" /* Mellanox's PCI vendor id (verbs reports 0x02c9) */
 #define SYSFS_MAX_CPUS 4096         /* local_cpus/local_cpulist describe at most this many */
-#define SYSFS_UVERBS_ABI "6\n"       /* what rdma-core 44 expects in class/infiniband_verbs */
+#define SYSFS_UVERBS_ABI "6\n"            /* what rdma-core 44 expects in class/infiniband_verbs */
+#define SYSFS_PEER_MEMORY_VERSION "1.3-0\n" /* what MLNX_OFED's nv_peer_mem reports */
 
 /* ---- small file helpers ---- */
 
@@ -391,6 +392,12 @@ static int write_host(struct sv_fabric *f, uint32_t h) {
     return -1;
   if (join(vdir, sizeof(vdir), "%s/class/infiniband_verbs", root) || mkdir_p(vdir) ||
       put_file(vdir, "abi_version", SYSFS_UVERBS_ABI))
+    return -1;
+  /* GPU peer memory (nvidia-peermem through MLNX_OFED's peer-memory API):
+   * NCCL only asks whether this file exists. */
+  if (f->hosts[h].peer_memory &&
+      (join(vdir, sizeof(vdir), "%s/kernel/mm/memory_peers/nv_mem", root) || mkdir_p(vdir) ||
+       put_file(vdir, "version", SYSFS_PEER_MEMORY_VERSION)))
     return -1;
   /* uverbs<n> numbers a host's devices in fabric order, as the library does. */
   for (uint32_t i = 0; i < f->ndevs && i < SV_MAX_DEVS; i++) {

@@ -82,14 +82,16 @@ static int failed(struct view *v, const char *fmt, ...) {
   return -1;
 }
 
-/* The directories whose real entries must all stay: the root, class and
- * devices, and each bus directory under devices.  Anything deeper that the
+/* The directories whose real entries must all stay: the root, class,
+ * devices, kernel and kernel/mm, and each bus directory under devices.  Anything deeper that the
  * simulated tree has replaces what /sys has there, so that class/infiniband
  * lists only the simulated NICs even on a host with real HCAs, and a PCI
  * address that a real device also has shows the simulated NIC. */
 static bool merged(const char *rel, const char *name) {
   if (!rel[0])
-    return strcmp(name, "class") == 0 || strcmp(name, "devices") == 0;
+    return strcmp(name, "class") == 0 || strcmp(name, "devices") == 0 || strcmp(name, "kernel") == 0;
+  if (strcmp(rel, "kernel") == 0) /* kernel/mm/memory_peers: GPU peer memory (sysfs.c) */
+    return strcmp(name, "mm") == 0;
   return strcmp(rel, "devices") == 0;
 }
 

@@ -10,6 +10,8 @@
  *
  *   /sys/class/infiniband, /sys/class/infiniband_verbs   the simulated ones only
  *   /sys/devices/pci0000:00/<pci>                          each NIC's PCI directory
+ *   /sys/kernel/mm/memory_peers/nv_mem                     GPU peer memory, on a host
+ *                                                          with `peer_memory on`
  *   everything else                                        the real sysfs
  *
  * A directory that must gain entries sysfs lacks (/sys/class, usually

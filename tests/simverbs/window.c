@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct sv_window {
@@ -212,11 +213,61 @@ void sv_window_share(struct sv_mr *m) {
   pthread_mutex_unlock(&sv_lib.window_lock);
 }
 
+/* True when `fd` is a real dma-buf: the kernel names such files so. */
+static int is_dmabuf(int fd) {
+  char link[64], target[128];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  if (n <= 0) return 0;
+  target[n] = '\0';
+  return strstr(target, "dmabuf") != NULL;
+}
+
+/* A dma-buf registration maps the buffer itself, as the NIC holds the
+ * buffer's pages and not the caller's mapping of them.  A memfd stands in
+ * for a GPU's dma-buf (the kernel answers F_GET_SEALS on memfds only) and,
+ * kept open, is the window peers map; a real dma-buf (udmabuf) is reached
+ * through this mapping with process_vm_writev.  The checks and their order
+ * are the kernel's (ib_umem_dmabuf_get): the fd, a dma-buf, the range; and
+ * mlx5 maps pages, so offset and iova must sit at the same place in a page. */
+int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, uint64_t iova) {
+  struct stat st;
+  m->win_fd = -1;
+  m->win_id = 0;
+  m->dmabuf = 1;
+  if (fd < 0 || fstat(fd, &st) != 0) return EBADF;
+  int memfd = fcntl(fd, F_GET_SEALS) >= 0;
+  if (!memfd && !is_dmabuf(fd)) return EINVAL; /* "not a dma-buf" */
+  off_t size = memfd ? st.st_size : lseek(fd, 0, SEEK_END);
+  if (!length || size < 0 || offset + length < offset || offset + length > (uint64_t)size) return EINVAL;
+  if ((offset ^ iova) & (SV_PAGE - 1)) return EINVAL;
+  uint64_t map_off = page_down(offset), map_len = page_up(offset + length) - map_off;
+  void *p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map_off);
+  if (p == MAP_FAILED) return errno == ENOMEM ? ENOMEM : EINVAL;
+  madvise(p, map_len, MADV_DONTFORK);
+  m->addr = (uint64_t)(uintptr_t)p + (offset - map_off);
+  m->length = length;
+  int keep = memfd ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (keep >= 0) {
+    m->win_fd = keep;
+    m->win_id = atomic_fetch_add(&sv_lib.fab->next_window_id, 1) + 1;
+    m->win_off = offset;
+    m->win_len = (uint64_t)size;
+  }
+  return 0;
+}
+
 /* The memory stays mapped (it is the caller's buffer); the fd goes with the
- * last registration, and peers' mappings keep the pages alive. */
+ * last registration, and peers' mappings keep the pages alive.  A dma-buf
+ * registration's own mapping and fd go with it. */
 void sv_window_release(struct sv_mr *m) {
   uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
   if (!m->length || end <= start) return;
+  if (m->dmabuf) {
+    munmap((void *)start, end - start);
+    if (m->win_fd >= 0) close(m->win_fd);
+    return;
+  }
   pthread_mutex_lock(&sv_lib.window_lock);
   span_remove(start, end);
   for (struct sv_window **p = &sv_lib.windows; m->win_fd >= 0 && *p; p = &(*p)->next) {

@@ -3,7 +3,8 @@
 # /sys/class/infiniband lists exactly the host's NICs, each NIC's `device`
 # link resolves to its configured PCI directory (numa_node, local_cpulist,
 # class), even at an address a real device has; class/infiniband_verbs is
-# there; a long-running program sees a port's state follow a link flap; the
+# there; GPU peer memory's file is where NCCL looks on a host with
+# `peer_memory on`; a long-running program sees a port's state follow a link flap; the
 # rest of /sys is the real one; the view is read-only and leaves no mount
 # behind.  Without CAP_SYS_ADMIN, `run` warns once and the program still runs.
 # With SV_NETNS=1 the same on a netns fabric.
@@ -21,9 +22,11 @@ real_pci=$(ls "$pci" | grep -E '^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$' |
 claimed=${real_pci:-0000:2a:00.0}
 cat >"$work/sysview.conf" <<EOF
 link ib
+peer_memory on
 host node0
 nic mlx5_0 numa=1 pci=0000:0c:00.0
 nic mlx5_1 numa=0 pci=$claimed
+peer_memory off
 host node1
 nic mlx5_0 numa=0 pci=0000:8a:00.0
 EOF
@@ -63,6 +66,14 @@ if [ -n "$real_pci" ]; then
   other=$(ls "$pci" | grep -E '^[0-9a-f]{4}:' | grep -vx "$claimed" | head -1 || true)
   [ -z "$other" ] || sv_run node0 test -e "$pci/$other/vendor" || fail "the real $pci/$other is gone"
 fi
+
+echo "== GPU peer memory shows where NCCL looks, on node0 only"
+peers=/sys/kernel/mm/memory_peers/nv_mem/version
+sv_run node0 test -e "$peers" || fail "node0 (peer_memory on) has no $peers"
+sv_run node1 test -e "$peers" && [ ! -e "$peers" ] && fail "node1 (peer_memory off) shows $peers"
+want=$( (ls -A /sys/kernel/mm; echo memory_peers) | sort -u)
+[ "$(sv_run node0 ls -A /sys/kernel/mm | sort)" = "$want" ] || fail "/sys/kernel/mm lost or gained entries"
+[ "$(sv_run node0 ls -A /sys/kernel | sort)" = "$(ls -A /sys/kernel | sort)" ] || fail "/sys/kernel lost or gained entries"
 
 echo "== the view is read-only"
 sv_run node0 touch /sys/class/sv-probe 2>/dev/null && fail "a file could be created in /sys/class"

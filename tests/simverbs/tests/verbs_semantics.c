@@ -881,3 +881,135 @@ Test(data, port_counters_are_in_sysfs) {
            fab->devs[dev].name);
   cr_assert_eq(access(path, R_OK), 0, "%s", path);
 }
+
+/* ---- GPU memory: dma-buf registrations, peer memory, the flush READ ----- */
+
+#define DMABUF_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+/* A memfd of `len` bytes: simverbs' stand-in for a GPU buffer's dma-buf. */
+static int make_memfd(size_t len) {
+  int fd = memfd_create("vs-dmabuf", MFD_CLOEXEC);
+  cr_assert_geq(fd, 0, "memfd_create: %s", strerror(errno));
+  cr_assert_eq(ftruncate(fd, (off_t)len), 0);
+  return fd;
+}
+
+static void expect_dmabuf_refused(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd, int err,
+                                  const char *what) {
+  errno = 0;
+  struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, off, len, iova, fd, DMABUF_ACCESS);
+  cr_assert_null(mr, "%s: registered", what);
+  cr_assert_eq(errno, err, "%s: errno %s, expected %s", what, strerror(errno), strerror(err));
+}
+
+/* NCCL's probe (src/transport/net_ib/gdr.cc): fd -1 and no length.  A
+ * device with dma-buf support gets as far as the fd (EBADF); one without
+ * says EOPNOTSUPP first. */
+Test(bad_input, the_dmabuf_probe_answers_as_rdma_core_does) {
+  expect_dmabuf_refused(A.pd, 0, 0, 0, -1, EBADF, "probe on a device with dma-buf");
+  fab->devs[shared(&A)->dev].dmabuf = 0;
+  expect_dmabuf_refused(A.pd, 0, 0, 0, -1, EOPNOTSUPP, "probe on a device without dma-buf");
+  int fd = make_memfd(4096);
+  expect_dmabuf_refused(A.pd, 0, 4096, 0, fd, EOPNOTSUPP, "a good buffer on a device without dma-buf");
+  close(fd);
+}
+
+Test(bad_input, a_dmabuf_registration_checks_its_fd_and_range) {
+  int fd = make_memfd(4 * 4096), p[2];
+  cr_assert_eq(pipe(p), 0);
+  expect_dmabuf_refused(A.pd, 0, 4096, 0, p[0], EINVAL, "a pipe is no dma-buf");
+  expect_dmabuf_refused(A.pd, 3 * 4096 + 1, 4096, 1, fd, EINVAL, "a range past the buffer's end");
+  expect_dmabuf_refused(A.pd, 0, 0, 0, fd, EINVAL, "an empty range");
+  expect_dmabuf_refused(A.pd, 0, 4096, 0x1008, fd, EINVAL, "iova and offset at different places in a page");
+  close(p[0]);
+  close(p[1]);
+  close(fd);
+  expect_dmabuf_refused(A.pd, 0, 4096, 0, fd, EBADF, "a closed fd");
+}
+
+/* NCCL closes the fd as soon as regMrDmaBuf returns: the registration holds
+ * the buffer's pages, and a peer's writes land in them (seen through the
+ * application's own mapping), within the registered range only. */
+Test(data, a_dmabuf_registration_holds_the_buffer_after_its_fd_is_closed) {
+  const size_t len = 16 * 4096;
+  int fd = make_memfd(len);
+  char *view = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  cr_assert_neq(view, MAP_FAILED);
+  struct ibv_mr *mr = ibv_reg_dmabuf_mr(B.pd, 4096, 8192, (uintptr_t)view + 4096, fd, DMABUF_ACCESS);
+  cr_assert_not_null(mr, "ibv_reg_dmabuf_mr: %s", strerror(errno));
+  cr_assert_eq(close(fd), 0);
+  fill(A.buf, 8192, 5);
+  struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8192, .lkey = A.mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)view + 4096;
+  wr.wr.rdma.rkey = mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(memcmp(view + 4096, A.buf, 8192), 0, "the write did not land in the buffer's pages");
+  wr.wr_id = 2;
+  wr.wr.rdma.remote_addr = (uintptr_t)view + 4096 + 1;
+  cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR, "one byte past the registered range");
+  cr_assert_eq(ibv_dereg_mr(mr), 0);
+  munmap(view, len);
+}
+
+static void connect_to_itself(struct end *e) {
+  cr_assert_eq(to_init(e), 0);
+  cr_assert_eq(to_rtr(e, e), 0);
+  cr_assert_eq(to_rts(e, 8, 7), 0);
+}
+
+static int post_read(struct end *e, uint64_t id, void *into, uint32_t lkey, void *from, uint32_t rkey) {
+  struct ibv_sge s = {.addr = (uintptr_t)into, .length = 1, .lkey = lkey};
+  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.rdma.remote_addr = (uintptr_t)from;
+  wr.wr.rdma.rkey = rkey;
+  return ibv_post_send(e->qp, &wr, &bad);
+}
+
+/* NCCL's flush: a QP connected to itself reads one byte of what the NIC
+ * wrote.  It goes out of the port like any request, so a port that is down
+ * costs the retry budget and ends in RETRY_EXC, as a ConnectX reports it. */
+Test(flap, a_qp_connected_to_itself_reads_its_own_memory_while_the_port_is_up) {
+  connect_to_itself(&A);
+  A.buf[4096] = 0x5a;
+  cr_assert_eq(post_read(&A, 1, A.buf, A.mr->lkey, A.buf + 4096, A.mr->rkey), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS, "%s", ibv_wc_status_str(wc.status));
+  cr_assert_eq(wc.opcode, IBV_WC_RDMA_READ);
+  cr_assert_eq(A.buf[0], 0x5a);
+  cr_assert_eq(sv_port_set_state(fab, 0, 1, 0), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_PORT_ERR);
+  uint64_t t0 = sv_now_ns();
+  cr_assert_eq(post_read(&A, 2, A.buf, A.mr->lkey, A.buf + 4096, A.mr->rkey), 0);
+  wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_RETRY_EXC_ERR, "%s", ibv_wc_status_str(wc.status));
+  cr_assert_geq(sv_now_ns() - t0, 4000000ull, "the retry budget (4.2 ms) must run out first");
+}
+
+Test(flap, a_loopback_read_of_memory_without_remote_read_is_refused) {
+  connect_to_itself(&A);
+  struct ibv_mr *local = ibv_reg_mr(A.pd, A.buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE);
+  cr_assert_not_null(local);
+  cr_assert_eq(post_read(&A, 1, A.buf, A.mr->lkey, A.buf + 8192, local->rkey), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "%s", ibv_wc_status_str(wc.status));
+}
+
+/* NCCL looks for GPU peer memory at /sys/kernel/mm/memory_peers/nv_mem
+ * (among others); a host with `peer_memory on` has it in its tree, which
+ * `simverbs run` shows at /sys (tests/sysview.sh). */
+Test(bad_input, peer_memory_is_a_file_in_the_hosts_tree) {
+  char root[PATH_MAX], path[PATH_MAX + 64];
+  sv_sysfs_root(fab, 0, root, sizeof(root));
+  snprintf(path, sizeof(path), "%s/kernel/mm/memory_peers/nv_mem/version", root);
+  cr_assert_neq(access(path, F_OK), 0, "the test fabric has no peer memory, yet %s exists", path);
+  fab->hosts[0].peer_memory = 1;
+  cr_assert_eq(sv_sysfs_create(fab), 0);
+  cr_assert_eq(access(path, R_OK), 0, "%s", path);
+}
