@@ -77,21 +77,40 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   return rc;
 }
 
+static ncclResult_t iflush_entered(struct lp_comm *c, int n, void **data, int *sizes, void **mhandles, void **request) {
+  if (c->error != ncclSuccess) return c->error;
+  if (c->env->cfg.gdr_flush_disable) return ncclSuccess;
+  /* As NCCL's own transport: the last receive that holds data. */
+  int last = -1;
+  for (int i = 0; i < n; i++)
+    if (sizes != NULL && sizes[i] > 0) last = i;
+  if (last < 0) return ncclSuccess;
+  struct lp_mr *m = mhandles != NULL ? mhandles[last] : NULL;
+  if (m == NULL || m->magic != LP_MR_MAGIC) {
+    LP_WARN("iflush: receive %d of %d has no valid memory handle (%p)", last, n, (void *)m);
+    return ncclInvalidArgument;
+  }
+  /* The CPU sees the NIC's writes to host memory once the completion is
+   * seen: only GPU memory needs the read. */
+  if (m->type != NCCL_PTR_CUDA) return ncclSuccess;
+  return lp_recv_flush((struct lp_recv_comm *)c, data[last], m, (struct lp_req **)request);
+}
+
 ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhandles;
-  /* Only host memory is advertised (ptrSupport = NCCL_PTR_HOST, forceFlush
-   * = 0): the NIC's writes are visible to the CPU once the completion is
-   * seen, so there is nothing to flush.  NULL means "nothing to wait for". */
-  *request = NULL;
+  *request = NULL; /* NULL: nothing to wait for */
   struct lp_comm *c = lp_comm_check(recvComm, LP_COMM_RECV);
   if (c == NULL) {
     LP_WARN("iflush: invalid recv comm %p", recvComm);
     return ncclInvalidArgument;
   }
-  return c->error;
+  if (n < 0 || n > LP_MAX_RECVS) {
+    LP_WARN("iflush: %d receives (1 to %d)", n, LP_MAX_RECVS);
+    return ncclInvalidArgument;
+  }
+  lp_comm_enter(c);
+  ncclResult_t rc = iflush_entered(c, n, data, sizes, mhandles, request);
+  lp_comm_leave(c);
+  return rc;
 }
 
 static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
@@ -106,6 +125,7 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
   }
   struct lp_comm *c = req->comm;
   lp_comm_enter(c);
+  if (req->type == LP_REQ_FLUSH) lp_recv_flush_test((struct lp_recv_comm *)c, req);
   if (!req->done) {
     ncclResult_t rc = lp_comm_progress(c);
     if (rc == ncclSuccess && !req->done) rc = lp_comm_check_peer(c);
@@ -135,7 +155,7 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
     LP_WARN("regMr: invalid comm %p", comm);
     return ncclInvalidArgument;
   }
-  return lp_mr_register(c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, -1, 0, mhandle);
+  return lp_mr_register(c->mrs, c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, -1, 0, mhandle);
 }
 
 ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
@@ -147,7 +167,7 @@ ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uin
   }
   /* Host memory needs no dma-buf: register it the ordinary way. */
   if (type == NCCL_PTR_HOST) fd = -1;
-  return lp_mr_register(c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, fd, offset, mhandle);
+  return lp_mr_register(c->mrs, c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, fd, offset, mhandle);
 }
 
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {

@@ -50,6 +50,7 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
 
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
+  if (comm->kind == LP_COMM_RECV) lp_flush_close(&((struct lp_recv_comm *)comm)->flush);
   lp_link_close(&comm->link);
   free(comm->ctrl);
   if (comm->fd >= 0) close(comm->fd);

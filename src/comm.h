@@ -15,6 +15,7 @@
 
 #include "env.h"
 #include "fifo.h"
+#include "flush.h"
 #include "health.h"
 #include "link.h"
 #include "linkpass/nccl_net.h"
@@ -31,7 +32,7 @@
 #define LP_POLL_BATCH 16
 
 enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
-enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2 };
+enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2, LP_REQ_FLUSH = 3 };
 
 struct lp_comm;
 struct lp_fo;
@@ -42,7 +43,7 @@ struct lp_req {
   uint8_t used;
   uint8_t done;
   uint8_t nsub;
-  int events; /* recv: WRITE_WITH_IMM completions still expected */
+  int events; /* recv: WRITE_WITH_IMM completions still expected; flush: reads not yet complete */
   uint64_t seq;
   size_t size;                /* send: bytes sent */
   size_t sizes[LP_MAX_RECVS]; /* recv: bytes received per sub-receive */
@@ -53,7 +54,11 @@ struct lp_comm {
   int kind; /* enum lp_comm_kind */
   const struct lp_env *env;
   struct lp_health *health; /* the control plane; NULL when failover is off */
-  int fd;                   /* the out-of-band socket, kept open as the control channel */
+  struct lp_mr_cache *mrs;  /* the process's registrations (regMr on this comm) */
+  /* NICs on which every buffer NCCL used with this connection is
+   * registered (bit n: NIC n): the only ones it may move to. */
+  uint32_t mr_nics;
+  int fd; /* the out-of-band socket, kept open as the control channel */
   uint64_t conn_id;
   int traffic_class;
   struct lp_link link;
@@ -126,6 +131,8 @@ struct lp_recv_comm {
   uint64_t oldest;           /* oldest message not yet complete */
   struct lp_req *slot_req[LP_FIFO_DEPTH];
   struct lp_mr *cts_mh[LP_FIFO_DEPTH][LP_MAX_RECVS]; /* to re-key CTS entries on another NIC */
+  uint64_t flush_devs;   /* devices that delivered data since the last iflush (bit d: device d) */
+  struct lp_flush flush; /* the loopback paths iflush reads through */
 };
 
 #define LP_SEND_CTRL_LEN \
@@ -149,6 +156,8 @@ int lp_comm_peer_gone(struct lp_comm *comm, int *err);
 static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle) {
   return lp_mr_on(mhandle, comm->env->devs[comm->link.dev].nic);
 }
+/* The connection uses this buffer: it may only move where it is registered. */
+static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_nics &= lp_mr_nics(mhandle); }
 
 /* Where in its control memory the peer writes: the sender's CTS FIFO is at
  * its start, the receiver's completion records follow its CTS staging. */

@@ -191,6 +191,8 @@ static const struct int_var int_vars[] = {
     {"NCCL_IB_RETRY_CNT", offsetof(struct lp_config, retry_cnt), 7, 0, 7, ""},
     {"NCCL_IB_QPS_PER_CONNECTION", offsetof(struct lp_config, qps_per_conn), 1, 1, LP_MAX_QPS, ""},
     {"NCCL_IB_USE_INLINE", offsetof(struct lp_config, use_inline), 0, 0, 1, "(1: clear-to-sends go inline)"},
+    {"NCCL_GDR_FLUSH_DISABLE", offsetof(struct lp_config, gdr_flush_disable), 0, 0, 1,
+     "(1: iflush of GPU memory does nothing)"},
     {"NCCL_IB_PCI_RELAXED_ORDERING", offsetof(struct lp_config, pci_ro), 2, 0, 2,
      "(0 off, 1 on, 2 on where libibverbs has ibv_reg_mr_iova2)"},
     {"NCCL_IB_ADAPTIVE_ROUTING", offsetof(struct lp_config, adaptive_routing), -2, -2, 1,

@@ -69,22 +69,23 @@ struct lp_config {
   int gid_family;   /* NCCL_IB_ADDR_FAMILY: GIDs the automatic choice looks for, LP_FAMILY_INET or _INET6 */
   struct lp_addr_range gid_range; /* NCCL_IB_ADDR_RANGE: only GIDs in this subnet, when set */
   char gid_range_str[64];
-  int tc;               /* NCCL_IB_TC */
-  int fifo_tc;          /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
-  int sl;               /* NCCL_IB_SL */
-  int pkey;             /* NCCL_IB_PKEY (P_Key table index) */
-  int timeout;          /* NCCL_IB_TIMEOUT */
-  int retry_cnt;        /* NCCL_IB_RETRY_CNT */
-  int qps_per_conn;     /* NCCL_IB_QPS_PER_CONNECTION */
-  int use_inline;       /* NCCL_IB_USE_INLINE: clear-to-sends posted with IBV_SEND_INLINE */
-  int pci_ro;           /* NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 on where the library can */
-  int adaptive_routing; /* NCCL_IB_ADAPTIVE_ROUTING: -2 on InfiniBand only, 0 off, else on */
-  int ar_threshold;     /* NCCL_IB_AR_THRESHOLD: larger messages split for adaptive routing, negative: 8192 */
-  int ece_enable;       /* NCCL_IB_ECE_ENABLE: negotiate Enhanced Connection Establishment */
-  int device_pci_order; /* NCCL_IB_DEVICE_PCI_ORDER: devices sorted by PCI address */
-  int subnet_routing;   /* NCCL_IB_SUBNET_AWARE_ROUTING: connect from a device on the listener's RoCE subnet */
-  int subnet_prefix;    /* NCCL_IB_SUBNET_PREFIX_LEN: IPv4 prefix bits of that subnet */
-  struct lp_filter hca; /* NCCL_IB_HCA */
+  int tc;                /* NCCL_IB_TC */
+  int fifo_tc;           /* NCCL_IB_FIFO_TC: the receiver's QPs (clear-to-sends), -1: as the connection */
+  int sl;                /* NCCL_IB_SL */
+  int pkey;              /* NCCL_IB_PKEY (P_Key table index) */
+  int timeout;           /* NCCL_IB_TIMEOUT */
+  int retry_cnt;         /* NCCL_IB_RETRY_CNT */
+  int qps_per_conn;      /* NCCL_IB_QPS_PER_CONNECTION */
+  int use_inline;        /* NCCL_IB_USE_INLINE: clear-to-sends posted with IBV_SEND_INLINE */
+  int gdr_flush_disable; /* NCCL_GDR_FLUSH_DISABLE: iflush of GPU memory does nothing */
+  int pci_ro;            /* NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 on where the library can */
+  int adaptive_routing;  /* NCCL_IB_ADAPTIVE_ROUTING: -2 on InfiniBand only, 0 off, else on */
+  int ar_threshold;      /* NCCL_IB_AR_THRESHOLD: larger messages split for adaptive routing, negative: 8192 */
+  int ece_enable;        /* NCCL_IB_ECE_ENABLE: negotiate Enhanced Connection Establishment */
+  int device_pci_order;  /* NCCL_IB_DEVICE_PCI_ORDER: devices sorted by PCI address */
+  int subnet_routing;    /* NCCL_IB_SUBNET_AWARE_ROUTING: connect from a device on the listener's RoCE subnet */
+  int subnet_prefix;     /* NCCL_IB_SUBNET_PREFIX_LEN: IPv4 prefix bits of that subnet */
+  struct lp_filter hca;  /* NCCL_IB_HCA */
   /* out-of-band sockets */
   struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */
   int family;              /* NCCL_SOCKET_FAMILY: enum lp_family */

@@ -98,6 +98,8 @@ static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t 
   if (c == NULL) return NULL;
   c->env = p->env;
   c->health = p->health;
+  c->mrs = p->mrs;
+  c->mr_nics = ~0u;
   if (posix_memalign(&c->ctrl, 4096, ctrl_len) != 0) {
     free(c);
     return NULL;

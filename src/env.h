@@ -25,6 +25,9 @@ struct lp_env {
    * control memory, whose order the protocol needs) take
    * IBV_ACCESS_RELAXED_ORDERING, through ibv_reg_mr_iova2. */
   int relaxed_ordering;
+  /* GPU peer memory is loaded (gdr.h): CUDA pointers can be registered. */
+  int peer_memory;
+  long page_size; /* GPU registrations cover whole pages, as NCCL's */
   int nnics;
   struct lp_nic nics[LP_MAX_NICS];
   int ndevs;

@@ -201,7 +201,7 @@ static void swap_link(struct lp_comm *c, struct lp_link *next) {
 
 /* Where this connection goes (health.h): its primary's pool. */
 static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
-  return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid);
+  return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid, c->mr_nics);
 }
 
 /* A new path for this connection on the device it claims: the claim counts
@@ -211,7 +211,7 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
 static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int avoid, int nqps,
                         ncclResult_t *opened) {
   enum lp_dir dir = lp_comm_dir(c);
-  int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid);
+  int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid, c->mr_nics);
   if (dev < 0) return -1;
   *opened = lp_comm_link_open(next, c, dev, nqps, lp_comm_ctrl_remote_off(c));
   lp_health_load_add(c->health, dir, dev, -1);

@@ -265,18 +265,20 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
  * suspect) but `avoid`, round 1 healthy ones but `avoid`, round 2 healthy
  * ones, round 3 ports that are up but held down; only the first `rounds`
  * are tried. */
-static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds,
-                int *seen) {
+static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, uint32_t nics,
+                int rounds, int *seen) {
   const struct lp_env *env = h->env;
   uint64_t now = lp_now_ns();
-  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && lp_health_trusted(h, prefer, now)) {
+  if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && (nics >> env->devs[prefer].nic & 1u) &&
+      lp_health_trusted(h, prefer, now)) {
     *seen = atomic_load_explicit(&loads[prefer], memory_order_relaxed);
     return prefer;
   }
   int usable[LP_MAX_DEVS], load[LP_MAX_DEVS];
   for (int round = 0; round < rounds; round++) {
     for (int d = 0; d < env->ndevs; d++) {
-      int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer;
+      /* the same link layer, and every buffer the connection uses registered there */
+      int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer && (nics >> env->devs[d].nic & 1u);
       int ok = round == 0  ? lp_health_trusted(h, d, now)
                : round < 3 ? lp_health_ok(h, d)
                            : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
@@ -295,28 +297,29 @@ static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int 
 /* The choice holds only if no other thread claimed the chosen device since
  * its load was read; else choose again.  Lock-free: a failed exchange means
  * another claim (or a release) succeeded. */
-static int claim(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, int rounds) {
+static int claim(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, uint32_t nics,
+                 int rounds) {
   for (;;) {
-    int seen, dev = pick(h, loads, primary, prefer, avoid, rounds, &seen);
+    int seen, dev = pick(h, loads, primary, prefer, avoid, nics, rounds, &seen);
     if (dev < 0) return -1;
     if (atomic_compare_exchange_weak_explicit(&loads[dev], &seen, seen + 1, memory_order_relaxed, memory_order_relaxed))
       return dev;
   }
 }
 
-int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
+int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, uint32_t nics) {
   int seen;
-  return pick(h, (_Atomic int *)h->load[dir], primary, prefer, avoid, 4, &seen);
+  return pick(h, (_Atomic int *)h->load[dir], primary, prefer, avoid, nics, 4, &seen);
 }
 
-int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid) {
-  return claim(h, h->load[dir], primary, prefer, avoid, 4);
+int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, uint32_t nics) {
+  return claim(h, h->load[dir], primary, prefer, avoid, nics, 4);
 }
 
 /* A standby is only worth having on another device: never `from` itself,
  * and only a healthy one (a standby is no last resort): round 0 alone. */
-int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer) {
-  return claim(h, h->standby[dir][from], primary, prefer, from, 1);
+int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer, uint32_t nics) {
+  return claim(h, h->standby[dir][from], primary, prefer, from, nics, 1);
 }
 
 /* ---- the metrics file ---- */

@@ -118,8 +118,10 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
  * will do; `prefer` first when trusted (lp_health_trusted).  `avoid` (the device it
  * is leaving) only when nothing else is healthy: the failure may have been
  * the peer's.  With nothing healthy at all, a port that is up again but
- * still in hold-down beats losing the path.  -1: no path on this side. */
-int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
+ * still in hold-down beats losing the path.  Only devices of the NICs in
+ * `nics` (bit n: NIC n), where every buffer the connection uses is
+ * registered.  -1: no path on this side. */
+int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, uint32_t nics);
 
 /* lp_health_choose, and the chosen device counts one more `dir` end at
  * once, atomically with the choice: two threads moving connections at the
@@ -127,7 +129,7 @@ int lp_health_choose(const struct lp_health *h, enum lp_dir dir, int primary, in
  * device that was least loaded before either chose.  The caller gives the
  * claim back with lp_health_load_add(..., -1) once the link it opened there
  * counts itself (lp_link_open), or the open failed. */
-int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid);
+int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefer, int avoid, uint32_t nics);
 
 /* A standby path for a `dir` end now on `from` (primary `primary`): a
  * healthy device of the pool other than `from`, with the same link layer,
@@ -135,7 +137,7 @@ int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefe
  * atomically like lp_health_claim, and given back with
  * lp_health_standby_release.  `prefer` first when healthy and not `from`.
  * -1: none. */
-int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer);
+int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer, uint32_t nics);
 static inline void lp_health_standby_release(struct lp_health *h, enum lp_dir dir, int from, int to) {
   atomic_fetch_sub_explicit(&h->standby[dir][from][to], 1, memory_order_relaxed);
 }

@@ -120,7 +120,8 @@ fail:
   return ncclSystemError;
 }
 
-ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
+/* Every QP to RTS towards link->remote, with the given transport timer. */
+static ncclResult_t connect_qps(struct lp_link *link, int traffic_class, int timeout, int retry_cnt) {
   const struct lp_ibv *ibv = &link->env->ibv;
   const struct lp_config *cfg = &link->env->cfg;
   const struct lp_link_info *l = &link->local, *r = &link->remote;
@@ -174,8 +175,8 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
     }
     memset(&qa, 0, sizeof(qa));
     qa.qp_state = IBV_QPS_RTS;
-    qa.timeout = (uint8_t)cfg->timeout;
-    qa.retry_cnt = (uint8_t)cfg->retry_cnt;
+    qa.timeout = (uint8_t)timeout;
+    qa.retry_cnt = (uint8_t)retry_cnt;
     qa.rnr_retry = 7;
     qa.sq_psn = 0;
     qa.max_rd_atomic = 1;
@@ -194,6 +195,15 @@ ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
             r->dev_name, r->port, r->ece_options, link->local.ece_options);
   }
   return ncclSuccess;
+}
+
+ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class) {
+  return connect_qps(link, traffic_class, link->env->cfg.timeout, link->env->cfg.retry_cnt);
+}
+
+ncclResult_t lp_link_loopback(struct lp_link *link, int timeout, int retry_cnt) {
+  link->remote = link->local;
+  return connect_qps(link, 0, timeout, retry_cnt);
 }
 
 void lp_link_uncount(struct lp_link *link) {

@@ -51,6 +51,9 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
  * ends, each QP first takes the peer's offer (the device keeps what both
  * support) and `link->local` then says what was agreed. */
 ncclResult_t lp_link_connect(struct lp_link *link, int traffic_class);
+/* Connect every QP to itself (the flush's loopback reads, flush.h), with
+ * its own transport timer rather than NCCL_IB_TIMEOUT / _RETRY_CNT. */
+ncclResult_t lp_link_loopback(struct lp_link *link, int timeout, int retry_cnt);
 void lp_link_close(struct lp_link *link);
 /* It no longer counts as an end on its device (a path being left). */
 void lp_link_uncount(struct lp_link *link);

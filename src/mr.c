@@ -8,70 +8,159 @@
 
 #define LP_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
-ncclResult_t lp_mr_register(const struct lp_env *env, struct lp_health *health, int home, void *data, size_t size,
-                            int type, int fd, uint64_t offset, void **mhandle) {
-  *mhandle = NULL;
-  if (type != NCCL_PTR_HOST && fd < 0) {
-    LP_WARN("regMr: pointer type %d is not supported (only host memory, NCCL_PTR_HOST)", type);
-    return ncclInvalidArgument;
+/* What one registration call asks for, once its range is settled. */
+struct want {
+  uintptr_t addr;
+  size_t len;
+  int type, fd;
+  uint64_t offset; /* of `addr` in the dma-buf */
+};
+
+/* GPU memory is registered in whole pages, as NCCL's own transport does
+ * (the NIC maps pages; the cache then finds the next buffer of the same
+ * pages).  Host memory keeps the caller's exact range: a larger one would
+ * let a peer's write reach bytes the caller never offered.  A dma-buf's
+ * offset moves back with the address; if it cannot (the buffer starts
+ * inside the first page), the exact range is registered. */
+static struct want settle(const struct lp_env *env, void *data, size_t size, int type, int fd, uint64_t offset) {
+  struct want w = {.addr = (uintptr_t)data, .len = size ? size : 1, .type = type, .fd = fd, .offset = offset};
+  if (type != NCCL_PTR_CUDA) return w;
+  uintptr_t page = (uintptr_t)env->page_size;
+  uintptr_t start = w.addr & ~(page - 1), end = (w.addr + w.len + page - 1) & ~(page - 1);
+  if (fd >= 0 && offset < w.addr - start) return w;
+  w.offset -= w.addr - start;
+  w.addr = start;
+  w.len = end - start;
+  return w;
+}
+
+/* A cached registration of the same kind that covers the range on `home`
+ * (with failover off, each NIC registers only what its comms use). */
+static struct lp_mr *cache_find(struct lp_mr_cache *cache, const struct want *w, int home) {
+  for (struct lp_mr *m = cache->head; m != NULL; m = m->next)
+    if (m->type == w->type && (m->nics >> home & 1u) && m->addr <= w->addr && w->addr + w->len <= m->addr + m->len)
+      return m;
+  return NULL;
+}
+
+static ncclResult_t unregister_all(struct lp_mr *m) {
+  ncclResult_t rc = ncclSuccess;
+  for (int n = 0; n < LP_MAX_NICS; n++) {
+    if (m->mr[n] == NULL) continue;
+    int err = m->env->ibv.dereg_mr(m->mr[n]);
+    if (err != 0) {
+      LP_WARN("ibv_dereg_mr(%s) failed: %s", m->env->nics[n].name, strerror(err));
+      rc = ncclSystemError;
+    }
+    m->mr[n] = NULL;
   }
-  struct lp_mr *m = calloc(1, sizeof(*m));
-  if (m == NULL) return ncclSystemError;
-  /* Exactly the caller's range: the NIC pins whole pages anyway, and a
-   * larger range would let a peer's write reach memory the caller never
-   * offered (and makes sanitizers and the simulator touch foreign bytes). */
-  m->magic = LP_MR_MAGIC;
-  m->env = env;
-  m->addr = (uintptr_t)data;
-  m->len = size ? size : 1;
+  return rc;
+}
+
+/* One NIC's registration of the range; NULL (errno set, WARNed) if refused. */
+static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic *on, const struct want *w) {
   /* Payload only: the receiver reads it after the completion, which the NIC
    * orders behind every write of the message. */
   int access = LP_MR_ACCESS | (env->relaxed_ordering ? IBV_ACCESS_RELAXED_ORDERING : 0);
-  /* With failover on, every NIC gets the registration now: a move must
-   * never wait for one, and the peer needs keys valid on its new NIC. */
+  if (w->fd >= 0) {
+    if (!on->dmabuf) {
+      LP_WARN(
+          "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing or the kernel or device "
+          "refuses it)",
+          on->name);
+      errno = EOPNOTSUPP;
+      return NULL;
+    }
+    struct ibv_mr *mr = env->ibv.reg_dmabuf_mr(on->pd, w->offset, w->len, w->addr, w->fd, access);
+    if (mr == NULL)
+      LP_WARN("ibv_reg_dmabuf_mr(%s, fd %d, offset %llu, %zu bytes at %p) failed: %s", on->name, w->fd,
+              (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(errno));
+    return mr;
+  }
+  struct ibv_mr *mr = env->relaxed_ordering
+                          ? env->ibv.reg_mr_iova2(on->pd, (void *)w->addr, w->len, w->addr, (unsigned)access)
+                          : env->ibv.reg_mr(on->pd, (void *)w->addr, w->len, access);
+  if (mr == NULL)
+    LP_WARN("ibv_reg_mr(%s, %s memory %p, %zu bytes) failed: %s", on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
+            (void *)w->addr, w->len, strerror(errno));
+  return mr;
+}
+
+/* Register the range on `home` and, with failover on, every other live NIC:
+ * a move must never wait for a registration, and the peer needs keys valid
+ * on its new NIC.  A NIC that refuses is left out of the handle's `nics`,
+ * which keeps the connections that use it from moving there. */
+static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, int home, const struct want *w) {
+  struct lp_mr *m = calloc(1, sizeof(*m));
+  if (m == NULL) return NULL;
+  m->magic = LP_MR_MAGIC;
+  m->env = env;
+  m->addr = w->addr;
+  m->len = w->len;
+  m->type = w->type;
   for (int n = 0; n < env->nnics; n++) {
     if (n != home && (health == NULL || lp_health_nic_fatal(health, n))) continue;
-    const struct lp_nic *on = &env->nics[n];
-    struct ibv_mr *mr;
-    if (fd >= 0) {
-      if (env->ibv.reg_dmabuf_mr == NULL) {
-        LP_WARN("regMrDmaBuf: this libibverbs has no ibv_reg_dmabuf_mr");
-        goto fail;
-      }
-      mr = env->ibv.reg_dmabuf_mr(on->pd, offset, size, (uint64_t)(uintptr_t)data, fd, access);
-    } else if (env->relaxed_ordering) {
-      mr = env->ibv.reg_mr_iova2(on->pd, (void *)m->addr, m->len, m->addr, (unsigned)access);
+    m->mr[n] = register_on(env, &env->nics[n], w);
+    if (m->mr[n] != NULL) {
+      m->nics |= 1u << n;
+    } else if (n == home) {
+      unregister_all(m);
+      free(m);
+      return NULL;
     } else {
-      mr = env->ibv.reg_mr(on->pd, (void *)m->addr, m->len, access);
+      LP_WARN("connections that use %p+%zu cannot move to %s", (void *)w->addr, w->len, env->nics[n].name);
     }
-    if (mr == NULL) {
-      LP_WARN("ibv_reg_mr(%s, %p, %zu bytes) failed: %s%s", on->name, (void *)m->addr, m->len, strerror(errno),
-              n == home ? "" : " (connections cannot move to this NIC with this buffer)");
-      if (n == home) goto fail;
-      continue;
-    }
-    m->mr[n] = mr;
   }
+  return m;
+}
+
+ncclResult_t lp_mr_register(struct lp_mr_cache *cache, const struct lp_env *env, struct lp_health *health, int home,
+                            void *data, size_t size, int type, int fd, uint64_t offset, void **mhandle) {
+  *mhandle = NULL;
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) {
+    LP_WARN("regMr: pointer type %d is not NCCL_PTR_HOST (%d) or NCCL_PTR_CUDA (%d)", type, NCCL_PTR_HOST,
+            NCCL_PTR_CUDA);
+    return ncclInvalidArgument;
+  }
+  if (type == NCCL_PTR_CUDA && fd < 0 && !env->peer_memory) {
+    LP_WARN(
+        "regMr: %p+%zu is GPU memory (NCCL_PTR_CUDA), but no GPU peer memory module is loaded on this host "
+        "(nvidia-peermem): nothing was registered; load the module, or let NCCL register it as a dma-buf "
+        "(NCCL_DMABUF_ENABLE=1, the default, with a CUDA driver and kernel that support it)",
+        data, size);
+    return ncclInvalidArgument;
+  }
+  struct want w = settle(env, data, size, type, fd, offset);
+  pthread_mutex_lock(&cache->lock);
+  struct lp_mr *m = cache_find(cache, &w, home);
+  if (m == NULL) {
+    m = create(env, health, home, &w);
+    if (m != NULL) {
+      m->cache = cache;
+      m->next = cache->head;
+      cache->head = m;
+    }
+  }
+  if (m != NULL) m->refs++;
+  pthread_mutex_unlock(&cache->lock);
+  if (m == NULL) return ncclSystemError;
   *mhandle = m;
   return ncclSuccess;
-fail:
-  for (int n = 0; n < LP_MAX_NICS; n++)
-    if (m->mr[n]) env->ibv.dereg_mr(m->mr[n]);
-  free(m);
-  return ncclSystemError;
 }
 
 ncclResult_t lp_mr_deregister(struct lp_mr *m) {
-  const struct lp_env *env = m->env;
-  ncclResult_t rc = ncclSuccess;
-  for (int i = 0; i < LP_MAX_NICS; i++) {
-    if (m->mr[i] == NULL) continue;
-    int err = env->ibv.dereg_mr(m->mr[i]);
-    if (err != 0) {
-      LP_WARN("ibv_dereg_mr(%s) failed: %s", env->nics[i].name, strerror(err));
-      rc = ncclSystemError;
-    }
-  }
+  struct lp_mr_cache *cache = m->cache;
+  pthread_mutex_lock(&cache->lock);
+  int last = --m->refs == 0;
+  if (last)
+    for (struct lp_mr **p = &cache->head; *p != NULL; p = &(*p)->next)
+      if (*p == m) {
+        *p = m->next;
+        break;
+      }
+  pthread_mutex_unlock(&cache->lock);
+  if (!last) return ncclSuccess;
+  ncclResult_t rc = unregister_all(m);
   m->magic = 0;
   free(m);
   return rc;
@@ -81,4 +170,9 @@ struct ibv_mr *lp_mr_on(void *mhandle, int nic) {
   struct lp_mr *m = mhandle;
   if (m == NULL || m->magic != LP_MR_MAGIC) return NULL;
   return m->mr[nic];
+}
+
+uint32_t lp_mr_nics(void *mhandle) {
+  struct lp_mr *m = mhandle;
+  return m != NULL && m->magic == LP_MR_MAGIC ? m->nics : 0;
 }

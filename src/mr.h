@@ -1,11 +1,15 @@
 /*
  * Memory registration.  Registrations are per NIC, not per comm
  * (regIsGlobal = 1): NCCL may use a handle with any comm on the same device.
+ * NCCL registers the same buffers again and again (each comm, each
+ * channel), so registrations go through a refcounted cache: a range already
+ * registered is handed out again, and deregistered with its last handle.
  */
 #ifndef LP_MR_H
 #define LP_MR_H
 
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,23 +19,38 @@
 
 #define LP_MR_MAGIC 0x4c504d52u
 
-/* Registered memory handed to NCCL. */
+/* Registered memory handed to NCCL (one per cached range). */
 struct lp_mr {
   uint32_t magic;
-  const struct lp_env *env; /* to deregister after the comm is gone */
-  uintptr_t addr;
+  const struct lp_env *env;  /* to deregister after the comm is gone */
+  struct lp_mr_cache *cache; /* the cache it lives in */
+  uintptr_t addr;            /* the registered range: GPU memory in whole pages */
   size_t len;
+  int type;      /* NCCL_PTR_HOST or NCCL_PTR_CUDA (a dma-buf is GPU memory) */
+  int refs;      /* handles NCCL holds (under the cache's lock) */
+  uint32_t nics; /* bit n: registered on NIC n (mr[n] != NULL) */
+  struct lp_mr *next;
   struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
 };
 
+/* The process's registrations, owned by the plugin context. */
+struct lp_mr_cache {
+  pthread_mutex_t lock;
+  struct lp_mr *head;
+};
+
 /* Register `data` on NIC `home`, and on every other NIC when `health` is
- * set (failover on: a move never waits for a registration).  fd >= 0: a
- * dma-buf. */
-ncclResult_t lp_mr_register(const struct lp_env *env, struct lp_health *health, int home, void *data, size_t size,
-                            int type, int fd, uint64_t offset, void **mhandle);
-/* Deregister everywhere and free the handle (checked by the caller). */
+ * set (failover on: a move never waits for a registration), or take the
+ * cached registration that covers it.  `type` NCCL_PTR_CUDA needs GPU
+ * peer memory (env->peer_memory) unless `fd` >= 0: a dma-buf, registered
+ * on every NIC before the call returns (NCCL closes the fd right after). */
+ncclResult_t lp_mr_register(struct lp_mr_cache *cache, const struct lp_env *env, struct lp_health *health, int home,
+                            void *data, size_t size, int type, int fd, uint64_t offset, void **mhandle);
+/* Give back one handle; the last one deregisters everywhere. */
 ncclResult_t lp_mr_deregister(struct lp_mr *m);
 /* The registration of an mhandle on NIC `nic`.  NULL when invalid. */
 struct ibv_mr *lp_mr_on(void *mhandle, int nic);
+/* The NICs an mhandle is registered on (bit n: NIC n); 0 when invalid. */
+uint32_t lp_mr_nics(void *mhandle);
 
 #endif

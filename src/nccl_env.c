@@ -43,6 +43,8 @@ const struct lp_nccl_var lp_nccl_vars[] = {
      "1: a RoCE listener's handle carries its GID, and the connector uses a device on that IPv4 subnet when the one "
      "NCCL chose is not"},
     {"NCCL_IB_SUBNET_PREFIX_LEN", H, "24", "the IPv4 prefix length of that subnet check (1..32)"},
+    {"NCCL_GDR_FLUSH_DISABLE", H, "0",
+     "1: iflush of GPU memory returns at once, without the 1-byte RDMA READ through the NIC that wrote it"},
     {"NCCL_IB_SPLIT_DATA_ON_QPS", M, "0",
      "linkpass always splits each message over all QPs of the connection (NCCL's 1), so that messages complete in "
      "order, which its exactly-once replay after a move relies on; with one QP, the default, both are the same"},
@@ -78,8 +80,7 @@ const struct lp_nccl_var lp_nccl_vars[] = {
     {"NCCL_IB_MERGE_NICS", NA, "1", "linkpass offers no virtual NICs (no makeVDevice)"},
     {"NCCL_IB_MERGE_VFS", NA, "1", "linkpass reports each NIC's own PCI path; it merges no functions"},
     {"NCCL_IB_WARN_RAIL_LOCAL", NA, "0", "only for virtual NICs, which linkpass does not offer"},
-    {"NCCL_IB_DATA_DIRECT", NA, "1", "linkpass registers host memory only (no mlx5 data-direct devices)"},
-    {"NCCL_GDR_FLUSH_DISABLE", NA, "0", "linkpass registers host memory only, which needs no flush"},
+    {"NCCL_IB_DATA_DIRECT", NA, "1", "linkpass offers no mlx5 data-direct devices"},
     {"NCCL_IB_OOO_RQ", NA, "0", "linkpass does not use the mlx5 out-of-order receive queue"},
     {"NCCL_IB_RECEIVER_SIDE_MATCHING_SCHEME", NA, "-2 (by index)",
      "linkpass's wire protocol numbers every message; both ends are linkpass"},

@@ -30,7 +30,8 @@ struct lp_nic {
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   struct ibv_device_attr attr;
-  int numa; /* NUMA node of its PCI device, -1 unknown */
+  int numa;   /* NUMA node of its PCI device, -1 unknown */
+  int dmabuf; /* registers dma-bufs (gdr.h): NCCL_PTR_DMABUF is advertised on its ports */
 };
 
 struct lp_dev {

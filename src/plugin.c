@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gdr.h"
 #include "linkpass.h"
 #include "log.h"
 #include "nccl_env.h"
@@ -15,7 +16,8 @@
  * besides the log sink, reached from this file only. */
 static struct lp_plugin the_plugin = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .setup = {.lock = PTHREAD_MUTEX_INITIALIZER},
+    .setup = {.lock = PTHREAD_MUTEX_INITIALIZER, .mrs = &the_plugin.mrs},
+    .mrs = {.lock = PTHREAD_MUTEX_INITIALIZER},
     .env = {.syslog = {.fd = -1}},
 };
 
@@ -91,6 +93,23 @@ static int relaxed_ordering(const struct lp_config *cfg, const struct lp_ibv *ib
   return 1;
 }
 
+/* GPUDirect RDMA as NCCL's own transport finds it: GPU peer memory for the
+ * host, dma-buf support per NIC. */
+static void find_gpu_support(struct lp_env *env) {
+  long page = sysconf(_SC_PAGESIZE);
+  env->page_size = page > 0 ? page : 4096;
+  env->peer_memory = lp_gdr_peer_memory();
+  char dmabuf[256] = "";
+  size_t used = 0;
+  for (int n = 0; n < env->nnics; n++) {
+    env->nics[n].dmabuf = lp_gdr_dmabuf_supported(&env->ibv, &env->nics[n]);
+    if (env->nics[n].dmabuf && used < sizeof(dmabuf))
+      used += (size_t)snprintf(dmabuf + used, sizeof(dmabuf) - used, "%s%s", used ? " " : "", env->nics[n].name);
+  }
+  LP_INFO(NCCL_INIT | NCCL_NET, "GPU memory: peer memory %s; dma-buf on %s",
+          env->peer_memory ? "loaded (NCCL_PTR_CUDA)" : "not loaded", used ? dmabuf : "no NIC");
+}
+
 static ncclResult_t bring_up(struct lp_plugin *p) {
   char why[640];
   /* A failed init is retried by the next one; warn and describe once. */
@@ -118,6 +137,7 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
             p->env.cfg.hca.set ? "\"" : "", p->env.ibv.path);
     goto fail;
   }
+  find_gpu_support(&p->env);
   struct lp_oob_avoid avoid;
   avoid.n = lp_nic_netdevs(p->env.nics, p->env.nnics, p->env.devs, p->env.ndevs, avoid.name, LP_OOB_AVOID_MAX);
   int backed = 0;
@@ -220,8 +240,12 @@ ncclResult_t lp_get_properties(int dev, ncclNetProperties_v12_t *props) {
   props->name = d->name;
   props->pciPath = n->pci_path;
   props->guid = n->attr.sys_image_guid;
-  props->ptrSupport = NCCL_PTR_HOST; /* no GPUDirect: no peer memory, no dma-buf here */
+  /* GPUDirect RDMA where the host and NIC allow it, as NCCL's own transport. */
+  props->ptrSupport = NCCL_PTR_HOST | (p->env.peer_memory ? NCCL_PTR_CUDA : 0) | (n->dmabuf ? NCCL_PTR_DMABUF : 0);
   props->regIsGlobal = 1;
+  /* As NCCL's own transport on a NIC without mlx5 Data Direct: NCCL asks
+   * for flushes where the GPU needs them (before sm90, or when
+   * NCCL_NET_FORCE_FLUSH=1), and iflush does them. */
   props->forceFlush = 0;
   props->speed = d->speed_mbps;
   props->port = d->port;

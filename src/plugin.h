@@ -16,6 +16,7 @@
 #include "env.h"
 #include "health.h"
 #include "idle_watch.h"
+#include "mr.h"
 
 #define LP_CTX_MAGIC 0x4c504354u
 
@@ -35,6 +36,7 @@ struct lp_plugin {
   struct lp_env env;
   struct lp_ctx default_ctx;
   struct lp_setup setup;     /* connects in progress */
+  struct lp_mr_cache mrs;    /* every registration, shared by the comms (regIsGlobal) */
   struct lp_health health;   /* link failover's control plane */
   struct lp_idle_watch idle; /* answers moves for receivers NCCL is not calling */
 };

@@ -32,6 +32,7 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
   if (kind != LP_WR_RECV || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)
     return lp_comm_fail(&r->base, ncclInternalError, "unexpected completion (opcode %d, wr_id 0x%llx)", (int)wc->opcode,
                         (unsigned long long)wc->wr_id);
+  r->flush_devs |= 1ull << link->dev; /* the NIC whose writes a flush must push out */
   uint32_t imm = ntohl(wc->imm_data);
   uint64_t seq = lp_seq_from_imm(imm, r->oldest);
   int slot = lp_fifo_slot(seq);
@@ -94,6 +95,7 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
         return ncclInvalidArgument;
       }
       rkey = mr->rkey;
+      lp_comm_uses(c, mhandles[i]);
     }
     memset(&cts[i], 0, sizeof(cts[i]));
     cts[i].addr = (uint64_t)(uintptr_t)data[i];
@@ -169,4 +171,39 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr;
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
   return lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 1, r->tail);
+}
+
+ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, struct lp_req **out) {
+  struct lp_comm *c = &r->base;
+  *out = NULL;
+  uint64_t devs = r->flush_devs ? r->flush_devs : 1ull << c->link.dev;
+  r->flush_devs = 0;
+  struct lp_req *req = lp_req_alloc(c);
+  if (req == NULL) {
+    LP_WARN("iflush: more than %d requests outstanding on the connection to %s", LP_MAX_REQS, c->peer);
+    return ncclInternalError;
+  }
+  req->type = LP_REQ_FLUSH;
+  req->events = 0;
+  for (int d = 0; d < c->env->ndevs; d++) {
+    if (!(devs >> d & 1u)) continue;
+    int nic = c->env->devs[d].nic;
+    /* A NIC that is gone has no writes left to push; its port being down
+     * would only cost the read's retry budget. */
+    if (c->health != NULL && (!lp_health_link_up(c->health, d) || lp_health_nic_fatal(c->health, nic))) continue;
+    struct ibv_mr *mr = lp_mr_on(mhandle, nic);
+    if (mr != NULL) lp_flush_post(&r->flush, c->env, d, (uint64_t)(uintptr_t)data, mr->rkey, &req->events);
+  }
+  if (req->events == 0) { /* nothing to wait for: NCCL takes NULL as done */
+    lp_req_free(req);
+    return ncclSuccess;
+  }
+  *out = req;
+  return ncclSuccess;
+}
+
+int lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req) {
+  lp_flush_poll(&r->flush);
+  if (req->events == 0) req->done = 1;
+  return req->done;
 }

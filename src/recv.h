@@ -13,5 +13,12 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
 ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *sizes, int *tags, void **mhandles,
                           struct lp_req **req);
 ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
+/* iflush: read one byte of `data` (registered as `mhandle`) through each
+ * live device that delivered data since the last flush (the current one
+ * if none), so the NIC's writes into GPU memory are visible.  *req NULL:
+ * nothing to wait for. */
+ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, struct lp_req **req);
+/* 1 once every read of a flush request completed (failed ones too). */
+int lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req);
 
 #endif

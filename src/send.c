@@ -206,6 +206,7 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
       return ncclInvalidArgument;
     }
     lkey = mr->lkey;
+    lp_comm_uses(c, mhandle);
   }
   struct lp_req *req = lp_req_alloc(c);
   if (req == NULL) {

@@ -28,7 +28,7 @@ static void set_state(struct lp_comm *c, struct lp_standby *sb, enum lp_sb_state
 static int claim_and_open(struct lp_comm *c, struct lp_standby *sb, int primary, int prefer, int nqps) {
   enum lp_dir dir = lp_comm_dir(c);
   int from = c->link.dev;
-  int dev = lp_health_claim_standby(c->health, dir, primary, from, prefer);
+  int dev = lp_health_claim_standby(c->health, dir, primary, from, prefer, c->mr_nics);
   if (dev < 0) return -1;
   if (open_link(c, sb, dev, nqps) != 0) {
     lp_health_standby_release(c->health, dir, from, dev);

@@ -36,28 +36,28 @@ static void down(int d) {
 }
 
 Test(choose, a_healthy_preference_wins, .init = machine) {
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0), 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0, ~0u), 2);
   down(2);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0), 1, "an unhealthy preference is ignored: pool order then");
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 0, 0), 1, "the device being left is never preferred");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 2, 0, ~0u), 1, "an unhealthy preference is ignored: pool order then");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 0, 0, ~0u), 1, "the device being left is never preferred");
 }
 
 Test(choose, least_loaded_first_pool_order_on_ties, .init = machine) {
   lp_health_load_add(&h, LP_DIR_SEND, 1, 3);
   lp_health_load_add(&h, LP_DIR_SEND, 2, 1);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 2, "device 2 carries fewer connections than 1");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 2, "device 2 carries fewer connections than 1");
   lp_health_load_add(&h, LP_DIR_SEND, 2, 2);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "a tie: device 0's pool order puts 1 first");
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 1, -1, 1), 0, "device 1's own pool puts 0 first");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 1, "a tie: device 0's pool order puts 1 first");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 1, -1, 1, ~0u), 0, "device 1's own pool puts 0 first");
 }
 
 Test(choose, never_another_link_layer, .init = machine) {
   down(1);
   down(2);
   /* Only the RoCE device 3 is healthy besides the one being left. */
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 0, "the device being left, when it is all that is healthy");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 0, "the device being left, when it is all that is healthy");
   down(0);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), -1, "RoCE cannot carry an InfiniBand connection");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), -1, "RoCE cannot carry an InfiniBand connection");
 }
 
 Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
@@ -65,9 +65,9 @@ Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
   down(1);
   down(2);
   atomic_store(&h.link_up[2], 1); /* up again, in hold-down: not healthy */
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 2);
   atomic_store(&h.fatal[2], 1);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), -1, "a NIC that reported DEVICE_FATAL is never used again");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), -1, "a NIC that reported DEVICE_FATAL is never used again");
 }
 
 /* Connections leaving one NIC spread over the rest within one of each
@@ -75,7 +75,7 @@ Test(choose, held_down_port_beats_losing_the_path, .init = machine) {
 Test(choose, a_sweep_of_moves_spreads_evenly, .init = machine) {
   down(0);
   for (int k = 0; k < 101; k++) {
-    int d = lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0);
+    int d = lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u);
     cr_assert(d == 1 || d == 2, "move %d went to device %d", k, d);
     lp_health_load_add(&h, LP_DIR_SEND, d, 1);
   }
@@ -88,8 +88,8 @@ Test(choose, a_sweep_of_moves_spreads_evenly, .init = machine) {
  * push send ends away from it. */
 Test(choose, directions_are_spread_apart, .init = machine) {
   lp_health_load_add(&h, LP_DIR_RECV, 1, 5);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "receive ends do not count against sends");
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_RECV, 0, -1, 0), 2);
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 1, "receive ends do not count against sends");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_RECV, 0, -1, 0, ~0u), 2);
   cr_assert_eq(lp_health_connections(&h, 1), 5, "the metrics count both");
 }
 
@@ -99,10 +99,10 @@ Test(choose, a_claim_counts_at_once, .init = machine) {
   env.devs[3].link_layer = IBV_LINK_LAYER_INFINIBAND;
   down(0);
   int got[3];
-  for (int k = 0; k < 3; k++) got[k] = lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0);
+  for (int k = 0; k < 3; k++) got[k] = lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0, ~0u);
   cr_assert(got[0] == 1 && got[1] == 2 && got[2] == 3, "claims went to %d, %d, %d", got[0], got[1], got[2]);
   for (int d = 1; d < 4; d++) cr_assert_eq(atomic_load(&h.load[LP_DIR_SEND][d]), 1);
-  cr_assert_eq(lp_health_claim(&h, LP_DIR_SEND, 0, 2, 0), 2, "a healthy preference is claimed too");
+  cr_assert_eq(lp_health_claim(&h, LP_DIR_SEND, 0, 2, 0, ~0u), 2, "a healthy preference is claimed too");
   cr_assert_eq(atomic_load(&h.load[LP_DIR_SEND][2]), 2);
 }
 
@@ -114,7 +114,7 @@ Test(choose, a_claim_counts_at_once, .init = machine) {
 static _Atomic int round_go, round_done;
 
 static void claim_three(void) {
-  for (int k = 0; k < 3; k++) lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0);
+  for (int k = 0; k < 3; k++) lp_health_claim(&h, LP_DIR_SEND, 0, -1, 0, ~0u);
 }
 
 static void *claim_rounds(void *arg) {
@@ -151,11 +151,11 @@ Test(choose, concurrent_claims_spread_evenly, .init = machine, .timeout = 60) {
 Test(choose, a_suspect_device_only_as_a_last_healthy_resort, .init = machine) {
   uint64_t later = lp_now_ns() + 60ull * 1000 * 1000 * 1000;
   atomic_store(&h.suspect_until[1], later);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 1, 0), 2, "a suspect preference is ignored: pool order then");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 1, 0, ~0u), 2, "a suspect preference is ignored: pool order then");
   cr_assert(!lp_health_trusted(&h, 1, lp_now_ns()));
   cr_assert(lp_health_trusted(&h, 2, lp_now_ns()));
   down(2);
-  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0), 1, "healthy but suspect beats the device being left");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 1, "healthy but suspect beats the device being left");
   atomic_store(&h.suspect_until[1], lp_now_ns() - 1);
   cr_assert(lp_health_trusted(&h, 1, lp_now_ns()), "its hold-down passed");
 }

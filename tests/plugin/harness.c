@@ -534,7 +534,9 @@ static void run_props(void) {
     fprintf(stderr, "harness: dev %d %s port %d speed %d pci %s guid 0x%llx maxComms %d\n", d, p.name, p.port,
             p.speed, p.pciPath, (unsigned long long)p.guid, p.maxComms);
     if (!p.name || !*p.name || !p.pciPath || !*p.pciPath) die("device %d has no name or PCI path", d);
-    if (p.ptrSupport != NCCL_PTR_HOST || p.regIsGlobal != 1 || p.maxRecvs != 8 || p.port < 1 || p.speed <= 0 ||
+    /* GPU memory kinds depend on the host (tests/ops, linkpass-perf --mem) */
+    if (!(p.ptrSupport & NCCL_PTR_HOST) || (p.ptrSupport & ~(NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ||
+        p.forceFlush != 0 || p.regIsGlobal != 1 || p.maxRecvs != 8 || p.port < 1 || p.speed <= 0 ||
         p.latency != 0 || p.maxComms <= 0 || p.netDeviceType != NCCL_NET_DEVICE_HOST)
       die("device %d has unexpected properties", d);
     if (net.version >= 9) {

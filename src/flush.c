@@ -1,0 +1,99 @@
+/* The flush of GPU memory (flush.h). */
+#include "flush.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* A loopback read needs no long retry budget: 16.8 ms x (3 + 1) at most
+ * when the port is down, instead of the data path's NCCL_IB_TIMEOUT. */
+#define LP_FLUSH_TIMEOUT 12
+#define LP_FLUSH_RETRY_CNT 3
+#define LP_FLUSH_DEPTH 64 /* reads in flight on one path (NCCL flushes one receive at a time) */
+
+struct lp_flush_path {
+  struct lp_link link; /* one QP, connected to itself */
+  uint32_t sink;       /* where the byte lands: the link's control memory */
+  int outstanding;     /* reads posted and not yet reaped */
+  int broken;          /* a read failed: rebuilt once nothing is outstanding */
+};
+
+static void path_close(struct lp_flush *f, int dev) {
+  struct lp_flush_path *p = f->path[dev];
+  if (p == NULL) return;
+  lp_link_close(&p->link);
+  free(p);
+  f->path[dev] = NULL;
+}
+
+static struct lp_flush_path *path_open(struct lp_flush *f, const struct lp_env *env, int dev) {
+  struct lp_flush_path *p = f->path[dev];
+  if (p != NULL && p->broken && p->outstanding == 0) path_close(f, dev);
+  if ((p = f->path[dev]) != NULL) return p->broken ? NULL : p;
+  p = calloc(1, sizeof(*p));
+  if (p == NULL) return NULL;
+  if (lp_link_open(&p->link, env, NULL, LP_DIR_RECV, dev, 1, &p->sink, sizeof(p->sink), 0) != ncclSuccess) {
+    free(p);
+    return NULL;
+  }
+  if (lp_link_loopback(&p->link, LP_FLUSH_TIMEOUT, LP_FLUSH_RETRY_CNT) != ncclSuccess) {
+    lp_link_close(&p->link);
+    free(p);
+    return NULL;
+  }
+  f->path[dev] = p;
+  return p;
+}
+
+ncclResult_t lp_flush_post(struct lp_flush *f, const struct lp_env *env, int dev, uint64_t addr, uint32_t rkey,
+                           int *reads) {
+  struct lp_flush_path *p = path_open(f, env, dev);
+  if (p == NULL || p->outstanding >= LP_FLUSH_DEPTH) return ncclSystemError;
+  /* The completion finds its request's count through the work request id. */
+  struct ibv_sge sge = {.addr = (uintptr_t)&p->sink, .length = 1, .lkey = p->link.ctrl_mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = (uintptr_t)reads,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_READ,
+                           .send_flags = IBV_SEND_SIGNALED};
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  struct ibv_send_wr *bad = NULL;
+  int err = ibv_post_send(p->link.qps[0], &wr, &bad);
+  if (err != 0) {
+    LP_WARN("iflush: posting the read through %s:%u failed: %s", p->link.local.dev_name, p->link.local.port,
+            strerror(err));
+    p->broken = 1;
+    return ncclSystemError;
+  }
+  p->outstanding++;
+  (*reads)++;
+  return ncclSuccess;
+}
+
+void lp_flush_poll(struct lp_flush *f) {
+  for (int d = 0; d < LP_MAX_DEVS; d++) {
+    struct lp_flush_path *p = f->path[d];
+    if (p == NULL || p->outstanding == 0) continue;
+    struct ibv_wc wc[8];
+    int n = ibv_poll_cq(p->link.cq, 8, wc);
+    for (int i = 0; i < n; i++) {
+      int *reads = (int *)(uintptr_t)wc[i].wr_id;
+      if (wc[i].status != IBV_WC_SUCCESS && !p->broken) {
+        LP_WARN(
+            "iflush: the read through %s:%u failed (%s): the received data is delivered but may not yet be "
+            "visible to the GPU; the flush path is rebuilt for the next flush",
+            p->link.local.dev_name, p->link.local.port, lp_ibv_wc_status(&p->link.env->ibv, wc[i].status));
+        p->broken = 1;
+      }
+      p->outstanding--;
+      (*reads)--;
+    }
+  }
+}
+
+void lp_flush_close(struct lp_flush *f) {
+  for (int d = 0; d < LP_MAX_DEVS; d++) path_close(f, d);
+}
