@@ -96,6 +96,10 @@ static ncclResult_t prof_callback(void **eHandle, int type, void *pHandle, int64
   static ncclResult_t V##_reg_mr(struct lp_net *n, void *c, void *d, size_t s, int t, void **mh) {           \
     return P(V)->regMr(c, d, s, t, mh);                                                                      \
   }                                                                                                          \
+  static ncclResult_t V##_reg_mr_dmabuf(struct lp_net *n, void *c, void *d, size_t s, int t, uint64_t off,     \
+                                       int fd, void **mh) {                                                  \
+    return P(V)->regMrDmaBuf ? P(V)->regMrDmaBuf(c, d, s, t, off, fd, mh) : ncclInvalidUsage;                \
+  }                                                                                                          \
   static ncclResult_t V##_dereg_mr(struct lp_net *n, void *c, void *mh) { return P(V)->deregMr(c, mh); }    \
   static ncclResult_t V##_iflush(struct lp_net *n, void *rc, int k, void **d, int *s, void **mh, void **r) { \
     return P(V)->iflush(rc, k, d, s, mh, r);                                                                 \
@@ -274,7 +278,7 @@ static ncclResult_t v12_irecv(struct lp_net *n, void *rc, int k, void **d, size_
 #define OPS_TABLE(V, FIN)                                                                              \
   static const struct lp_net_ops V##_ops = {                                                           \
       V##_init,   V##_devices,   V##_get_props,  V##_listen,     V##_connect,    V##_accept,           \
-      V##_reg_mr, V##_dereg_mr,  V##_isend,      V##_irecv,      V##_iflush,     V##_test,             \
+      V##_reg_mr, V##_reg_mr_dmabuf, V##_dereg_mr, V##_isend,    V##_irecv,      V##_iflush,     V##_test, \
       V##_close_send, V##_close_recv, V##_close_listen, FIN,                                           \
   };
 OPS_TABLE(v8, no_finalize)

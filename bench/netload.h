@@ -40,6 +40,9 @@ struct lp_net_ops {
   ncclResult_t (*connect)(struct lp_net *n, int dev, void *handle, void **send_comm);
   ncclResult_t (*accept)(struct lp_net *n, void *listen_comm, void **recv_comm);
   ncclResult_t (*reg_mr)(struct lp_net *n, void *comm, void *data, size_t size, int type, void **mhandle);
+  /* regMrDmaBuf: ncclInvalidUsage where the plugin has none (NCCL then uses regMr) */
+  ncclResult_t (*reg_mr_dmabuf)(struct lp_net *n, void *comm, void *data, size_t size, int type, uint64_t offset,
+                                int fd, void **mhandle);
   ncclResult_t (*dereg_mr)(struct lp_net *n, void *comm, void *mhandle);
   ncclResult_t (*isend)(struct lp_net *n, void *send_comm, void *data, size_t size, int tag, void *mhandle,
                         void **request);

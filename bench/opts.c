@@ -4,6 +4,7 @@
  * all_reduce_perf works here with --op added.
  */
 #include "opts.h"
+#include "gpumem.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -228,6 +229,7 @@ enum {
   OPT_SLOTS,
   OPT_STEP_BYTES,
   OPT_REG_PAD,
+  OPT_MEM,
   OPT_DEV,
   OPT_RANK,
   OPT_LOCAL_RANK,
@@ -265,6 +267,7 @@ static const struct option long_opts[] = {
     {"slots", required_argument, 0, OPT_SLOTS},
     {"step-bytes", required_argument, 0, OPT_STEP_BYTES},
     {"reg-pad", required_argument, 0, OPT_REG_PAD},
+    {"mem", required_argument, 0, OPT_MEM},
     {"dev", required_argument, 0, OPT_DEV},
     {"rank", required_argument, 0, OPT_RANK},
     {"local-rank", required_argument, 0, OPT_LOCAL_RANK},
@@ -384,6 +387,12 @@ int perf_opts_parse(struct perf_opts *o, int argc, char **argv, int *help, char 
       if (perf_parse_int(optarg, what, 0, 1 << 20, &v, err, errlen)) return -1;
       o->reg_pad = (size_t)v;
       break;
+    case OPT_MEM:
+      if ((o->mem = perf_mem_parse(optarg)) < 0) {
+        snprintf(err, errlen, "%s '%s' is not a memory kind: use host, cuda or dmabuf", what, optarg);
+        return -1;
+      }
+      break;
     case OPT_DEV:
       if (perf_parse_int(optarg, what, 0, 1023, &v, err, errlen)) return -1;
       o->dev = (int)v;
@@ -491,6 +500,9 @@ void perf_opts_usage(const char *prog) {
       "  --step-bytes SIZE   largest message, one slot [512K]\n"
       "  --reg-pad BYTES     register (and allocate) every buffer BYTES longer than its page\n"
       "                      multiple, e.g. 64: registrations that end inside a page [0]\n"
+      "  --mem host|cuda|dmabuf  where registered buffers live, registered as NCCL core does:\n"
+      "                      regMr(HOST), regMr(CUDA) through peer memory, or regMrDmaBuf;\n"
+      "                      GPU kinds are flushed (iflush) after each receive [host]\n"
       "  --dev N             first device index (default: the rank's index on its host)\n"
       "  --timeout SEC       whole run [600]\n"
       "  --connect-timeout SEC  listen/connect/accept [60]\n"

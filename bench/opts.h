@@ -52,6 +52,7 @@ struct perf_opts {
   int slots;                 /* --slots: buffers in flight per connection (NCCL_STEPS) */
   size_t step_bytes;         /* --step-bytes: largest network message */
   size_t reg_pad;            /* --reg-pad: bytes added to every registration's length */
+  int mem;                   /* --mem: enum perf_mem, where registered buffers live (gpumem.h) */
   int dev;                   /* --dev: first device (-1: local rank) */
   int abi;                   /* --abi 8..12 (0: newest the plugin exports) */
   const char *plugin;        /* --plugin (NULL: NCCL_NET_PLUGIN rules) */

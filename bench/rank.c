@@ -32,7 +32,8 @@ struct rank_ctx {
   struct xengine eng;
   struct xchan *chans;
   int nchans;
-  char *sendbuf, *recvbuf;
+  char *sendbuf, *recvbuf; /* sendb.base, recvb.base */
+  struct perf_buf sendb, recvb;
   size_t bufbytes;
   struct coll_plan plan;
   uint64_t iter_counter;
@@ -367,13 +368,14 @@ static int setup_engine(struct rank_ctx *x) {
   /* --reg-pad: the user buffers are registered (-R 1) this much longer than
    * the page multiple; data placement does not change */
   x->bufbytes += o->reg_pad;
-  if (posix_memalign((void **)&x->sendbuf, 4096, x->bufbytes) ||
-      posix_memalign((void **)&x->recvbuf, 4096, x->bufbytes)) {
-    rank_err(x, "out of memory for two %zu-byte buffers", x->bufbytes);
+  char why[256];
+  if (perf_buf_alloc(&x->sendb, (enum perf_mem)o->mem, x->bufbytes, why, sizeof(why)) ||
+      perf_buf_alloc(&x->recvb, (enum perf_mem)o->mem, x->bufbytes, why, sizeof(why))) {
+    rank_err(x, "%s", why);
     return -1;
   }
-  memset(x->sendbuf, 0, x->bufbytes);
-  memset(x->recvbuf, 0, x->bufbytes);
+  x->sendbuf = x->sendb.base;
+  x->recvbuf = x->recvb.base;
   x->eng = (struct xengine){
       .net = &x->net,
       .rank = me,
@@ -381,6 +383,7 @@ static int setup_engine(struct rank_ctx *x) {
       .step = o->step_bytes,
       .direct = o->reg,
       .reg_pad = o->reg_pad,
+      .mem = (enum perf_mem)o->mem,
       .nregions = 2,
       .dtype = o->dtype,
       .redop = o->redop,
@@ -396,6 +399,8 @@ static int setup_engine(struct rank_ctx *x) {
   }
   x->eng.regions[0].base = x->sendbuf;
   x->eng.regions[0].len = x->bufbytes;
+  x->eng.regions[0].buf = &x->sendb;
+  x->eng.regions[1].buf = &x->recvb;
   x->eng.regions[1].base = x->recvbuf;
   x->eng.regions[1].len = x->bufbytes;
   for (size_t i = 0; i < perf_mesh_nconns(&x->mesh); i++) {
@@ -456,8 +461,8 @@ static void teardown(struct rank_ctx *x) {
     ncclResult_t r = x->net.ops->finalize(&x->net);
     if (r != ncclSuccess) rank_err(x, "plugin finalize failed: %s", lp_result_str(r));
   }
-  free(x->sendbuf);
-  free(x->recvbuf);
+  perf_buf_free(&x->sendb);
+  perf_buf_free(&x->recvb);
   x->sendbuf = x->recvbuf = NULL;
   if (x->eng.gap_log) fclose(x->eng.gap_log);
   x->eng.gap_log = NULL;
@@ -513,9 +518,13 @@ int perf_rank_main(const struct perf_opts *o) {
       rank_err(&x, "getProperties(%d) failed: %s", x.mesh.devs[c], lp_result_str(r));
       goto out;
     }
-    if (!(p.ptr_support & NCCL_PTR_HOST)) {
-      rank_err(&x, "device %d (%s) does not support host memory (ptrSupport 0x%x)", x.mesh.devs[c], p.name,
-               p.ptr_support);
+    int need = perf_mem_ptr_bit((enum perf_mem)o->mem);
+    if (!(p.ptr_support & need)) {
+      rank_err(&x, "device %d (%s) does not support --mem %s (ptrSupport 0x%x lacks %s)%s", x.mesh.devs[c], p.name,
+               perf_mem_name((enum perf_mem)o->mem), p.ptr_support,
+               need == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : need == NCCL_PTR_DMABUF ? "NCCL_PTR_DMABUF" : "NCCL_PTR_HOST",
+               need == NCCL_PTR_CUDA ? ": no GPU peer memory on this host (simverbs: peer_memory on)"
+               : need == NCCL_PTR_DMABUF ? ": the NIC does not register dma-bufs" : "");
       goto out;
     }
     if (p.max_p2p_bytes && o->step_bytes > p.max_p2p_bytes) {

@@ -32,21 +32,19 @@ int xconn_setup(struct xengine *e, struct xconn *c) {
    * so that it can end inside a page as NCCL's user registrations do */
   size_t bytes = (size_t)e->slots * e->step + e->reg_pad;
   ncclResult_t r;
-  if (posix_memalign((void **)&c->slots, 4096, bytes)) {
-    c->slots = NULL;
-    return efail(e, "out of memory for %zu bytes of slots", bytes);
-  }
-  memset(c->slots, 0, bytes);
-  r = e->net->ops->reg_mr(e->net, c->comm, c->slots, bytes, NCCL_PTR_HOST, &c->slots_mh);
+  if (perf_buf_alloc(&c->slots_buf, e->mem, bytes, e->err, sizeof(e->err))) return -1;
+  c->slots = c->slots_buf.base;
+  r = perf_buf_reg(e->net, c->comm, &c->slots_buf, c->slots, bytes, &c->slots_mh);
   if (r != ncclSuccess) goto fail;
   for (int i = 0; e->direct && i < e->nregions; i++) {
-    r = e->net->ops->reg_mr(e->net, c->comm, e->regions[i].base, e->regions[i].len, NCCL_PTR_HOST, &c->region_mh[i]);
+    r = perf_buf_reg(e->net, c->comm, e->regions[i].buf, e->regions[i].base, e->regions[i].len, &c->region_mh[i]);
     if (r != ncclSuccess) goto fail;
   }
   return 0;
 fail:
-  efail(e, "regMr on the %s comm of rank %d (channel %d, dev %d) failed: %s", c->is_send ? "send" : "recv", c->peer,
-        c->channel, c->dev, lp_result_str(r));
+  efail(e, "%s of %s memory on the %s comm of rank %d (channel %d, dev %d) failed: %s",
+        e->mem == PERF_MEM_DMABUF ? "regMrDmaBuf" : "regMr", perf_mem_name(e->mem), c->is_send ? "send" : "recv",
+        c->peer, c->channel, c->dev, lp_result_str(r));
   return -1;
 }
 
@@ -60,7 +58,7 @@ void xconn_teardown(struct xengine *e, struct xconn *c) {
   }
   if (c->slots_mh) e->net->ops->dereg_mr(e->net, c->comm, c->slots_mh);
   c->slots_mh = NULL;
-  free(c->slots);
+  perf_buf_free(&c->slots_buf);
   c->slots = NULL;
 }
 
@@ -181,6 +179,28 @@ static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   return 0;
 }
 
+/* A receive into GPU memory is flushed before its data is used, as NCCL's
+ * proxy does for the Simple protocol: iflush on the received buffer, then
+ * test() until the flush is done (a NULL request: nothing to wait for). */
+static int flush_recv(struct xengine *e, struct xchan *ch, size_t v, int size) {
+  struct xconn *c = ch->rc;
+  struct xrecv *r = recv_at(ch, v);
+  void *data = recv_in_place(e, r) ? r->out : slot(e, c, v);
+  void *mh = recv_in_place(e, r) ? region_mh(e, c, r->out) : c->slots_mh, *req = NULL;
+  ncclResult_t res = e->net->ops->iflush(e->net, c->comm, 1, &data, &size, &mh, &req);
+  double since = xfer_now();
+  for (int done = req == NULL; res == ncclSuccess && !done;) {
+    res = e->net->ops->test(e->net, req, &done, NULL);
+    if (!done && xfer_now() - since > e->stall_timeout)
+      return efail(e, "the flush of a receive from rank %d (channel %d, dev %d) did not complete in %.0f s", c->peer,
+                   c->channel, c->dev, e->stall_timeout);
+  }
+  if (res != ncclSuccess)
+    return efail(e, "iflush of a receive from rank %d (channel %d, dev %d, message %zu) failed: %s", c->peer,
+                 c->channel, c->dev, v, lp_result_str(res));
+  return 0;
+}
+
 static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
   struct xconn *c = ch->rc;
   while (ch->rdone < ch->rpost) {
@@ -194,6 +214,7 @@ static int test_recvs(struct xengine *e, struct xchan *ch, int *progress) {
       return efail(e, "receive from rank %d (channel %d, dev %d, message %zu of %zu) completed with %d bytes, "
                    "expected %zu",
                    c->peer, c->channel, c->dev, ch->rdone, recv_total(ch), size, recv_at(ch, ch->rdone)->bytes);
+    if (e->mem != PERF_MEM_HOST && size > 0 && flush_recv(e, ch, ch->rdone, size)) return -1;
     ch->rreq[ch->rdone % (size_t)e->slots] = NULL;
     ch->rdone++;
     note_completion(e);

@@ -43,6 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gpumem.h"
 #include "netload.h"
 #include "opts.h"
 
@@ -54,7 +55,8 @@ struct xconn {
   void *comm;        /* sendComm or recvComm */
   int is_send;
   int peer, channel, dev;
-  char *slots;       /* slots * step bytes */
+  char *slots;       /* slots * step bytes, in slots_buf */
+  struct perf_buf slots_buf;
   void *slots_mh;
   void *region_mh[XFER_MAX_REGIONS];
   /* a send connection's sends over all runs: number `sent` is the next to
@@ -99,9 +101,11 @@ struct xengine {
   size_t step;
   int direct; /* -R 1 */
   size_t reg_pad; /* --reg-pad: extra bytes allocated and registered with the slots */
+  enum perf_mem mem; /* --mem: where the slots live; GPU kinds are flushed after each receive */
   struct {
     char *base;
     size_t len;
+    const struct perf_buf *buf; /* the allocation, for registering it as its kind */
   } regions[XFER_MAX_REGIONS];
   int nregions;
   enum perf_dtype dtype;

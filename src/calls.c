@@ -79,7 +79,6 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
 
 static ncclResult_t iflush_entered(struct lp_comm *c, int n, void **data, int *sizes, void **mhandles, void **request) {
   if (c->error != ncclSuccess) return c->error;
-  if (c->env->cfg.gdr_flush_disable) return ncclSuccess;
   /* As NCCL's own transport: the last receive that holds data. */
   int last = -1;
   for (int i = 0; i < n; i++)
@@ -92,7 +91,7 @@ static ncclResult_t iflush_entered(struct lp_comm *c, int n, void **data, int *s
   }
   /* The CPU sees the NIC's writes to host memory once the completion is
    * seen: only GPU memory needs the read. */
-  if (m->type != NCCL_PTR_CUDA) return ncclSuccess;
+  if (m->type != NCCL_PTR_CUDA || c->env->cfg.gdr_flush_disable) return ncclSuccess;
   return lp_recv_flush((struct lp_recv_comm *)c, data[last], m, (struct lp_req **)request);
 }
 

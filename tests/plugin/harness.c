@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <sched.h>
@@ -605,6 +606,113 @@ static void run_bw(void) {
   free(b);
 }
 
+/* ---- GPU memory: registrations, bad input, the flush ------------------------ */
+
+#define GPU_BYTES (1u << 20)
+#define GPU_MSGS 16
+
+/* A GPU buffer's dma-buf, as simverbs takes it: a memfd, mapped here. */
+static uint8_t *gpu_alloc(int *fd) {
+  *fd = memfd_create("harness-gpu", MFD_CLOEXEC);
+  if (*fd < 0 || ftruncate(*fd, GPU_BYTES) != 0) die("memfd: %s", strerror(errno));
+  void *p = mmap(NULL, GPU_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  if (p == MAP_FAILED) die("mmap: %s", strerror(errno));
+  return p;
+}
+
+/* As NCCL core: a fresh fd for the range, closed once the call returns. */
+static ncclResult_t gpu_reg(void *comm, int fd, uint8_t *base, uint8_t *data, size_t len, void **mh) {
+  int dup_fd = dup(fd);
+  if (dup_fd < 0) die("dup: %s", strerror(errno));
+  ncclResult_t rc = hnet_regmr_dmabuf(&net, comm, data, len, (uint64_t)(data - base), dup_fd, mh);
+  close(dup_fd);
+  return rc;
+}
+
+static void expect_refused(ncclResult_t rc, void *mh, const char *what) {
+  if (rc == ncclSuccess || mh != NULL) die("%s was accepted", what);
+}
+
+/* Properties, bad registrations, the cache; then GPU_MSGS messages into a
+ * dma-buf, each flushed (iflush) before its data is checked.
+ * LP_HARNESS_PEERMEM=1: the host has GPU peer memory (NCCL_PTR_CUDA);
+ * LP_HARNESS_FLUSH=0: NCCL_GDR_FLUSH_DISABLE is set, iflush does nothing. */
+static void run_gpu(void) {
+  int peermem = getenv("LP_HARNESS_PEERMEM") && atoi(getenv("LP_HARNESS_PEERMEM"));
+  int flush = !getenv("LP_HARNESS_FLUSH") || atoi(getenv("LP_HARNESS_FLUSH"));
+  ncclNetProperties_v12_t p;
+  CHECK(hnet_props(&net, 0, &p));
+  if (!(p.ptrSupport & NCCL_PTR_DMABUF)) die("ptrSupport 0x%x lacks NCCL_PTR_DMABUF", p.ptrSupport);
+  if (!!(p.ptrSupport & NCCL_PTR_CUDA) != peermem)
+    die("ptrSupport 0x%x %s NCCL_PTR_CUDA, and the host %s peer memory", p.ptrSupport,
+        p.ptrSupport & NCCL_PTR_CUDA ? "has" : "lacks", peermem ? "has" : "has no");
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  bring_up(c, 1);
+  void *comm = c[0].comm, *mh = NULL, *again = NULL;
+  int fd;
+  uint8_t *gpu = gpu_alloc(&fd);
+
+  /* bad input: a clear error, nothing registered */
+  int pfd[2];
+  if (pipe(pfd) != 0) die("pipe");
+  expect_refused(hnet_regmr_dmabuf(&net, comm, gpu, 4096, 0, pfd[0], &mh), mh, "a pipe as a dma-buf");
+  expect_refused(gpu_reg(comm, fd, gpu - GPU_BYTES, gpu, 4096, &mh), mh, "a dma-buf offset past its end");
+  expect_refused(hnet_regmr_type(&net, comm, gpu, 4096, 0x40, &mh), mh, "pointer type 0x40");
+  if (!peermem) expect_refused(hnet_regmr_type(&net, comm, gpu, 4096, NCCL_PTR_CUDA, &mh), mh,
+                               "a CUDA pointer without peer memory");
+  close(pfd[0]);
+  close(pfd[1]);
+
+  /* the cache: the same pages again are the same registration */
+  CHECK(gpu_reg(comm, fd, gpu, gpu, GPU_BYTES, &mh));
+  CHECK(gpu_reg(comm, fd, gpu, gpu + 4096, 8192, &again));
+  if (again != mh) die("a range inside a registered dma-buf was registered again (%p, %p)", mh, again);
+  CHECK(hnet_deregmr(&net, comm, again));
+
+  void *host = alloc_buf(4096), *host_mh;
+  CHECK(hnet_regmr(&net, comm, host, 4096, &host_mh));
+  for (int m = 0; m < GPU_MSGS; m++) {
+    size_t len = (size_t)(m * 65537) % GPU_BYTES + 1;
+    void *data = gpu, *req = NULL;
+    int tag = 7, done = 0, got = 0;
+    if (is_recv) {
+      size_t sz = GPU_BYTES;
+      while (req == NULL) CHECK(hnet_irecv(&net, comm, 1, &data, &sz, &tag, &mh, &req));
+      while (!done) CHECK(hnet_test(&net, req, &done, &got));
+      if ((size_t)got != len) die("message %d: %d bytes, expected %zu", m, got, len);
+      void *freq = NULL;
+      CHECK(hnet_iflush(&net, comm, 1, &data, &got, &mh, &freq));
+      if (!flush != !freq) die("message %d: iflush of GPU memory gave %s request", m, freq ? "a" : "no");
+      for (done = 0; freq && !done;) CHECK(hnet_test(&net, freq, &done, NULL));
+      verify(gpu, len, m, 0, 0);
+      signal_peer('k'); /* the buffer may be written again */
+    } else {
+      fill(gpu, len, m, 0, 0);
+      while (req == NULL) CHECK(hnet_isend(&net, comm, data, len, tag, mh, &req));
+      while (!done) CHECK(hnet_test(&net, req, &done, NULL));
+      wait_peer();
+    }
+  }
+  if (is_recv) { /* what needs no flush, and what cannot be flushed */
+    void *freq = (void *)1, *data = host, *bogus = gpu;
+    int sz = 4096, zero = 0;
+    CHECK(hnet_iflush(&net, comm, 1, &data, &sz, &host_mh, &freq));
+    if (freq != NULL) die("iflush of host memory gave a request");
+    freq = (void *)1;
+    CHECK(hnet_iflush(&net, comm, 1, &data, &zero, &mh, &freq));
+    if (freq != NULL) die("iflush of an empty receive gave a request");
+    if (hnet_iflush(&net, comm, 1, &data, &sz, &bogus, &freq) == ncclSuccess || freq != NULL)
+      die("iflush accepted a memory handle that is not one");
+  }
+  CHECK(hnet_deregmr(&net, comm, host_mh));
+  CHECK(hnet_deregmr(&net, comm, mh));
+  tear_down(c, 1);
+  munmap(gpu, GPU_BYTES);
+  close(fd);
+  free(host);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -660,6 +768,8 @@ int main(int argc, char **argv) {
     run_garbage();
   } else if (strcmp(scenario, "vanish") == 0) {
     run_vanish();
+  } else if (strcmp(scenario, "gpu") == 0) {
+    run_gpu();
   } else {
     die("unknown scenario");
   }

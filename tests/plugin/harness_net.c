@@ -141,6 +141,15 @@ ncclResult_t hnet_regmr(struct hnet *n, void *comm, void *data, size_t size, voi
   SAME(regMr, comm, data, size, NCCL_PTR_HOST, mh);
 }
 
+ncclResult_t hnet_regmr_type(struct hnet *n, void *comm, void *data, size_t size, int type, void **mh) {
+  SAME(regMr, comm, data, size, type, mh);
+}
+
+ncclResult_t hnet_regmr_dmabuf(struct hnet *n, void *comm, void *data, size_t size, uint64_t offset, int fd,
+                               void **mh) {
+  SAME(regMrDmaBuf, comm, data, size, NCCL_PTR_CUDA, offset, fd, mh);
+}
+
 ncclResult_t hnet_deregmr(struct hnet *n, void *comm, void *mh) { SAME(deregMr, comm, mh); }
 
 ncclResult_t hnet_isend(struct hnet *n, void *sc, void *data, size_t size, int tag, void *mh, void **req) {

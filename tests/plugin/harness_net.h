@@ -8,6 +8,7 @@
 #define LP_HARNESS_NET_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "linkpass/nccl_net.h"
 
@@ -29,6 +30,10 @@ ncclResult_t hnet_listen(struct hnet *n, int dev, void *handle, void **lc);
 ncclResult_t hnet_connect(struct hnet *n, int dev, void *handle, void **sc);
 ncclResult_t hnet_accept(struct hnet *n, void *lc, void **rc);
 ncclResult_t hnet_regmr(struct hnet *n, void *comm, void *data, size_t size, void **mh);
+/* regMr with a pointer type; regMrDmaBuf of GPU memory (NCCL_PTR_CUDA). */
+ncclResult_t hnet_regmr_type(struct hnet *n, void *comm, void *data, size_t size, int type, void **mh);
+ncclResult_t hnet_regmr_dmabuf(struct hnet *n, void *comm, void *data, size_t size, uint64_t offset, int fd,
+                               void **mh);
 ncclResult_t hnet_deregmr(struct hnet *n, void *comm, void *mh);
 ncclResult_t hnet_isend(struct hnet *n, void *sc, void *data, size_t size, int tag, void *mh, void **req);
 ncclResult_t hnet_irecv(struct hnet *n, void *rc, int cnt, void **data, size_t *sizes, int *tags, void **mhs,

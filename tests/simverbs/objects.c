@@ -92,7 +92,9 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
   h->index = idx;
   h->mr.context = pd->context;
   h->mr.pd = pd;
-  h->mr.addr = (void *)(uintptr_t)shared->addr;
+  /* rdma-core reports a dma-buf registration at its iova: the caller has
+   * no other address for it (ours is the library's own mapping). */
+  h->mr.addr = (void *)(uintptr_t)(shared->dmabuf ? iova : shared->addr);
   h->mr.length = shared->length;
   h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, f->mrs[idx].gen);
   h->mr.handle = (uint32_t)idx;

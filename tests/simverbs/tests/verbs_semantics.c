@@ -937,6 +937,8 @@ Test(data, a_dmabuf_registration_holds_the_buffer_after_its_fd_is_closed) {
   cr_assert_neq(view, MAP_FAILED);
   struct ibv_mr *mr = ibv_reg_dmabuf_mr(B.pd, 4096, 8192, (uintptr_t)view + 4096, fd, DMABUF_ACCESS);
   cr_assert_not_null(mr, "ibv_reg_dmabuf_mr: %s", strerror(errno));
+  cr_assert_eq(mr->addr, view + 4096, "rdma-core reports a dma-buf registration at its iova");
+  cr_assert_eq(mr->length, 8192);
   cr_assert_eq(close(fd), 0);
   fill(A.buf, 8192, 5);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8192, .lkey = A.mr->lkey};
