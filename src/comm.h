@@ -158,6 +158,10 @@ static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle
 }
 /* The connection uses this buffer: it may only move where it is registered. */
 static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_nics &= lp_mr_nics(mhandle); }
+/* Every buffer the connection has used is registered on `dev`'s NIC. */
+static inline int lp_comm_may_use(const struct lp_comm *comm, int dev) {
+  return comm->mr_nics >> comm->env->devs[dev].nic & 1u;
+}
 
 /* Where in its control memory the peer writes: the sender's CTS FIFO is at
  * its start, the receiver's completion records follow its CTS staging. */

@@ -646,7 +646,10 @@ static ncclResult_t check_health(struct lp_comm *c) {
    * for a healthy one. */
   int here_ok = lp_health_ok(h, c->link.dev) ||
                 (lp_health_link_up(h, c->link.dev) && choose_dev(c, -1, c->link.dev) == c->link.dev);
-  if (fo->sb.link.env != NULL && !lp_health_ok(h, fo->sb.link.dev)) lp_sb_drop(c, &fo->sb); /* rebuilt elsewhere */
+  /* Rebuilt elsewhere: its port failed, or it was made before the
+   * connection carried a buffer that is not registered there. */
+  if (fo->sb.link.env != NULL && (!lp_health_ok(h, fo->sb.link.dev) || !lp_comm_may_use(c, fo->sb.link.dev)))
+    lp_sb_drop(c, &fo->sb);
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, lp_health_down_reason(h, c->link.dev), -1);

@@ -113,7 +113,8 @@ int lp_sb_on_answer(struct lp_comm *c, struct lp_standby *sb, const struct lp_fo
 }
 
 int lp_sb_usable(const struct lp_comm *c, const struct lp_standby *sb, int avoid) {
-  return sb->state == LP_SB_READY && sb->link.dev != avoid && lp_health_ok(c->health, sb->link.dev);
+  return sb->state == LP_SB_READY && sb->link.dev != avoid && lp_health_ok(c->health, sb->link.dev) &&
+         lp_comm_may_use(c, sb->link.dev);
 }
 
 void lp_sb_take(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out) {

@@ -58,8 +58,8 @@ void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, struct 
  * is stale, or there is no standby (then the state is NONE). */
 int lp_sb_on_answer(struct lp_comm *c, struct lp_standby *sb, const struct lp_fo_sb_answer *a);
 
-/* 1 when a move may take the standby now: ready, and its device healthy
- * and not `avoid`. */
+/* 1 when a move may take the standby now: ready, and its device healthy,
+ * not `avoid`, and one where the connection's buffers are registered. */
 int lp_sb_usable(const struct lp_comm *c, const struct lp_standby *sb, int avoid);
 
 /* A move takes the standby: `out` becomes the connection's next path,

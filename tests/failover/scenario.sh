@@ -6,7 +6,8 @@
 # iteration is checked), and the expected event lines in syslog and in
 # NCCL's log.
 #
-# usage: scenario.sh NAME      (env: SIMVERBS PERF PLUGIN SINK CONFS)
+# usage: scenario.sh NAME      (env: SIMVERBS PERF PLUGIN SINK CONFS; MEM=host|cuda|dmabuf,
+#                              where the driver's buffers live, host by default)
 set -euo pipefail
 name=${1:?usage: scenario.sh NAME}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${SINK:?}" "${CONFS:?}"
@@ -68,7 +69,7 @@ run_perf() {
   local size=$1 secs=$2 nranks=${3:-2} op=${4:-all_reduce}
   shift $(($# < 4 ? $# : 4))
   "$PERF" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N "$nranks" --plugin "$PLUGIN" --op "$op" \
-    -b "$size" -e "$size" --duration "$secs" --timeout $((secs + 60)) "$@" >"$tmp/out" 2>&1 &
+    -b "$size" -e "$size" --duration "$secs" --timeout $((secs + 60)) --mem "${MEM:-host}" "$@" >"$tmp/out" 2>&1 &
   perf=$!
   pids+=("$perf")
 }
@@ -105,9 +106,10 @@ pull_and_failback() {
 }
 
 # The live QPs that carry traffic (`simverbs status`: RTS, requests sent),
-# as "qpn host:dev:port": standby paths are RTS too, but idle.
+# as "qpn host:dev:port": standby paths are RTS too, but idle; flush paths
+# (MEM=dmabuf) are connected to themselves.
 busy_qps() {
-  "$SIMVERBS" status | awk '$1 == "qp" && $5 == "RTS" { for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) print $3, $4 }' |
+  "$SIMVERBS" status | awk '$1 == "qp" && $5 == "RTS" && !/loopback/ { for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) print $3, $4 }' |
     tr -d '()'
 }
 
@@ -135,7 +137,26 @@ active_nic() {
   echo "$nic"
 }
 
+# GPU memory (MEM=dmabuf): once node0's connections left mlx5_0, their
+# receives are flushed through the NIC that now carries them: a loopback QP
+# of node0 on another NIC reads (`simverbs status`: loopback, req > 0).
+expect_flush_moved() {
+  local deadline=$((SECONDS + 10))
+  wait_for "event=failover" "$tmp/syslog"
+  until "$SIMVERBS" status | awk '$1 == "qp" && /loopback/ && $4 ~ /^node0:/ && $4 != "node0:mlx5_0:1" {
+      for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) found = 1 } END { exit !found }'; do
+    ((SECONDS < deadline)) || fail "no flush read through another NIC of node0 within 10 s of the move"
+    sleep 0.05
+  done
+}
+
 conf=$CONFS/two-hosts-4nic.conf
+if [ "$name" = dmabuf_nic_without_dmabuf ]; then
+  # node0's mlx5_1, the first of mlx5_0's pool, registers no dma-bufs.
+  awk '$1 == "host" { h = $2 } h == "node0" && $1 == "nic" && $2 == "mlx5_1" { $0 = $0 " dmabuf=off" } { print }' \
+    "$conf" >"$tmp/fabric.conf"
+  conf=$tmp/fabric.conf
+fi
 if [ "$name" = nccl_ib_vars ]; then
   # Every NIC adaptively routed and offering ECE (the InfiniBand default
   # offers none).
@@ -150,8 +171,24 @@ local_port_down_large | local_port_down_small)
   run_perf "$size" 4
   wait_for '^ +1\.0 ' "$tmp/out"
   sv link node0:mlx5_0 down
+  [ "${MEM:-host}" = dmabuf ] && expect_flush_moved
   expect_clean_run
   expect_event event=failover dev=mlx5_0 reason=port_down path=standby
+  ;;
+dmabuf_nic_without_dmabuf)
+  # The buffers are dma-bufs, which node0:mlx5_1 cannot register: when
+  # mlx5_0 goes, node0's connections skip the first NIC of its pool for
+  # one where their buffers are, and the run goes on.
+  MEM=dmabuf run_perf 1M 4 2 all_reduce --channels 1
+  wait_for '^ +1\.0 ' "$tmp/out"
+  grep -q "connections that use .* cannot move to mlx5_1" "$tmp/out" || fail "no WARN that buffers cannot move to mlx5_1"
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
+  pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
+  [ -n "$pid0" ] || fail "no pid for rank 0 in the driver's header"
+  ! grep -E "linkpass\[$pid0\]: .*event=failover .* new_dev=mlx5_1 " "$tmp/syslog" ||
+    fail "a connection of node0 moved to mlx5_1, where its buffers are not registered"
   ;;
 no_standby)
   # LINKPASS_STANDBY=0: every move builds its new path when it starts.
@@ -409,7 +446,7 @@ last_nic_fails)
   done
   # Every connection's node0 end ends up on the last NIC.
   deadline=$((SECONDS + 20))
-  until qps=$("$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" { print $4 }' | sort -u) &&
+  until qps=$("$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" && !/loopback/ { print $4 }' | sort -u) &&
     [ "$qps" = "node0:mlx5_3:1" ]; do
     ((SECONDS < deadline)) || fail "node0's connections did not all reach mlx5_3 (QPs on: $qps)"
     sleep 0.05

@@ -20,6 +20,7 @@
 #
 # usage: soak.sh      (env: SIMVERBS PERF PLUGIN SINK CONFS; optional:
 #                      SOAK_SECONDS [90], SOAK_SEED [20240229], SOAK_RANKS [4],
+#                      MEM [host] (linkpass-perf --mem: host, cuda or dmabuf),
 #                      SOAK_SIZE [4M], SOAK_NETNS [auto|0|1],
 #                      SOAK_MAX_DOWN [3]: cables of one host out at once, 1..3)
 # Longer runs (ctest's TIMEOUT of 400 s fits the default only), e.g. an hour:
@@ -133,7 +134,8 @@ if [ "$netns" = 1 ]; then
   launch=("$SIMVERBS" run --host node0 -- "$PERF" --rendezvous-addr "$("$SIMVERBS" host-addr node0)")
 fi
 "${launch[@]}" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N "$nranks" --plugin "$PLUGIN" --op all_reduce \
-  -e "$size" --duration "$secs" --timeout $((secs + 120)) --stall-timeout 60 >"$tmp/out" 2>"$tmp/log" &
+  -e "$size" --duration "$secs" --timeout $((secs + 120)) --stall-timeout 60 --mem "${MEM:-host}" >"$tmp/out" \
+  2>"$tmp/log" &
 perf=$!
 
 pull() { # down|up host nic

@@ -1049,6 +1049,9 @@ static void print_qps(struct sv_fabric *f, int proc) {
            (unsigned long long)atomic_load(&qp->inline_wrs), (unsigned long long)atomic_load(&qp->ooo_writes));
     if (d->ece)
       printf("  ece 0x%08x", qp->ece);
+    enum ibv_qp_state st = atomic_load(&qp->state);
+    if ((st == IBV_QPS_RTR || st == IBV_QPS_RTS) && qp->dest_qpn == qp->qpn)
+      printf("  loopback"); /* connected to itself: NCCL's flush */
     putchar('\n');
   }
 }
