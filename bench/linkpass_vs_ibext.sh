@@ -159,6 +159,11 @@ all_configs=(
   "all_reduce.2r.R1.pad64|-N 2 --op all_reduce -R 1 --reg-pad 64 -b 8 -e 64M -f 4 -n 10 -w 2"
   "all_reduce.4r.R0|-N 4 --op all_reduce -R 0 -b 8 -e 64M -f 4 -n 10 -w 2"
   "all_reduce.4r.R1.pad64|-N 4 --op all_reduce -R 1 --reg-pad 64 -b 8 -e 64M -f 4 -n 10 -w 2"
+  # GPU memory as dma-bufs (docs/GPU.md): registered inside regMrDmaBuf,
+  # every receive flushed by a loopback read, by both plugins
+  "sendrecv.2r.R1.dmabuf|-N 2 --op sendrecv -R 1 --mem dmabuf -b 8 -e 64M -f 2 -n 20 -w 3"
+  "sendrecv.2r.R0.dmabuf|-N 2 --op sendrecv -R 0 --mem dmabuf -b 8 -e 64M -f 2 -n 20 -w 3"
+  "all_reduce.2r.R0.dmabuf|-N 2 --op all_reduce -R 0 --mem dmabuf -b 8 -e 64M -f 4 -n 10 -w 2"
 )
 if [ "$big" = 1 ]; then
   all_configs+=(

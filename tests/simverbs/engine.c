@@ -368,6 +368,7 @@ static uint64_t packets_of(const struct sv_qp *q, size_t bytes) {
 
 static void count_traffic(struct sv_qp *q, struct sv_qp *d, size_t bytes) {
   struct sv_fabric *f = fab();
+  if (q == d) return; /* looped back inside the NIC: the port's counters never see it */
   struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
   struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
   atomic_fetch_add(&lp->tx_bytes, bytes);
@@ -577,9 +578,14 @@ static int64_t first_lost(uint64_t *rng, uint32_t a, uint32_t b, uint64_t n) {
  * packet draws no NAK: the requester finds out when its local ACK timer
  * runs out (lq->tail_lost), the way a lossy link costs an RC job dearly. */
 static void transmit(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_port *lp, size_t bytes,
-                     uint64_t post_ns) {
+                     uint64_t post_ns, int loopback) {
   struct sv_port *rp = &fab()->devs[d->dev].ports[d->port - 1];
   uint64_t n = packets_of(q, bytes), mtu = 128u << q->path_mtu;
+  if (loopback) { /* inside the NIC: no wire time, latency, delay or loss */
+    lq->due_ns = post_ns;
+    lq->tail_lost = 0;
+    return;
+  }
   lq->due_ns = schedule(lp, bytes, post_ns);
   atomic_fetch_add_explicit(&lp->tx_packets, n, memory_order_relaxed);
   int64_t lost = first_lost(&lq->rng, atomic_load_explicit(&lp->loss_ppm, memory_order_relaxed),
@@ -713,13 +719,17 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       break;
     }
     struct sv_qp *d = resolve_dest(q);
-    int path_up = d && port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]);
+    /* A QP connected to itself (NCCL's flush) loops back inside the NIC:
+     * the wire's faults never touch it, a port that is down does. */
+    int loopback = d == q;
+    int path_up = d && (loopback ? atomic_load(&lp->state) == IBV_PORT_ACTIVE
+                                 : port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]));
     if (!path_up) { /* dropped on the way, or by a responder that is not ready */
       unanswered(lq, q, now, next);
       break;
     }
     if (lq->head_state == SV_HEAD_NEW) {
-      transmit(lq, q, d, lp, wr_bytes(w), w->post_ns);
+      transmit(lq, q, d, lp, wr_bytes(w), w->post_ns, loopback);
       lq->head_state = SV_HEAD_SCHEDULED;
       if (lq->due_ns > now) warm_up(d, w);
     }
@@ -735,11 +745,11 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       w->post_ns = lq->resend_ns == UINT64_MAX ? now : lq->resend_ns;
       break;
     }
-    int partial = w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 &&
+    int partial = !loopback && w->opcode != IBV_WR_RDMA_READ && !is_atomic(w->opcode) && wr_bytes(w) > 1 &&
                   take_one(&lp->partial_write);
     struct exec_out out = {0};
     enum exec_result r;
-    if (take_one(&lp->access_error)) {
+    if (!loopback && take_one(&lp->access_error)) {
       /* as a bad rkey: the responder NAKs and breaks, nothing lands */
       fail_responder(d, SV_QP_FAULT_ACCESS);
       out.status = IBV_WC_REM_ACCESS_ERR;
@@ -761,7 +771,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       fail_qp(lq, w, out.status);
       break;
     }
-    if (take_one(&lp->ack_loss)) {
+    if (!loopback && take_one(&lp->ack_loss)) {
       lq->head_state = SV_HEAD_UNACKED;
       unanswered(lq, q, now, next);
       break;

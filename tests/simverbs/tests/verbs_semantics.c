@@ -975,8 +975,9 @@ static int post_read(struct end *e, uint64_t id, void *into, uint32_t lkey, void
 }
 
 /* NCCL's flush: a QP connected to itself reads one byte of what the NIC
- * wrote.  It goes out of the port like any request, so a port that is down
- * costs the retry budget and ends in RETRY_EXC, as a ConnectX reports it. */
+ * wrote.  It loops back inside the NIC, so the wire's faults never touch
+ * it; a port that is down costs it the retry budget and ends in RETRY_EXC
+ * (the stricter reading: a flush through a dead port is caught). */
 Test(flap, a_qp_connected_to_itself_reads_its_own_memory_while_the_port_is_up) {
   connect_to_itself(&A);
   A.buf[4096] = 0x5a;
@@ -985,6 +986,22 @@ Test(flap, a_qp_connected_to_itself_reads_its_own_memory_while_the_port_is_up) {
   cr_assert_eq(wc.status, IBV_WC_SUCCESS, "%s", ibv_wc_status_str(wc.status));
   cr_assert_eq(wc.opcode, IBV_WC_RDMA_READ);
   cr_assert_eq(A.buf[0], 0x5a);
+  /* The wire's faults never touch it: a black hole, a lost ACK armed, loss. */
+  struct sv_port *p = &fab->devs[shared(&A)->dev].ports[0];
+  uint64_t tx = atomic_load(&p->tx_packets);
+  atomic_store(&p->blackhole, 1);
+  atomic_store(&p->ack_loss, 1);
+  atomic_store(&p->loss_ppm, 1000000);
+  A.buf[4096] = 0x3c;
+  cr_assert_eq(post_read(&A, 3, A.buf, A.mr->lkey, A.buf + 4096, A.mr->rkey), 0);
+  wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS, "a loopback read met the wire's faults: %s", ibv_wc_status_str(wc.status));
+  cr_assert_eq(A.buf[0], 0x3c);
+  cr_assert_eq(atomic_load(&p->ack_loss), 1, "the lost ACK was spent on a loopback read");
+  cr_assert_eq(atomic_load(&p->tx_packets), tx, "a loopback read counted as a packet on the port");
+  atomic_store(&p->blackhole, 0);
+  atomic_store(&p->ack_loss, 0);
+  atomic_store(&p->loss_ppm, 0);
   cr_assert_eq(sv_port_set_state(fab, 0, 1, 0), 0);
   cr_assert_eq(expect_async(&A), IBV_EVENT_PORT_ERR);
   uint64_t t0 = sv_now_ns();
