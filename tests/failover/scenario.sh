@@ -190,6 +190,28 @@ dmabuf_nic_without_dmabuf)
   ! grep -E "linkpass\[$pid0\]: .*event=failover .* new_dev=mlx5_1 " "$tmp/syslog" ||
     fail "a connection of node0 moved to mlx5_1, where its buffers are not registered"
   ;;
+dmabuf_flush_error)
+  # A flush read fails (its loopback QP is broken): the data was delivered,
+  # so the flush completes, says so once, and is rebuilt for the next
+  # flush; no connection moves, and no byte is wrong.
+  MEM=dmabuf run_perf 1M 4 2 all_reduce --channels 1
+  wait_for '^ +1\.0 ' "$tmp/out"
+  flush_qp() { # a loopback QP of node0:mlx5_0 that has read, but not QPN $1
+    "$SIMVERBS" status | awk -v not="${1:-}" '$1 == "qp" && /loopback/ && $4 == "node0:mlx5_0:1" && $2 != not {
+      for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) { print $2; exit } }'
+  }
+  qpn=$(flush_qp)
+  [ -n "$qpn" ] || fail "no flush path on node0:mlx5_0 has read"
+  sv fault qp "$qpn" fatal
+  deadline=$((SECONDS + 10))
+  until [ -n "$(flush_qp "$qpn")" ]; do
+    ((SECONDS < deadline)) || fail "no new flush path on node0:mlx5_0 read within 10 s of the broken one"
+    sleep 0.05
+  done
+  expect_clean_run
+  grep -q "iflush: the read through mlx5_0:1 failed" "$tmp/out" || fail "no WARN for the failed flush"
+  ! grep -q "event=failover" "$tmp/syslog" || fail "a connection moved for a flush error"
+  ;;
 no_standby)
   # LINKPASS_STANDBY=0: every move builds its new path when it starts.
   export LINKPASS_STANDBY=0
