@@ -2,10 +2,10 @@
 #include "idle_watch.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -38,56 +38,68 @@ static void answer(struct lp_comm *c, uint64_t now) {
   lp_comm_leave(c);
 }
 
+/* Watch c's socket for one event (EPOLLONESHOT: it is disarmed once it
+ * fires, until answered and its idle period is over).  Under w->mu. */
+static void arm(struct lp_idle_watch *w, struct lp_comm *c, int op) {
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (c->fo->watch_tx ? EPOLLOUT : 0u), .data.ptr = c};
+  if (epoll_ctl(w->epfd, op, c->fd, &ev) != 0)
+    LP_WARN("idle-receiver watch: cannot watch the control socket to %s: %s (it answers moves at NCCL's next call)",
+            c->peer, strerror(errno));
+}
+
+/* c is still on the list (the list changed while the thread waited). */
+static int listed(const struct lp_idle_watch *w, const struct lp_comm *c) {
+  for (int i = 0; i < w->n; i++)
+    if (w->comms[i] == c) return 1;
+  return 0;
+}
+
+/* Comms answered lately are armed again once their idle period is over;
+ * returns the earliest such time still ahead (UINT64_MAX: none). */
+static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
+  uint64_t next = UINT64_MAX;
+  for (int i = 0; i < w->nlater;) {
+    struct lp_comm *c = w->later[i];
+    if (c->fo->watch_skip_until_ns <= now) {
+      arm(w, c, EPOLL_CTL_MOD);
+      w->later[i] = w->later[--w->nlater];
+    } else {
+      if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
+      i++;
+    }
+  }
+  return next;
+}
+
+/* The sockets are in an epoll set, each armed for one event: a wait costs
+ * what is ready, not what is watched (a poll() over a thousand sockets
+ * cost a sweep of moves more than the moves). */
 static void *watch_main(void *arg) {
   struct lp_idle_watch *w = arg;
-  struct pollfd *pfds = NULL;
-  struct lp_comm **who = NULL;
-  int cap = 0;
+  struct epoll_event evs[64];
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
-    if (cap < w->n + 1) {
-      int ncap = w->n + 16;
-      struct pollfd *np = realloc(pfds, sizeof(*np) * (size_t)ncap);
-      if (np) pfds = np;
-      struct lp_comm **nw = realloc(who, sizeof(*nw) * (size_t)ncap);
-      if (nw) who = nw;
-      if (!np || !nw) {
-        LP_WARN("out of memory in the idle-receiver watch: idle receivers answer moves at NCCL's next call");
-        break;
-      }
-      cap = ncap;
-    }
-    uint64_t now = lp_now_ns(), next = UINT64_MAX;
-    int k = 0;
-    pfds[k++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
-    for (int i = 0; i < w->n; i++) {
-      struct lp_comm *c = w->comms[i];
-      if (c->fo->watch_off) continue;
-      if (c->fo->watch_skip_until_ns > now) {
-        if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
-        continue;
-      }
-      who[k] = c;
-      pfds[k++] = (struct pollfd){.fd = c->fd, .events = (short)(POLLIN | (c->fo->watch_tx ? POLLOUT : 0))};
-    }
+    uint64_t now = lp_now_ns(), next = rearm_due(w, now);
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
     pthread_mutex_unlock(&w->mu);
-    int r = poll(pfds, (nfds_t)k, timeout);
+    int r = epoll_wait(w->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
     pthread_mutex_lock(&w->mu);
-    if (r <= 0) continue;
-    if (pfds[0].revents) {
-      uint64_t v;
-      if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
-    }
-    if (w->gen != gen) continue; /* a comm may be gone: look again */
     now = lp_now_ns();
-    for (int j = 1; j < k; j++)
-      if (pfds[j].revents) answer(who[j], now);
+    for (int j = 0; j < r; j++) {
+      struct lp_comm *c = evs[j].data.ptr;
+      if (c == NULL) { /* the eventfd: the list changed, or stop */
+        uint64_t v;
+        if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
+        continue;
+      }
+      if (w->gen != gen && !listed(w, c)) continue; /* removed (and maybe freed) while we waited */
+      answer(c, now);
+      /* A closed peer or a failed comm stays disarmed: nothing more to answer. */
+      if (!c->fo->watch_off) w->later[w->nlater++] = c;
+    }
   }
   pthread_mutex_unlock(&w->mu);
-  free(pfds);
-  free(who);
   return NULL;
 }
 
@@ -95,12 +107,18 @@ int lp_idle_watch_start(struct lp_idle_watch *w) {
   memset(w, 0, sizeof(*w));
   w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (w->wake_fd < 0) goto fail;
-  if (pthread_mutex_init(&w->mu, NULL) != 0) goto fail_fd;
+  w->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (w->epfd < 0) goto fail_fd;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) goto fail_ep;
+  if (pthread_mutex_init(&w->mu, NULL) != 0) goto fail_ep;
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) goto fail_mu;
   w->running = 1;
   return 0;
 fail_mu:
   pthread_mutex_destroy(&w->mu);
+fail_ep:
+  close(w->epfd);
 fail_fd:
   close(w->wake_fd);
 fail:
@@ -117,7 +135,9 @@ void lp_idle_watch_stop(struct lp_idle_watch *w) {
   pthread_join(w->thread, NULL);
   w->running = 0;
   free(w->comms);
+  free(w->later);
   pthread_mutex_destroy(&w->mu);
+  close(w->epfd);
   close(w->wake_fd);
   memset(w, 0, sizeof(*w));
 }
@@ -126,14 +146,17 @@ void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c) {
   if (!w->running) return;
   pthread_mutex_lock(&w->mu);
   if (w->n == w->cap) {
+    /* `later` holds at most every comm: it grows with the list. */
     int ncap = w->cap ? w->cap * 2 : 16;
     struct lp_comm **nc = realloc(w->comms, sizeof(*nc) * (size_t)ncap);
-    if (nc == NULL) {
+    if (nc != NULL) w->comms = nc;
+    struct lp_comm **nl = nc != NULL ? realloc(w->later, sizeof(*nl) * (size_t)ncap) : NULL;
+    if (nl != NULL) w->later = nl;
+    if (nc == NULL || nl == NULL) {
       pthread_mutex_unlock(&w->mu);
       LP_WARN("out of memory: %s is not watched while idle (it answers moves at NCCL's next call)", c->peer);
       return;
     }
-    w->comms = nc;
     w->cap = ncap;
   }
   c->fo->watch = w;
@@ -142,8 +165,8 @@ void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c) {
   c->fo->watch_tx = 0;
   w->comms[w->n++] = c;
   w->gen++;
+  arm(w, c, EPOLL_CTL_ADD);
   pthread_mutex_unlock(&w->mu);
-  wake(w);
 }
 
 void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c) {
@@ -152,10 +175,14 @@ void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c) {
   for (int i = 0; i < w->n; i++) {
     if (w->comms[i] != c) continue;
     w->comms[i] = w->comms[--w->n];
+    for (int j = 0; j < w->nlater; j++)
+      if (w->later[j] == c) w->later[j--] = w->later[--w->nlater];
+    /* Before its fd closes (a closed fd leaves the set by itself, but not
+     * while another copy of it is open).  An event already taken is
+     * dropped by the generation. */
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     w->gen++;
-    pthread_mutex_unlock(&w->mu);
-    wake(w); /* its fd is about to close: stop polling it */
-    return;
+    break;
   }
   pthread_mutex_unlock(&w->mu);
 }

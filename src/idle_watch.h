@@ -14,8 +14,8 @@
  * 256 connections a direction on one NIC, where a sweep of moves takes
  * longer than the senders' last operations).
  *
- * So one thread polls the control sockets of the failover-enabled comms of
- * both kinds. When a socket turns readable and NCCL has not called the comm
+ * So one thread waits (epoll) on the control sockets of the failover-enabled
+ * comms of both kinds. When a socket turns readable and NCCL has not called the comm
  * for LP_IDLE_NS, the thread takes the comm and runs one progress call: the
  * move is started or answered, and what the call finds (completions,
  * errors) waits in the comm for NCCL's next call. A comm NCCL is calling is
@@ -38,8 +38,11 @@ struct lp_idle_watch {
   pthread_mutex_t mu; /* the list, and any call this thread makes into a comm */
   struct lp_comm **comms;
   int n, cap;
+  struct lp_comm **later; /* answered lately: armed again after their idle period */
+  int nlater;
   unsigned gen; /* bumped whenever the list changes */
-  int wake_fd;  /* eventfd: the list changed, or stop */
+  int epfd;     /* every watched socket, armed for one event at a time */
+  int wake_fd;  /* eventfd: stop */
   int stop;
   int running;
   pthread_t thread;

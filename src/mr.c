@@ -34,13 +34,57 @@ static struct want settle(const struct lp_env *env, void *data, size_t size, int
   return w;
 }
 
+/* The first entry that starts after `addr`. */
+static size_t upper_bound(const struct lp_mr_cache *cache, uintptr_t addr) {
+  size_t lo = 0, hi = cache->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (cache->by_addr[mid]->addr <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+#define LP_MR_LOOK_BACK 8 /* entries that start at or before the range, nearest first */
+
 /* A cached registration of the same kind that covers the range on `home`
- * (with failover off, each NIC registers only what its comms use). */
+ * (with failover off, each NIC registers only what its comms use).  Only
+ * the nearest entries that start at or before it are looked at: one that
+ * covers it from further back is missed, and the range is then registered
+ * again, which is correct, merely not shared. */
 static struct lp_mr *cache_find(struct lp_mr_cache *cache, const struct want *w, int home) {
-  for (struct lp_mr *m = cache->head; m != NULL; m = m->next)
-    if (m->type == w->type && (m->nics >> home & 1u) && m->addr <= w->addr && w->addr + w->len <= m->addr + m->len)
-      return m;
+  size_t i = upper_bound(cache, w->addr);
+  for (size_t k = 0; k < LP_MR_LOOK_BACK && i > 0; k++) {
+    struct lp_mr *m = cache->by_addr[--i];
+    if (m->type == w->type && (m->nics >> home & 1u) && w->addr + w->len <= m->addr + m->len) return m;
+  }
   return NULL;
+}
+
+static int cache_insert(struct lp_mr_cache *cache, struct lp_mr *m) {
+  if (cache->n == cache->cap) {
+    size_t cap = cache->cap ? 2 * cache->cap : 64;
+    struct lp_mr **a = realloc(cache->by_addr, cap * sizeof(*a));
+    if (a == NULL) return -1;
+    cache->by_addr = a;
+    cache->cap = cap;
+  }
+  size_t i = upper_bound(cache, m->addr);
+  memmove(&cache->by_addr[i + 1], &cache->by_addr[i], (cache->n - i) * sizeof(*cache->by_addr));
+  cache->by_addr[i] = m;
+  cache->n++;
+  return 0;
+}
+
+static void cache_remove(struct lp_mr_cache *cache, struct lp_mr *m) {
+  for (size_t i = upper_bound(cache, m->addr); i > 0; i--) {
+    if (cache->by_addr[i - 1] != m) continue;
+    memmove(&cache->by_addr[i - 1], &cache->by_addr[i], (cache->n - i) * sizeof(*cache->by_addr));
+    cache->n--;
+    return;
+  }
 }
 
 static ncclResult_t unregister_all(struct lp_mr *m) {
@@ -135,11 +179,12 @@ ncclResult_t lp_mr_register(struct lp_mr_cache *cache, const struct lp_env *env,
   struct lp_mr *m = cache_find(cache, &w, home);
   if (m == NULL) {
     m = create(env, health, home, &w);
-    if (m != NULL) {
-      m->cache = cache;
-      m->next = cache->head;
-      cache->head = m;
+    if (m != NULL && cache_insert(cache, m) != 0) {
+      unregister_all(m);
+      free(m);
+      m = NULL;
     }
+    if (m != NULL) m->cache = cache;
   }
   if (m != NULL) m->refs++;
   pthread_mutex_unlock(&cache->lock);
@@ -152,12 +197,7 @@ ncclResult_t lp_mr_deregister(struct lp_mr *m) {
   struct lp_mr_cache *cache = m->cache;
   pthread_mutex_lock(&cache->lock);
   int last = --m->refs == 0;
-  if (last)
-    for (struct lp_mr **p = &cache->head; *p != NULL; p = &(*p)->next)
-      if (*p == m) {
-        *p = m->next;
-        break;
-      }
+  if (last) cache_remove(cache, m);
   pthread_mutex_unlock(&cache->lock);
   if (!last) return ncclSuccess;
   ncclResult_t rc = unregister_all(m);

@@ -33,10 +33,13 @@ struct lp_mr {
   struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
 };
 
-/* The process's registrations, owned by the plugin context. */
+/* The process's registrations, owned by the plugin context: sorted by
+ * start address, so that a lookup among thousands (a comm per peer and
+ * channel, each registering its buffers) is a binary search. */
 struct lp_mr_cache {
   pthread_mutex_t lock;
-  struct lp_mr *head;
+  struct lp_mr **by_addr;
+  size_t n, cap;
 };
 
 /* Register `data` on NIC `home`, and on every other NIC when `health` is

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 9 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory */
+#define SV_VERSION 10 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -240,6 +240,9 @@ struct sv_fabric {
   pthread_mutex_t lock; /* robust; guards allocation of every table below */
   _Atomic uint64_t next_pd_id;
   _Atomic uint64_t next_window_id;
+  /* Bumped after a QP fault or a device fatal is set, by whichever process
+   * sets it: the owners' engines then look at every QP (engine.c). */
+  _Atomic uint64_t fault_gen;
   uint32_t nhosts, ndevs;
   struct sv_host hosts[SV_MAX_HOSTS];
   struct sv_device devs[SV_MAX_DEVS];

@@ -77,6 +77,7 @@ int sv_device_set_fatal(struct sv_fabric *f, int dev, int fatal) {
   if (!d)
     return -1;
   old = atomic_exchange(&d->fatal, fatal ? 1u : 0u);
+  atomic_fetch_add(&f->fault_gen, 1);
   if (fatal && !old)
     sv_device_post_event(f, dev, IBV_EVENT_DEVICE_FATAL, 0);
   sv_wake_all(f);
@@ -109,6 +110,7 @@ int sv_qp_inject_fatal(struct sv_fabric *f, uint32_t qpn) {
   qp = sv_qp_by_qpn(f, qpn);
   if (qp) {
     atomic_store(&qp->fault, SV_QP_FAULT_FATAL);
+    atomic_fetch_add(&f->fault_gen, 1);
     owner = qp->owner;
   }
   sv_unlock(&f->lock);
