@@ -32,6 +32,8 @@ conns=$(panel "Connections per NIC port")
 flaps=$(panel "Port flaps")
 last=$(panel "Last failover duration")
 gone=$(panel "Processes gone")
+resend=$(panel "Resend ratio per NIC port")
+drained=$(panel "Ports drained as degraded")
 
 cp "$rules" "$tmp/rules.yml"
 cat >"$tmp/test.yml" <<EOF
@@ -62,6 +64,11 @@ tests:
   - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="1"}', values: '0.005x20'}
   - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="2"}', values: '0.004x20'}
   - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="3"}', values: '2x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1"}', values: '0.01x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="2"}', values: '0.012x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="3"}', values: '0.5x20'}
+  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1"}', values: '0x6 1x13'}
+  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="2"}', values: '0x6 1x13'}
   promql_expr_test:
   - expr: '$path'
     eval_time: 10m
@@ -89,6 +96,16 @@ tests:
     eval_time: 10m
     exp_samples:
     - {labels: '{instance="n0"}', value: 1}
+  # a port's resend ratio from live ranks only (the killed rank's 0.5 is stale)
+  - expr: '$resend'
+    eval_time: 10m
+    exp_samples:
+    - {labels: '{instance="n0",device="mlx5_2",port="1"}', value: 0.012}
+  # drained once, seen by two ranks: counted once (a sum would say 2)
+  - expr: '($drained) > 0'
+    eval_time: 8m
+    exp_samples:
+    - {labels: '{instance="n0",device="mlx5_2",port="1"}', value: 1}
   alert_rule_test:
   - eval_time: 12m
     alertname: LinkpassPortDown
@@ -109,4 +126,4 @@ tests:
 EOF
 promtool check rules "$tmp/rules.yml" >/dev/null
 (cd "$tmp" && promtool test rules test.yml) || { echo "FAIL: the dashboard's queries or the alerting rules count what they must not"; exit 1; }
-echo "PASS promql: live processes only, one flap count a port, the alerts agree"
+echo "PASS promql: live processes only, one flap and one drain count a port, the alerts agree"
