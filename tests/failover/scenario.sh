@@ -81,8 +81,8 @@ expect_clean_run() {
   ((rc == 0)) || fail "the driver exited with $rc"
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
   # Only the loss scenario loses packets: no other may drain a port as degraded.
-  [ "$name" = gray_loss ] || ! grep -q "reason=degraded" "$tmp/syslog" ||
-    fail "a move for reason degraded, and no port lost packets"
+  case $name in gray_loss | gray_loss_remote | gray_loss_ring4) return ;; esac
+  ! grep -q "reason=degraded" "$tmp/syslog" || fail "a move for reason degraded, and no port lost packets"
 }
 
 # An event line with these key=value fields, in syslog and in NCCL's log.
@@ -155,6 +155,10 @@ if [ "$name" = dmabuf_nic_without_dmabuf ]; then
   # node0's mlx5_1, the first of mlx5_0's pool, registers no dma-bufs.
   awk '$1 == "host" { h = $2 } h == "node0" && $1 == "nic" && $2 == "mlx5_1" { $0 = $0 " dmabuf=off" } { print }' \
     "$conf" >"$tmp/fabric.conf"
+  conf=$tmp/fabric.conf
+fi
+if [ "$name" = roce_port_down ]; then
+  sed 's/^link ib$/link roce/' "$conf" >"$tmp/fabric.conf"
   conf=$tmp/fabric.conf
 fi
 if [ "$name" = nccl_ib_vars ]; then
@@ -379,6 +383,52 @@ device_fatal)
   expect_event event=failover dev=mlx5_0
   grep -q "mlx5_0 reported a fatal error" "$tmp/out" || fail "the device-fatal event was not seen"
   ;;
+device_fatal_remote | device_fatal_during_move | device_recover)
+  # DEVICE_FATAL on the other host (node1: its ends are what node0's
+  # connections talk to); on the NIC a move is heading for, while the move
+  # is under way (node0:mlx5_0 pulled, then mlx5_1, the first of its pool,
+  # fails outright); and a NIC that recovers (a reset: it can be opened
+  # again) is still never used again by the process that saw it die, not
+  # even by a failback after the hold-down.
+  run_perf 1M 5
+  wait_for '^ +1\.0 ' "$tmp/out"
+  case $name in
+  device_fatal_remote) sv fault node1:mlx5_0 device-fatal ;;
+  device_fatal_during_move) sv link node0:mlx5_0 down; sv fault node0:mlx5_1 device-fatal ;;
+  device_recover)
+    sv fault node0:mlx5_0 device-fatal
+    wait_for "event=failover .*dev=mlx5_0 " "$tmp/syslog"
+    sv fault node0:mlx5_0 device-recover
+    ;;
+  esac
+  expect_clean_run
+  case $name in
+  device_fatal_remote)
+    expect_event event=failover dev=mlx5_0
+    grep -q "mlx5_0 reported a fatal error" "$tmp/out" || fail "node1 did not see the device-fatal event"
+    ;;
+  device_fatal_during_move)
+    grep -q "mlx5_1 reported a fatal error" "$tmp/out" || fail "the device-fatal event of mlx5_1 was not seen"
+    # node0's ends end up on neither mlx5_0 nor the dead mlx5_1
+    pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
+    last=$(grep -E "linkpass\[$pid0\]: event=failover" "$tmp/syslog" | tail -1)
+    [[ $last =~ new_dev=mlx5_[23] ]] || fail "node0's last move did not land on mlx5_2 or mlx5_3: $last"
+    ;;
+  device_recover)
+    ! grep -q "event=failback" "$tmp/syslog" || fail "a connection failed back onto a NIC that had reported DEVICE_FATAL"
+    ;;
+  esac
+  ;;
+roce_port_down)
+  # Every scenario above runs on InfiniBand; the same pull and failback on
+  # RoCE ports (GIDs, traffic classes, the RoCE standby paths).
+  run_perf 1M 6 2 all_reduce -c 2
+  wait_for '^ +1\.0 ' "$tmp/out"
+  pull_and_failback
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
+  expect_event event=failback new_dev=mlx5_0 reason=failback
+  ;;
 ack_loss | partial_write)
   run_perf 4M 4
   wait_for '^ +1\.0 ' "$tmp/out"
@@ -555,26 +605,37 @@ failback_after_blackhole)
   stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
   echo "$stalls stall moves, $(grep -c 'is suspect' "$tmp/out") suspect lines"; grep -E "is suspect|no silent fault" "$tmp/out" | cut -c1-200
   ;;
-gray_loss | gray_loss_everywhere)
+gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
   # Gray failure: the port stays up and says nothing, but loses 1 % of its
   # packets (each costs a NAK and a resend, or a local ACK timeout).  Four
   # channels, one a rail: every NIC carries traffic, so a lossy one can be
   # compared with its pool.  One lossy NIC is drained (reason degraded),
-  # and its connections come back once the loss is gone.  All four lossy
-  # alike: none is clearly better, nothing moves.
-  run_perf 1M 10 2 all_reduce --channels 4 -c 2
+  # and its connections come back once the loss is gone: on node0
+  # (gray_loss); on node1, where node0's requests through that rail lose
+  # packets at the far end and node0's own counters must show it
+  # (gray_loss_remote); with 4 ranks in a ring, two a host (gray_loss_ring4).
+  # All four lossy alike: none is clearly better, nothing moves.
+  host=node0 nic=mlx5_0 nranks=2
+  [ "$name" = gray_loss_remote ] && host=node1 nic=mlx5_2
+  [ "$name" = gray_loss_ring4 ] && nic=mlx5_1 nranks=4
+  run_perf 1M 10 "$nranks" all_reduce --channels 4 -c 2
   wait_for '^ +1\.0 ' "$tmp/out"
   t0=$(date +%s.%N)
-  if [ "$name" = gray_loss ]; then
-    sv fault node0:mlx5_0 loss 1
-    wait_for "event=failover .*dev=mlx5_0 .*reason=degraded" "$tmp/syslog" 10
+  if [ "$name" != gray_loss_everywhere ]; then
+    sv fault "$host:$nic" loss 1
+    wait_for "event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" 10
     t1=$(date +%s.%N)
     took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
-    echo "the first connection left the lossy mlx5_0 ${took} s after the loss began"
+    echo "the first connection left the lossy $host:$nic ${took} s after the loss began"
     awk -v t="$took" 'BEGIN { exit !(t < 3) }' || fail "the lossy port was drained only after ${took} s"
-    grep -m1 "mlx5_0:1 is degraded: it resent" "$tmp/out" || fail "no WARN saying mlx5_0 is degraded"
-    sv fault node0:mlx5_0 loss 0
-    wait_for "event=failback .*new_dev=mlx5_0" "$tmp/syslog" 20
+    grep -m1 "$nic:1 is degraded: it resent" "$tmp/out" || fail "no WARN saying $nic is degraded"
+    if [ "$name" = gray_loss_remote ]; then # node0's end saw it too, from its own counters
+      pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
+      grep -qE "linkpass\[$pid0\]: event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" ||
+        fail "node0 did not drain $nic, whose far end loses its packets"
+    fi
+    sv fault "$host:$nic" loss 0
+    wait_for "event=failback .*new_dev=$nic" "$tmp/syslog" 20
     expect_clean_run
   else
     for n in 0 1 2 3; do sv fault "node0:mlx5_$n" loss 1; done
