@@ -5,7 +5,8 @@
 # usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]
 #   time      failover time, from the injected fault to the first completion
 #             after it, p50/p99 over $INJECTIONS (default 50) port-down faults;
-#             MEM=dmabuf (or cuda): the buffers in GPU memory (linkpass-perf --mem)
+#             MEM=dmabuf (or cuda): the buffers in GPU memory (linkpass-perf --mem);
+#             CHANNELS=N: N connections a direction, all on mlx5_0 (default 1)
 #   overhead  busbw with LINKPASS_FAILOVER=1 against =0, 1 MiB .. 256 MiB,
 #             $ROUNDS (default 3) interleaved rounds (A B A B ...)
 #   degraded  busbw with one of four rate-limited NICs down against all four
@@ -79,6 +80,7 @@ part_time() {
   secs=$(awk -v n="$injections" -v p="$period" 'BEGIN { printf "%d", n * p + 6 }')
   "$perf" --fabric "$SIMVERBS_FABRIC" --hosts node0,node1 -N 2 --plugin "$plugin" --op sendrecv \
     -b 64K -e 64K -R 1 --duration "$secs" --timeout $((secs + 60)) --gap-log "$tmp/gaps" --mem "${MEM:-host}" \
+    --channels "${CHANNELS:-1}" --same-dev \
     >"$tmp/out" 2>&1 &
   perf_pid=$!
   sleep 3 # connected and running
@@ -114,7 +116,7 @@ part_time() {
   local events
   events=$(grep -c "event=failover" "$tmp/out" || true)
   echo "# failover time: fault injected (flap_inject) -> first completion after it, ms"
-  echo "# $injections port-down faults, alternately node0:mlx5_0 and node1:mlx5_0; sendrecv 64 KiB, -R 1, --mem ${MEM:-host}"
+  echo "# $injections port-down faults, alternately node0:mlx5_0 and node1:mlx5_0; sendrecv 64 KiB, -R 1, --mem ${MEM:-host}, ${CHANNELS:-1} channel(s) on mlx5_0"
   printf '%-18s %8s %8s %8s %8s %10s\n' "fault" "p50" "p99" "max" "samples" "target p99"
   for kind in local remote; do
     read -r p50 p99 n max < <(awk -v k="$kind" '$1 == k { print $2 }' "$tmp/times" | percentiles)
