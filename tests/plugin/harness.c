@@ -713,6 +713,76 @@ static void run_gpu(void) {
   free(host);
 }
 
+/* ---- registrations and closes while connections move ---------------------- */
+
+#define CHURN_COMMS 4
+#define CHURN_MSGS 120
+
+/* `simverbs link HOST:NIC up|down` on this fabric (LP_HARNESS_SIMVERBS). */
+static void link_set(const char *target, const char *state) {
+  const char *sv = getenv("LP_HARNESS_SIMVERBS");
+  if (sv == NULL) die("LP_HARNESS_SIMVERBS is not set");
+  char cmd[4096];
+  snprintf(cmd, sizeof(cmd), "'%s' link %s %s >/dev/null", sv, target, state);
+  if (system(cmd) != 0) die("%s failed", cmd);
+}
+
+/* Every message on every comm has a buffer registered just for it and
+ * deregistered once it completed, while node0's NICs flap under the
+ * connections (the receiver, node0, pulls mlx5_0, which carries every comm,
+ * at message 30 and plugs it back at 80: moves and failbacks among the
+ * registrations); every byte checked.  Then mlx5_0 is pulled again and
+ * both ends close every comm at once, with their moves under way: close
+ * must neither crash, hang nor fail. */
+static void run_churn(void) {
+  struct conn c[CHURN_COMMS];
+  memset(c, 0, sizeof(c));
+  int all = ndev;
+  ndev = 1; /* every comm on mlx5_0: they all move */
+  bring_up(c, CHURN_COMMS);
+  ndev = all;
+  for (int m = 0; m < CHURN_MSGS; m++) {
+    if (is_recv && m == 30) link_set("node0:mlx5_0", "down");
+    if (is_recv && m == 80) link_set("node0:mlx5_0", "up");
+    /* Pace the rest over the hold-down (LINKPASS_FAILBACK_HOLDDOWN_MS in
+     * the test's environment): the failbacks come among these messages. */
+    if (is_recv && m > 80) nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    size_t len = (size_t)(m * 4099) % 65536 + 1;
+    uint8_t *b[CHURN_COMMS];
+    void *mh[CHURN_COMMS], *req[CHURN_COMMS];
+    for (int i = 0; i < CHURN_COMMS; i++) {
+      b[i] = alloc_buf(len);
+      if (!is_recv) fill(b[i], len, m, i, 0);
+      CHECK(hnet_regmr(&net, c[i].comm, b[i], len, &mh[i]));
+      req[i] = NULL;
+      while (req[i] == NULL) {
+        void *data = b[i];
+        size_t sz = len;
+        int tag = 3;
+        if (is_recv)
+          CHECK(hnet_irecv(&net, c[i].comm, 1, &data, &sz, &tag, &mh[i], &req[i]));
+        else
+          CHECK(hnet_isend(&net, c[i].comm, b[i], len, tag, mh[i], &req[i]));
+      }
+    }
+    for (int i = 0; i < CHURN_COMMS; i++) {
+      int done = 0, got = 0;
+      while (!done) CHECK(hnet_test(&net, req[i], &done, &got));
+      if (is_recv) {
+        if ((size_t)got != len) die("comm %d message %d: %d bytes, expected %zu", i, m, got, len);
+        verify(b[i], len, m, i, 0);
+      }
+      CHECK(hnet_deregmr(&net, c[i].comm, mh[i]));
+      free(b[i]);
+    }
+  }
+  if (is_recv) link_set("node0:mlx5_0", "down"); /* back there by now: they all move again */
+  signal_peer('c');
+  if (is_recv) wait_peer(); else { wait_peer(); signal_peer('c'); }
+  tear_down(c, CHURN_COMMS);
+  if (is_recv) link_set("node0:mlx5_0", "up");
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -770,6 +840,8 @@ int main(int argc, char **argv) {
     run_vanish();
   } else if (strcmp(scenario, "gpu") == 0) {
     run_gpu();
+  } else if (strcmp(scenario, "churn") == 0) {
+    run_churn();
   } else {
     die("unknown scenario");
   }

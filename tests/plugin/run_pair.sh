@@ -20,7 +20,7 @@ trap cleanup EXIT INT TERM
 
 "$SIMVERBS" up "$CONFIG" --fabric "$FABRIC" >/dev/null || { echo "FAIL: simverbs up $CONFIG" >&2; exit 1; }
 mkfifo "$TMP/h" "$TMP/b"
-export LP_HARNESS_PLUGIN=$PLUGIN
+export LP_HARNESS_PLUGIN=$PLUGIN LP_HARNESS_SIMVERBS=$SIMVERBS SIMVERBS_FABRIC=$FABRIC
 [ -n "$ABI" ] && export LP_HARNESS_ABI=$ABI
 # The receiver plays node0, the sender node1.
 "$SIMVERBS" run --host node0 --fabric "$FABRIC" -- "$HARNESS" recv "$SCENARIO" "$TMP" >"$TMP/recv.log" 2>&1 &
