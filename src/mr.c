@@ -107,11 +107,7 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
    * orders behind every write of the message. */
   int access = LP_MR_ACCESS | (env->relaxed_ordering ? IBV_ACCESS_RELAXED_ORDERING : 0);
   if (w->fd >= 0) {
-    if (!on->dmabuf) {
-      LP_WARN(
-          "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing or the kernel or device "
-          "refuses it)",
-          on->name);
+    if (!on->dmabuf) { /* said once, at init (plugin.c), or by create() for the home NIC */
       errno = EOPNOTSUPP;
       return NULL;
     }
@@ -148,10 +144,15 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
     if (m->mr[n] != NULL) {
       m->nics |= 1u << n;
     } else if (n == home) {
+      if (w->fd >= 0 && !env->nics[n].dmabuf)
+        LP_WARN(
+            "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing, or the kernel or the "
+            "device refuses it); NCCL registers GPU memory there through peer memory only",
+            env->nics[n].name);
       unregister_all(m);
       free(m);
       return NULL;
-    } else {
+    } else if (w->fd < 0 || env->nics[n].dmabuf) { /* a NIC without dma-bufs was named once, at init */
       LP_WARN("connections that use %p+%zu cannot move to %s", (void *)w->addr, w->len, env->nics[n].name);
     }
   }

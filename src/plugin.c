@@ -108,6 +108,14 @@ static void find_gpu_support(struct lp_env *env) {
   }
   LP_INFO(NCCL_INIT | NCCL_NET, "GPU memory: peer memory %s; dma-buf on %s",
           env->peer_memory ? "loaded (NCCL_PTR_CUDA)" : "not loaded", used ? dmabuf : "no NIC");
+  /* Once, not per registration: a connection whose buffers are dma-bufs
+   * cannot move to such a NIC (mr.c). */
+  for (int n = 0; used && env->cfg.failover && n < env->nnics; n++)
+    if (!env->nics[n].dmabuf)
+      LP_WARN(
+          "%s cannot register dma-bufs while other NICs can: connections whose buffers NCCL registers as "
+          "dma-bufs never move to it",
+          env->nics[n].name);
 }
 
 static ncclResult_t bring_up(struct lp_plugin *p) {
