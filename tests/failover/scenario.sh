@@ -613,7 +613,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
   # compared with its pool.  One lossy NIC is drained (reason degraded),
   # and its connections come back once the loss is gone: on node0
   # (gray_loss); on node1, where node0's requests through that rail lose
-  # packets at the far end and node0's own counters must show it
+  # packets at the far end, and node0's ends must leave the rail too
   # (gray_loss_remote); with 4 ranks in a ring, two a host (gray_loss_ring4).
   # All four lossy alike: none is clearly better, nothing moves.
   host=node0 nic=mlx5_0 nranks=2
@@ -634,7 +634,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
     warned="$nic:1"
     [ "$name" = gray_loss_ring4 ] && warned="mlx5_[0-9]:1"
     grep -m1 -E "$warned is degraded: it resent" "$tmp/out" || fail "no WARN saying $warned is degraded"
-    if [ "$name" = gray_loss_remote ]; then # node0's end saw it too, from its own counters
+    if [ "$name" = gray_loss_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
       grep -qE "linkpass\[$pid0\]: event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" ||
         fail "node0 did not drain $nic, whose far end loses its packets"
