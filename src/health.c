@@ -278,11 +278,11 @@ static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int 
   for (int round = 0; round < rounds; round++) {
     for (int d = 0; d < env->ndevs; d++) {
       /* the same link layer, and every buffer the connection uses registered there */
-      int same_layer = env->devs[d].link_layer == env->devs[primary].link_layer && (nics >> env->devs[d].nic & 1u);
+      int fits = env->devs[d].link_layer == env->devs[primary].link_layer && (nics >> env->devs[d].nic & 1u);
       int ok = round == 0  ? lp_health_trusted(h, d, now)
                : round < 3 ? lp_health_ok(h, d)
                            : lp_health_link_up(h, d) && !lp_health_nic_fatal(h, env->devs[d].nic);
-      usable[d] = same_layer && ok && (round > 1 || d != avoid);
+      usable[d] = fits && ok && (round > 1 || d != avoid);
       load[d] = atomic_load_explicit(&loads[d], memory_order_relaxed);
     }
     int dev = lp_pool_pick(env->pool[primary], env->pool_n[primary], usable, load);

@@ -87,7 +87,8 @@ static void cache_remove(struct lp_mr_cache *cache, struct lp_mr *m) {
   }
 }
 
-static ncclResult_t unregister_all(struct lp_mr *m) {
+/* Deregister everywhere and free the handle. */
+static ncclResult_t destroy(struct lp_mr *m) {
   ncclResult_t rc = ncclSuccess;
   for (int n = 0; n < LP_MAX_NICS; n++) {
     if (m->mr[n] == NULL) continue;
@@ -96,18 +97,20 @@ static ncclResult_t unregister_all(struct lp_mr *m) {
       LP_WARN("ibv_dereg_mr(%s) failed: %s", m->env->nics[n].name, strerror(err));
       rc = ncclSystemError;
     }
-    m->mr[n] = NULL;
   }
+  m->magic = 0;
+  free(m);
   return rc;
 }
 
-/* One NIC's registration of the range; NULL (errno set, WARNed) if refused. */
+/* One NIC's registration of the range; NULL (errno set) if refused, WARNed
+ * unless the NIC takes no dma-bufs at all (said at init, or by create()). */
 static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic *on, const struct want *w) {
   /* Payload only: the receiver reads it after the completion, which the NIC
    * orders behind every write of the message. */
   int access = LP_MR_ACCESS | (env->relaxed_ordering ? IBV_ACCESS_RELAXED_ORDERING : 0);
   if (w->fd >= 0) {
-    if (!on->dmabuf) { /* said once, at init (plugin.c), or by create() for the home NIC */
+    if (!on->dmabuf) {
       errno = EOPNOTSUPP;
       return NULL;
     }
@@ -149,8 +152,7 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
             "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing, or the kernel or the "
             "device refuses it); NCCL registers GPU memory there through peer memory only",
             env->nics[n].name);
-      unregister_all(m);
-      free(m);
+      destroy(m);
       return NULL;
     } else if (w->fd < 0 || env->nics[n].dmabuf) { /* a NIC without dma-bufs was named once, at init */
       LP_WARN("connections that use %p+%zu cannot move to %s", (void *)w->addr, w->len, env->nics[n].name);
@@ -181,8 +183,7 @@ ncclResult_t lp_mr_register(struct lp_mr_cache *cache, const struct lp_env *env,
   if (m == NULL) {
     m = create(env, health, home, &w);
     if (m != NULL && cache_insert(cache, m) != 0) {
-      unregister_all(m);
-      free(m);
+      destroy(m);
       m = NULL;
     }
     if (m != NULL) m->cache = cache;
@@ -201,10 +202,7 @@ ncclResult_t lp_mr_deregister(struct lp_mr *m) {
   if (last) cache_remove(cache, m);
   pthread_mutex_unlock(&cache->lock);
   if (!last) return ncclSuccess;
-  ncclResult_t rc = unregister_all(m);
-  m->magic = 0;
-  free(m);
-  return rc;
+  return destroy(m);
 }
 
 struct ibv_mr *lp_mr_on(void *mhandle, int nic) {
