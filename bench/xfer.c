@@ -132,6 +132,12 @@ static int recv_in_place(struct xengine *e, const struct xrecv *r) { return e->d
 /* A forwarded result is sent from the user buffer when it was stored there. */
 static int fwd_in_place(struct xengine *e, const struct xrecv *r) { return e->direct && r->out; }
 
+/* Where receive v of a channel lands: the user buffer in place, else its slot. */
+static char *recv_buf(struct xengine *e, struct xchan *ch, size_t v) {
+  struct xrecv *r = recv_at(ch, v);
+  return recv_in_place(e, r) ? r->out : slot(e, ch->rc, v);
+}
+
 /* ------------------------------------------------------------ progress */
 
 /* --gap-log: a pause between two completions of this rank, with both ends. */
@@ -185,7 +191,7 @@ static int post_recvs(struct xengine *e, struct xchan *ch, int *progress) {
 static int flush_recv(struct xengine *e, struct xchan *ch, size_t v, int size) {
   struct xconn *c = ch->rc;
   struct xrecv *r = recv_at(ch, v);
-  void *data = recv_in_place(e, r) ? r->out : slot(e, c, v);
+  void *data = recv_buf(e, ch, v);
   void *mh = recv_in_place(e, r) ? region_mh(e, c, r->out) : c->slots_mh, *req = NULL;
   ncclResult_t res = e->net->ops->iflush(e->net, c->comm, 1, &data, &size, &mh, &req);
   double since = xfer_now();
@@ -240,7 +246,7 @@ static void consume_recvs(struct xengine *e, struct xchan *ch, int *progress) {
       if (!send_slot_free(e, ch, fwd)) return;
       stage = slot(e, ch->sc, ch->sbase + fwd);
     }
-    const char *got = recv_in_place(e, r) ? r->out : slot(e, ch->rc, ch->rcons);
+    const char *got = recv_buf(e, ch, ch->rcons);
     if (r->in) {
       char *dst = r->out ? r->out : stage;
       if (dst) pattern_reduce(dst, got, r->in, e->dtype, e->redop, r->bytes / es);

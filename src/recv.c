@@ -183,8 +183,7 @@ ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, st
     LP_WARN("iflush: more than %d requests outstanding on the connection to %s", LP_MAX_REQS, c->peer);
     return ncclInternalError;
   }
-  req->type = LP_REQ_FLUSH;
-  req->events = 0;
+  req->type = LP_REQ_FLUSH; /* events (its reads) start at 0 */
   for (int d = 0; d < c->env->ndevs; d++) {
     if (!(devs >> d & 1u)) continue;
     int nic = c->env->devs[d].nic;
@@ -202,8 +201,7 @@ ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, st
   return ncclSuccess;
 }
 
-int lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req) {
+void lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req) {
   lp_flush_poll(&r->flush);
   if (req->events == 0) req->done = 1;
-  return req->done;
 }

@@ -18,7 +18,8 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
  * if none), so the NIC's writes into GPU memory are visible.  *req NULL:
  * nothing to wait for. */
 ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, struct lp_req **req);
-/* 1 once every read of a flush request completed (failed ones too). */
-int lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req);
+/* Reap flush reads; the request is done once every read of it completed
+ * (failed ones too). */
+void lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req);
 
 #endif
