@@ -107,6 +107,9 @@ struct lp_send_msg {
     uint64_t raddr;
     uint32_t rkey;
   } sub[LP_MAX_RECVS];
+  /* Timed by its NIC's transmit meter (health.h): that device + 1; 0 when
+   * not (a small message, or no control plane). */
+  int metered;
   /* posting cursor per QP: next sub-receive and offset inside its chunk */
   uint8_t q_sub[LP_MAX_QPS];
   uint8_t q_done[LP_MAX_QPS];
@@ -122,6 +125,15 @@ struct lp_send_comm {
   size_t max_wr_bytes;
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
 };
+
+/* Messages of at least this many bytes are timed for their NIC's rate
+ * (gray.h): smaller ones would time the latency. */
+#define LP_METER_MIN_BYTES (64u << 10)
+
+/* Message m leaves its NIC's transmit meter: with the bytes it moved when
+ * it `finished` on the NIC it started on, without them otherwise (written
+ * again elsewhere after a move, or dropped by a close). */
+void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished);
 
 struct lp_recv_comm {
   struct lp_comm base;

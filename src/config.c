@@ -217,6 +217,8 @@ static const struct int_var int_vars[] = {
      "(0: a port that is up is never drained for resending packets)"},
     {"LINKPASS_GRAY_RESEND_PPM", offsetof(struct lp_config, gray_ppm), 2000, 1, 1000000,
      "(resent packets per million sent)"},
+    {"LINKPASS_GRAY_RATE_PCT", offsetof(struct lp_config, gray_rate_pct), 50, 1, 99,
+     "(a port moving data at under this percentage of another of its pool, and of its own speed, is slow)"},
     {"LINKPASS_FAILBACK_HOLDDOWN_MS", offsetof(struct lp_config, failback_holddown_ms), 2000, 0, 3600000, ""},
     {"LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", offsetof(struct lp_config, failback_holddown_max_ms), 60000, 0, 86400000, ""},
     {"LINKPASS_SYSLOG", offsetof(struct lp_config, syslog), 1, 0, 1, "(0 keeps event lines in NCCL's log only)"},

@@ -90,19 +90,20 @@ struct lp_config {
   struct lp_filter ifname; /* NCCL_SOCKET_IFNAME */
   int family;              /* NCCL_SOCKET_FAMILY: enum lp_family */
   /* linkpass */
-  int setup_timeout_ms;                 /* LINKPASS_SETUP_TIMEOUT_MS: connection setup deadline, 0: none */
-  int max_wr_bytes;                     /* LINKPASS_MAX_WR_BYTES: largest single RDMA write */
-  int failover;                         /* LINKPASS_FAILOVER: 0 behaves as the plain transport */
-  int watchdog_ms;                      /* LINKPASS_WATCHDOG_MS: no progress this long moves a connection, 0: off */
-  int move_timeout_ms;                  /* LINKPASS_MOVE_TIMEOUT_MS: the peer's answer to each step of a move */
-  int standby;                          /* LINKPASS_STANDBY: a pre-connected path on another NIC per connection */
-  int gray;                             /* LINKPASS_GRAY: drain ports that resend many packets (gray.h) */
-  int gray_ppm;                         /* LINKPASS_GRAY_RESEND_PPM: resent packets per million that count */
-  int failback_holddown_ms;             /* LINKPASS_FAILBACK_HOLDDOWN_MS: a recovered port's first hold-down */
-  int failback_holddown_max_ms;         /* LINKPASS_FAILBACK_HOLDDOWN_MAX_MS: the cap of the doubling */
-  int syslog;                           /* LINKPASS_SYSLOG: 0 keeps event lines in NCCL's log only */
-  int syslog_facility;                  /* LINKPASS_SYSLOG_FACILITY, as a LOG_* value */
-  char syslog_socket[108];              /* LINKPASS_SYSLOG_SOCKET */
+  int setup_timeout_ms;         /* LINKPASS_SETUP_TIMEOUT_MS: connection setup deadline, 0: none */
+  int max_wr_bytes;             /* LINKPASS_MAX_WR_BYTES: largest single RDMA write */
+  int failover;                 /* LINKPASS_FAILOVER: 0 behaves as the plain transport */
+  int watchdog_ms;              /* LINKPASS_WATCHDOG_MS: no progress this long moves a connection, 0: off */
+  int move_timeout_ms;          /* LINKPASS_MOVE_TIMEOUT_MS: the peer's answer to each step of a move */
+  int standby;                  /* LINKPASS_STANDBY: a pre-connected path on another NIC per connection */
+  int gray;                     /* LINKPASS_GRAY: drain ports that resend many packets (gray.h) */
+  int gray_ppm;                 /* LINKPASS_GRAY_RESEND_PPM: resent packets per million that count */
+  int gray_rate_pct;            /* LINKPASS_GRAY_RATE_PCT: share of the pool's best rate under which a port is slow */
+  int failback_holddown_ms;     /* LINKPASS_FAILBACK_HOLDDOWN_MS: a recovered port's first hold-down */
+  int failback_holddown_max_ms; /* LINKPASS_FAILBACK_HOLDDOWN_MAX_MS: the cap of the doubling */
+  int syslog;                   /* LINKPASS_SYSLOG: 0 keeps event lines in NCCL's log only */
+  int syslog_facility;          /* LINKPASS_SYSLOG_FACILITY, as a LOG_* value */
+  char syslog_socket[108];      /* LINKPASS_SYSLOG_SOCKET */
   char nic_pool[LP_CONFIG_STR_MAX];     /* LINKPASS_NIC_POOL, "" when unset */
   char metrics_file[LP_CONFIG_STR_MAX]; /* LINKPASS_METRICS_FILE, "" when unset */
   char ibverbs_lib[LP_CONFIG_STR_MAX];  /* NCCL_IBVERBS_LIB, "" when unset */

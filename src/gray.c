@@ -1,4 +1,4 @@
-/* Gray failures: one port's retransmission windows (gray.h). */
+/* Gray failures: one port's retransmission and rate windows (gray.h). */
 #include "gray.h"
 
 #include <string.h>
@@ -33,4 +33,35 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
   g->strikes = ppm >= threshold_ppm ? g->strikes + 1 : 0;
   g->good = ppm * 4 < threshold_ppm ? g->good + 1 : 0;
   return g->ppm;
+}
+
+void lp_gray_rate_reset(struct lp_gray_rate *r) {
+  memset(r, 0, sizeof(*r));
+  r->mbps = -1;
+}
+
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends) {
+  if (r->age < INT32_MAX) r->age++;
+  int back = bytes < r->bytes || busy_ns < r->busy_ns || resends < r->resends;
+  if (r->valid && !back && bytes - r->bytes < LP_GRAY_RATE_MIN_BYTES) return -1;
+  int closes = r->valid && !back && busy_ns > r->busy_ns;
+  uint64_t db = bytes - r->bytes, dt = busy_ns - r->busy_ns;
+  r->lossy = resends != r->resends;
+  r->valid = 1;
+  r->bytes = bytes;
+  r->busy_ns = busy_ns;
+  r->resends = resends;
+  if (!closes) return -1; /* the first tick, or totals that went back: start over */
+  r->mbps = (int64_t)(db * 1000u / dt);
+  r->age = 0;
+  return r->mbps;
+}
+
+int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct) {
+  if (r->lossy) return 0;
+  /* MB/s against Mb/s: a nominal speed in MB/s is speed_mbps / 8. */
+  int wire_bound = ref_mbps > 0 && ref_mbps * 800 >= (int64_t)ref_speed_mbps * LP_GRAY_RATE_WIRE_PCT;
+  int slow = wire_bound && r->mbps * 100 < ref_mbps * pct && r->mbps * 800 < (int64_t)speed_mbps * pct;
+  r->slow = slow ? r->slow + 1 : 0;
+  return r->slow >= LP_GRAY_RATE_STRIKES;
 }

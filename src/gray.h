@@ -1,10 +1,21 @@
 /*
- * Gray failures: a port that is up but loses packets.  Each RC
+ * Gray failures: a port that is up but loses packets, or moves data slowly.
+ *
+ * Loss.  Each RC
  * retransmission is counted by the NIC (mlx5 hw_counters: a NAK for a packet
  * out of sequence, packet_seq_err; a local ACK timeout,
  * local_ack_timeout_err), and every packet it sends too (counters/
  * port_xmit_packets); their ratio over a window is the share of packets
  * the port had to send again.  A clean port shows none.
+ *
+ * Slowness.  A port whose lanes or speed dropped under it (and that does not
+ * say so in its attributes) loses nothing: it only takes longer.  Each
+ * process times its large messages per port (health.h, the transmit
+ * meter): the bytes they moved and the time at least one of them was in
+ * flight, so the figure is the port's rate while busy, whatever the number
+ * of connections sharing it.  A port is slow when, window after window, it
+ * moves data at under a share of what another port of its pool does in the
+ * same windows, and under that share of its own nominal speed.
  *
  * Pure: the control thread (health.c) reads the counters and decides; this
  * only keeps one port's windows, so tests can feed it any sequence.
@@ -50,5 +61,58 @@ static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >=
  * idle port is no evidence; when every port loses alike, none is better
  * and nothing moves. */
 static inline int lp_gray_clearly_better(const struct lp_gray *g) { return g->good >= LP_GRAY_STRIKES; }
+
+/* ---- slowness ---- */
+
+#define LP_GRAY_RATE_MIN_BYTES \
+  (16ull << 20)              /* a rate window closes once this much moved: a few messages are no evidence */
+#define LP_GRAY_RATE_FRESH 1 /* a window that closed this many ticks ago still counts as now */
+
+struct lp_gray_rate {
+  int valid;               /* the window is open: bytes and busy_ns are its start */
+  uint64_t bytes, busy_ns; /* the meter at the window's opening */
+  uint64_t resends;        /* and the port's resend counters (lp_gray_window's `errors`) */
+  int lossy;               /* the last closed window saw resends: its slowness is the loss detector's */
+  int64_t mbps;            /* the last closed window: MB/s while busy (bytes per microsecond), -1: none */
+  int age;                 /* ticks since that window closed */
+  int slow;                /* closed windows in a row judged slow (lp_gray_rate_judge) */
+};
+
+void lp_gray_rate_reset(struct lp_gray_rate *r);
+
+/* A tick with the meter's totals (bytes moved by large messages, time with
+ * one in flight) and the port's resend counters (0 when unreadable).  The
+ * window closes when at least LP_GRAY_RATE_MIN_BYTES moved since it
+ * opened, and then this returns its rate in MB/s while busy; otherwise -1
+ * (the first tick, totals that went back, too little yet: the window stays
+ * open, and the last rate grows older).  A window in which the port resent
+ * packets is `lossy`: a lost packet can cost a whole local ACK timeout, so
+ * its rate says more about bad luck than about the port's speed, and the
+ * resend windows judge such a port. */
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends);
+
+/* Whether the last window counts as now (for the port judged, and for the
+ * ports it is compared with). */
+static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
+  return r->mbps >= 0 && r->age <= LP_GRAY_RATE_FRESH;
+}
+
+#define LP_GRAY_RATE_WIRE_PCT 80 /* the typical port runs at this share of its speed or more: the wire sets the pace */
+#define LP_GRAY_RATE_STRIKES 3   /* slow windows in a row before a port is judged slow (a preempted sender makes one) */
+
+/* Judge a window that closed this tick against `ref_mbps`, the rate of the
+ * typical other port of the pool (-1: none measured), whose nominal speed
+ * is `ref_speed_mbps`: slow when under `pct` % of it and of the port's own
+ * nominal speed.  Only while the typical port runs at LP_GRAY_RATE_WIRE_PCT
+ * of its speed or more: then the wire sets the pace, and a port under a
+ * share of the others is slower than they are.  Traffic that leaves the
+ * wire idle part of the time (latency-bound, or bound by the CPU, as on a
+ * simulated fabric) makes rates that vary with the traffic's timing, not
+ * the ports' speed, and is not judged: a slow port also costs it little.
+ * Counts the slow windows in a row and returns 1 once there are
+ * LP_GRAY_RATE_STRIKES of them; a lossy window counts neither way.  When every
+ * port is slow alike, none is under a share of the others, and nothing is
+ * judged slow. */
+int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct);
 
 #endif

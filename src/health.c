@@ -349,6 +349,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
     md->degraded_seconds = (double)degraded / 1e9;
     md->degraded = atomic_load_explicit(&ds->degraded, rx);
     md->resend_ratio = h->gray[d].ppm > 0 ? (double)h->gray[d].ppm / 1e6 : 0.0;
+    md->tx_rate = lp_gray_rate_fresh(&h->rate[d]) ? (double)h->rate[d].mbps * 1e6 : 0.0;
   }
   m.replayed_requests = atomic_load_explicit(&st->replayed, rx);
   m.replayed_bytes = atomic_load_explicit(&st->replayed_bytes, rx);
@@ -366,15 +367,14 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
 
 #define LP_GRAY_WINDOW_NS (250ull * 1000 * 1000)
 
-/* A port that is up but resends too many of its packets, while a port of
- * its pool shows it could do clearly better: its connections move, as off
- * a port that went down (reason `degraded`), but it stays usable as a last
- * resort.  The hold-down and its damping are a flap's; when it has passed,
- * connections fail back, and that traffic is the probe: a port still
- * losing packets is drained again, for twice as long. */
-static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
-  const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
-  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
+/* A port that is up but resends too many of its packets, or moves data
+ * at a fraction of what a port of its pool does, while that port shows it
+ * could do clearly better: its connections move, as off a port that went
+ * down (reason `degraded`), but it stays usable as a last resort.  The
+ * hold-down and its damping are a flap's; when it has passed, connections
+ * fail back, and that traffic is the probe: a port still degraded is
+ * drained again, for twice as long.  Returns the flap count for the WARN. */
+static unsigned drain_degraded(struct lp_health *h, int dev, uint64_t now) {
   unsigned flaps = lp_holddown_down(&h->hd[dev], now);
   lp_holddown_up(&h->hd[dev], now); /* the port is up: its hold-down runs from now */
   atomic_store_explicit(&h->down_reason[dev], LP_FO_DEGRADED, memory_order_relaxed);
@@ -382,6 +382,14 @@ static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
   atomic_fetch_add_explicit(&h->stats.dev[dev].degraded, 1, memory_order_relaxed);
   set_healthy(h, dev, 0);
   lp_gray_reset(&h->gray[dev]);
+  lp_gray_rate_reset(&h->rate[dev]);
+  return flaps;
+}
+
+static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now) {
+  const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
+  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
+  unsigned flaps = drain_degraded(h, dev, now);
   LP_WARN(
       "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
       "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
@@ -391,24 +399,77 @@ static void degrade(struct lp_health *h, int dev, int better, uint64_t now) {
       bppm / 100 % 100, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
+static void degrade_slow(struct lp_health *h, int dev, int typical, uint64_t now) {
+  const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
+  long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)h->rate[typical].mbps;
+  unsigned flaps = drain_degraded(h, dev, now);
+  LP_WARN(
+      "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
+      "its pool), the %d. window in a row under %d%% of that and of its %d Mb/s: connections on it move to other "
+      "NICs; traffic may try it again after %llu ms (flap %u)",
+      d->name, d->port, mbps, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, h->env->cfg.gray_rate_pct, d->speed_mbps,
+      (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+}
+
+/* Another device of `dev`'s pool, healthy, of the same link layer: a fair
+ * comparison (loads on the same fabric, the same pool). */
+static int peer_of(const struct lp_health *h, int dev, int o) {
+  const struct lp_env *env = h->env;
+  return o != dev && env->devs[o].link_layer == env->devs[dev].link_layer && lp_health_ok(h, o);
+}
+
+/* The typical other port of `dev`'s pool: of those with a fresh rate
+ * window, the lower median.  One slow port among four is measured against
+ * a fast one; two slow ones still against a fast one; ports whose rates
+ * vary with the traffic's timing against one in the middle of them, not
+ * the luckiest.  -1: no other port measured. */
+static int typical_peer(const struct lp_health *h, int dev) {
+  const struct lp_env *env = h->env;
+  int sorted[LP_MAX_DEVS], n = 0;
+  for (int i = 0; i < env->pool_n[dev]; i++) {
+    int o = env->pool[dev][i], k = n;
+    if (!peer_of(h, dev, o) || !lp_gray_rate_fresh(&h->rate[o])) continue;
+    n++;
+    for (; k > 0 && h->rate[sorted[k - 1]].mbps > h->rate[o].mbps; k--) sorted[k] = sorted[k - 1];
+    sorted[k] = o;
+  }
+  return n ? sorted[(n - 1) / 2] : -1;
+}
+
 static void gray_tick(struct lp_health *h, uint64_t now) {
   const struct lp_env *env = h->env;
   uint32_t threshold = (uint32_t)env->cfg.gray_ppm;
+  int closed[LP_MAX_DEVS];
   for (int d = 0; d < env->ndevs; d++) {
     uint64_t packets = 0, resends = 0;
     int ok = lp_port_resend_counters(lp_env_nic_of(env, d), env->devs[d].port, &packets, &resends) == 0;
     lp_gray_window(&h->gray[d], ok, packets, resends, threshold);
+    struct lp_tx_meter *m = &h->tx[d];
+    uint64_t busy = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
+    uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
+    if (atomic_load_explicit(&m->inflight, memory_order_relaxed) > 0) {
+      uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
+      if (now > since) busy += now - since; /* the period under way, up to now */
+    }
+    closed[d] = lp_gray_rate_window(&h->rate[d], bytes, busy, ok ? resends : 0) >= 0;
   }
   for (int d = 0; d < env->ndevs; d++) {
-    if (!lp_gray_struck(&h->gray[d]) || !lp_health_ok(h, d)) continue;
+    if (!lp_health_ok(h, d) || !lp_gray_struck(&h->gray[d])) continue;
     for (int i = 0; i < env->pool_n[d]; i++) {
       int o = env->pool[d][i];
-      if (o != d && env->devs[o].link_layer == env->devs[d].link_layer && lp_health_ok(h, o) &&
-          lp_gray_clearly_better(&h->gray[o])) {
-        degrade(h, d, o, now);
+      if (peer_of(h, d, o) && lp_gray_clearly_better(&h->gray[o])) {
+        degrade_lossy(h, d, o, now);
         break;
       }
     }
+  }
+  for (int d = 0; d < env->ndevs; d++) {
+    if (!lp_health_ok(h, d) || !closed[d]) continue;
+    int t = typical_peer(h, d);
+    int64_t ref = t >= 0 ? h->rate[t].mbps : -1;
+    if (lp_gray_rate_judge(&h->rate[d], ref, t >= 0 ? env->devs[t].speed_mbps : 0, env->devs[d].speed_mbps,
+                           env->cfg.gray_rate_pct))
+      degrade_slow(h, d, t, now);
   }
 }
 
@@ -475,6 +536,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
     lp_holddown_init(&h->hd[d], base, max, now);
     lp_holddown_init(&h->silent[d], base, max, now);
     lp_gray_reset(&h->gray[d]);
+    lp_gray_rate_reset(&h->rate[d]);
     atomic_store(&h->down_reason[d], LP_FO_PORT_DOWN);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);

@@ -48,6 +48,17 @@ struct lp_fo_stats {
   struct lp_fo_dev_stats dev[LP_MAX_DEVS];
 };
 
+/* A device's transmit meter (gray.h, slowness): the time at least one
+ * large message of this process was in flight on it, and the bytes those
+ * messages moved.  Every connection's data path writes it (relaxed
+ * atomics, large messages only), the control thread reads it. */
+struct lp_tx_meter {
+  _Alignas(64) _Atomic int inflight;
+  _Atomic uint64_t busy_since_ns; /* when inflight last rose from 0 */
+  _Atomic uint64_t busy_ns;       /* finished busy periods */
+  _Atomic uint64_t bytes;
+};
+
 /* Which end of a connection: each direction is spread on its own (a NIC's
  * transmit and receive sides are separate), and so is counted. */
 enum lp_dir { LP_DIR_SEND = 0, LP_DIR_RECV = 1 };
@@ -76,10 +87,12 @@ struct lp_health {
    * LP_FO_DEGRADED for a port that is up but resends too many packets. */
   _Atomic int down_reason[LP_MAX_DEVS];
   struct lp_fo_stats stats;
+  struct lp_tx_meter tx[LP_MAX_DEVS];
   /* Owned by the control thread. */
   struct lp_holddown hd[LP_MAX_DEVS];
   struct lp_holddown silent[LP_MAX_DEVS];
-  struct lp_gray gray[LP_MAX_DEVS]; /* LINKPASS_GRAY: each port's resend windows */
+  struct lp_gray gray[LP_MAX_DEVS];      /* LINKPASS_GRAY: each port's resend windows */
+  struct lp_gray_rate rate[LP_MAX_DEVS]; /* and its rate windows, from tx[] */
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   uint64_t next_poll_ns;
@@ -170,6 +183,26 @@ static inline void lp_health_paced_took(struct lp_health *h, uint64_t t0, uint64
   uint64_t want = t1 + 2 * (t1 - t0), until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
   while (until < want && !atomic_compare_exchange_weak_explicit(&h->paced_until, &until, want, memory_order_relaxed,
                                                                 memory_order_relaxed)) {}
+}
+
+/* A message of `bytes` (large ones only: small ones time the latency, not
+ * the rate) starts out on `dev` at `now`; lp_health_tx_end when its last
+ * completion arrived, with the bytes it moved there (0: it did not finish
+ * there, e.g. it was written again elsewhere after a move). */
+static inline void lp_health_tx_begin(struct lp_health *h, int dev, uint64_t now) {
+  struct lp_tx_meter *m = &h->tx[dev];
+  if (atomic_fetch_add_explicit(&m->inflight, 1, memory_order_relaxed) == 0)
+    atomic_store_explicit(&m->busy_since_ns, now, memory_order_relaxed);
+}
+static inline void lp_health_tx_end(struct lp_health *h, int dev, uint64_t bytes, uint64_t now) {
+  struct lp_tx_meter *m = &h->tx[dev];
+  if (bytes) atomic_fetch_add_explicit(&m->bytes, bytes, memory_order_relaxed);
+  if (atomic_fetch_sub_explicit(&m->inflight, 1, memory_order_relaxed) == 1) {
+    /* Another thread may begin a period between the two loads: that period
+     * then loses the moment that is counted here instead, nothing more. */
+    uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
+    if (now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_relaxed);
+  }
 }
 
 /* Connection ends of `dir` on each device (the spread of lp_health_choose). */

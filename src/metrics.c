@@ -50,7 +50,11 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
        "Share of its packets the NIC port sent again in the last 250 ms (RC NAKs and local ACK timeouts); 0 also "
        "when too little traffic to judge."},
       {"linkpass_port_degraded_total", "counter",
-       "Times the NIC port was drained for resending too many packets while up (a gray failure)."},
+       "Times the NIC port was drained for resending too many packets, or moving data too slowly, while up (a "
+       "gray failure)."},
+      {"linkpass_port_busy_tx_bytes_per_second", "gauge",
+       "Rate at which the NIC port moved this process's large messages while one was in flight, in the last "
+       "window that carried enough of them; 0 when too little traffic to judge."},
   };
   for (size_t f = 0; f < sizeof(per_dev) / sizeof(per_dev[0]); f++) {
     family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
@@ -66,7 +70,8 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       case 5: put(&o, "%.3f\n", d->degraded_seconds); break;
       case 6: put(&o, "%d\n", d->standby); break;
       case 7: put(&o, "%.6f\n", d->resend_ratio); break;
-      default: put(&o, "%llu\n", (unsigned long long)d->degraded); break;
+      case 8: put(&o, "%llu\n", (unsigned long long)d->degraded); break;
+      default: put(&o, "%.0f\n", d->tx_rate); break;
       }
     }
   }

@@ -26,7 +26,8 @@ struct lp_metrics_dev {
   double degraded_seconds; /* time spent not usable */
   int standby;             /* standby paths ready on it (LINKPASS_STANDBY) */
   double resend_ratio;     /* share of its packets resent in the last window (gray.h), 0 when unknown */
-  uint64_t degraded;       /* times it was drained for resending too many packets */
+  uint64_t degraded;       /* times it was drained as degraded: resending too many packets, or slow */
+  double tx_rate;          /* bytes per second it moved while busy, last window (gray.h), 0 when unknown */
 };
 
 struct lp_metrics {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "send.h"
+#include "clock.h"
 #include "log.h"
 
 static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int force,
@@ -113,6 +114,19 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
 
 static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out);
 
+/* A large message goes out: its NIC is busy until its last completion
+ * (lp_send_msg_unmeter), which times the port's rate for the gray-failure
+ * detector. */
+static void meter(struct lp_send_comm *s, struct lp_send_msg *m) {
+  struct lp_comm *c = &s->base;
+  if (c->health == NULL || !c->env->cfg.gray) return;
+  size_t bytes = 0;
+  for (int i = 0; i < m->nreqs; i++) bytes += m->sub[i].size;
+  if (bytes < LP_METER_MIN_BYTES) return;
+  m->metered = c->link.dev + 1;
+  lp_health_tx_begin(c->health, c->link.dev, lp_now_ns());
+}
+
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {
   if (s->base.error != ncclSuccess) return s->base.error;
   if (s->base.paused) return ncclSuccess; /* nothing goes out until the new path is agreed */
@@ -149,6 +163,7 @@ ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc)
     return lp_comm_fail(&s->base, ncclInternalError, "completion for unknown message %u", low);
   if (--m->events == 0) {
     for (int i = 0; i < m->nreqs; i++) m->reqs[i]->done = 1;
+    lp_send_msg_unmeter(&s->base, m, 1);
   }
   return ncclSuccess;
 }
@@ -227,6 +242,7 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
   m->taken |= 1u << r;
   if (m->taken == (1u << m->nreqs) - 1) {
     m->events = c->link.nqps;
+    meter(s, m);
     s->head++;
     rc = lp_send_progress(s);
     if (rc != ncclSuccess) {

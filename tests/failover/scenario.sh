@@ -80,8 +80,8 @@ expect_clean_run() {
   wait "$perf" || rc=$?
   ((rc == 0)) || fail "the driver exited with $rc"
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
-  # Only the loss scenario loses packets: no other may drain a port as degraded.
-  case $name in gray_loss | gray_loss_remote | gray_loss_ring4) return ;; esac
+  # Only the gray scenarios degrade a port: no other may drain one as degraded.
+  case $name in gray_loss | gray_loss_remote | gray_loss_ring4 | gray_rate | gray_rate_remote) return ;; esac
   ! grep -q "reason=degraded" "$tmp/syslog" || fail "a move for reason degraded, and no port lost packets"
 }
 
@@ -167,6 +167,14 @@ if [ "$name" = nccl_ib_vars ]; then
   sed 's/^nic .*/& ar=on ece=0x30000002/' "$conf" >"$tmp/fabric.conf"
   conf=$tmp/fabric.conf
 fi
+case $name in gray_rate*)
+  # Ports at 10 Gb/s, slower than this machine copies: the wire, not the
+  # CPU, sets each port's pace, as on a cluster (at 200 Gb/s the simulated
+  # ports wait for the CPU, and the slowness detector judges nothing).
+  sed 's/^rate .*/rate 10/' "$conf" >"$tmp/fabric.conf"
+  conf=$tmp/fabric.conf
+  ;;
+esac
 sv up "$conf"
 case $name in
 local_port_down_large | local_port_down_small)
@@ -649,6 +657,52 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
     expect_clean_run
     ! grep -q "reason=degraded" "$tmp/syslog" || fail "a connection moved though every NIC lost packets alike"
   fi
+  ;;
+gray_rate | gray_rate_remote | gray_rate_everywhere | gray_rate_quiet)
+  # Gray failure without loss: a port keeps ACTIVE and its full rate in its
+  # attributes, but moves data at a quarter of it (a lane or speed
+  # downshift under it).  sendrecv of 16 MiB both ways, four channels, one
+  # a rail, on 10 Gb/s ports: traffic the wire paces (docs/FAILOVER.md,
+  # "Gray failures", says why not a collective with reductions on this
+  # machine's CPU).  The slow port is drained (reason degraded) within a
+  # second, and its connections come back once it is fast again: on node0
+  # (gray_rate); on node1, whose sends through it are slow and whose ends
+  # take node0's along (gray_rate_remote).  All four slowed alike: nothing
+  # moves; nothing slowed for 20 s: nothing moves either.
+  host=node0 nic=mlx5_0 secs=14
+  [ "$name" = gray_rate_remote ] && host=node1 nic=mlx5_2
+  [ "$name" = gray_rate_quiet ] && secs=20
+  run_perf 16M "$secs" 2 sendrecv --channels 4 -R 1 -c 2
+  wait_for '^ +1\.0 ' "$tmp/out"
+  case $name in
+  gray_rate_everywhere)
+    for n in 0 1 2 3; do sv fault "node0:mlx5_$n" rate 25; done
+    sleep 4 # the slowness lasts; a move would come within 1 s
+    for n in 0 1 2 3; do sv fault "node0:mlx5_$n" clear; done
+    expect_clean_run
+    ;;
+  gray_rate_quiet) expect_clean_run ;;
+  *)
+    t0=$(date +%s.%N)
+    sv fault "$host:$nic" rate 25
+    wait_for "event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" 10
+    t1=$(date +%s.%N)
+    took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    echo "the first connection left the slow $host:$nic ${took} s after it slowed down"
+    awk -v t="$took" 'BEGIN { exit !(t < 3) }' || fail "the slow port was drained only after ${took} s"
+    grep -m1 -E "$nic:1 is degraded: it moved [0-9]+ MB/s while busy" "$tmp/out" || fail "no WARN saying $nic:1 is slow"
+    if [ "$name" = gray_rate_remote ]; then # node0's ends left the rail too
+      pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
+      grep -qE "linkpass\[$pid0\]: event=failover .*dev=$nic " "$tmp/syslog" ||
+        fail "node0's ends did not leave $nic, whose far end is slow"
+    fi
+    sv fault "$host:$nic" clear
+    wait_for "event=failback .*new_dev=$nic" "$tmp/syslog" 20
+    expect_clean_run
+    ;;
+  esac
+  ! grep -q "is degraded: it moved" "$tmp/out" || case $name in gray_rate_everywhere | gray_rate_quiet) false ;; esac ||
+    fail "a port was judged slow though none was slower than the others"
   ;;
 nccl_ib_vars)
   # NCCL's IB settings that change the data path, all on: clear-to-sends

@@ -58,3 +58,67 @@ Test(gray, every_resend_at_most_one_million_ppm) {
   lp_gray_window(&g, 1, 0, 0, T);
   cr_expect_eq(lp_gray_window(&g, 1, 2000, 5000, T), 1000000);
 }
+
+/* ---- slowness: rate windows ---- */
+
+#define MIB (1ull << 20)
+#define MS 1000000ull
+
+Test(gray_rate, a_window_closes_with_enough_bytes_and_gives_mb_per_s) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  cr_expect_eq(lp_gray_rate_window(&r, 0, 0, 0), -1, "the first tick only opens the window");
+  cr_expect(!lp_gray_rate_fresh(&r));
+  cr_expect_eq(lp_gray_rate_window(&r, 8 * MIB, 10 * MS, 0), -1, "8 MiB are too few: the window stays open");
+  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 40 * MS, 0), 838, "32 MiB in 40 ms busy: 838 MB/s");
+  cr_expect(lp_gray_rate_fresh(&r));
+  cr_expect_eq(lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0), -1, "a quiet tick");
+  cr_expect(lp_gray_rate_fresh(&r), "one tick old still counts as now");
+  lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0);
+  cr_expect(!lp_gray_rate_fresh(&r), "two ticks old does not");
+  cr_expect_eq(lp_gray_rate_window(&r, MIB, 0, 0), -1, "totals that went back (a reset) start over");
+  cr_expect_eq(lp_gray_rate_window(&r, 20 * MIB, 10 * MS, 0), 1992, "and the next window measures from there");
+}
+
+Test(gray_rate, slow_twice_in_a_row_against_the_pool_and_its_speed) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  r.mbps = 780; /* a 25 Gb/s port (3,125 MB/s) at a quarter of its rate */
+  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "one slow window is not enough");
+  cr_expect_eq(r.slow, 1);
+  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "nor two (a sender preempted for a while)");
+  cr_expect(lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "the third in a row is");
+  lp_gray_rate_reset(&r);
+  r.mbps = 780;
+  lp_gray_rate_judge(&r, 3000, 25000, 25000, 50);
+  r.mbps = 2000;
+  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "a window at 2/3 of the best");
+  cr_expect_eq(r.slow, 0, "clears the run");
+}
+
+Test(gray_rate, nothing_is_slow_without_a_clearly_faster_port) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  r.mbps = 780;
+  for (int i = 0; i < 5; i++) cr_expect(!lp_gray_rate_judge(&r, -1, 0, 25000, 50), "no other port measured");
+  for (int i = 0; i < 5; i++) cr_expect(!lp_gray_rate_judge(&r, 1500, 25000, 25000, 50), "every port slowed alike");
+  r.mbps = 2000; /* a 25 Gb/s port at 64 % of its speed, next to a faster one (a 50 Gb/s port of the pool) */
+  for (int i = 0; i < 5; i++) cr_expect(!lp_gray_rate_judge(&r, 5000, 50000, 25000, 50), "a port near its own speed");
+  r.mbps = 300; /* 200 Gb/s ports, none of them near its speed: the traffic, not the wire, sets the pace */
+  for (int i = 0; i < 5; i++)
+    cr_expect(!lp_gray_rate_judge(&r, 1500, 200000, 200000, 50), "a pool the wire does not limit");
+}
+
+Test(gray_rate, a_window_with_resends_is_the_loss_detectors) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  lp_gray_rate_window(&r, 0, 0, 7);
+  cr_expect_eq(lp_gray_rate_window(&r, 16 * MIB, 80 * MS, 9), 209, "a slow window, two packets resent in it");
+  cr_expect(r.lossy);
+  for (int i = 0; i < 3; i++) cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "is not judged for its rate");
+  cr_expect_eq(r.slow, 0);
+  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 160 * MS, 9), 209, "the next one, without resends");
+  cr_expect(!r.lossy);
+  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50));
+  cr_expect_eq(r.slow, 1, "is");
+}

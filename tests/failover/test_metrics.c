@@ -8,11 +8,16 @@
 #include "metrics.h"
 
 static struct lp_metrics sample(void) {
-  struct lp_metrics m = {.ndevs = 2, .replayed_requests = 5, .replayed_bytes = 4096, .paths_lost = 1,
-                         .last_failover_seconds = 0.000812, .pid = 42, .running = 1,
+  struct lp_metrics m = {.ndevs = 2,
+                         .replayed_requests = 5,
+                         .replayed_bytes = 4096,
+                         .paths_lost = 1,
+                         .last_failover_seconds = 0.000812,
+                         .pid = 42,
+                         .running = 1,
                          .updated_seconds = 1764633600.25};
-  m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5, 0, 0.0069, 1};
-  m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0, 4, 0, 0};
+  m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5, 0, 0.0069, 1, 0};
+  m.devs[1] = (struct lp_metrics_dev){"mlx5_1", 1, 1, 4, 0, 2, 0, 0, 4, 0, 0, 2.5e9};
   return m;
 }
 
@@ -31,6 +36,8 @@ Test(metrics, every_series_with_labels_and_types) {
   cr_assert(strstr(buf, "linkpass_port_resend_ratio{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 0.006900\n"), "%s", buf);
   cr_assert(strstr(buf, "linkpass_port_degraded_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1\n"));
   cr_assert(strstr(buf, "# TYPE linkpass_port_degraded_total counter\n"));
+  cr_assert(strstr(buf, "linkpass_port_busy_tx_bytes_per_second{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 2500000000\n"),
+            "%s", buf);
   cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\"} 4096\n"));
   cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\"} 0.000812\n"));
   cr_assert(strstr(buf, "linkpass_up{pid=\"42\"} 1\n"));

@@ -10,7 +10,7 @@
  *   netns on|off               hosts in network namespaces, ports backed by
  *                              veth interfaces (before the first host line)
  *   link ib|roce               defaults for the nic lines that follow
- *   rate 25|50|100|200|400     (Gb/s)
+ *   rate 10|25|50|100|200|400  (Gb/s)
  *   latency_us <0..1000000>
  *   ports 1|2
  *   adaptive_routing on|off    plain RDMA WRITEs may land out of order
@@ -170,7 +170,7 @@ static int parse_link(const struct cfg *c, const char *s, uint32_t *out) {
 }
 
 static int parse_rate(const struct cfg *c, const char *s, uint32_t *out) {
-  static const uint32_t rates[] = {25, 50, 100, 200, 400};
+  static const uint32_t rates[] = {10, 25, 50, 100, 200, 400};
   uint32_t v;
   if (parse_u32(s, UINT32_MAX, &v) == 0)
     for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
@@ -178,7 +178,7 @@ static int parse_rate(const struct cfg *c, const char *s, uint32_t *out) {
         *out = v;
         return 0;
       }
-  return cfg_err(c, "rate '%s' is not supported: use 25, 50, 100, 200 or 400 (Gb/s)", s);
+  return cfg_err(c, "rate '%s' is not supported: use 10, 25, 50, 100, 200 or 400 (Gb/s)", s);
 }
 
 static int parse_on_off(const struct cfg *c, const char *key, const char *s, uint32_t *out) {

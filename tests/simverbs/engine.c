@@ -102,8 +102,8 @@ static int flush_queues(struct sv_qp_local *lq) {
   }
   sv_lock(&q->rq_lock);
   for (struct sv_rwqe *w; (w = sv_rq_head(f, q));) {
-    struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV,
-                        .qp_num = q->qpn, .vendor_err = 0xf9};
+    struct ibv_wc wc = {
+        .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV, .qp_num = q->qpn, .vendor_err = 0xf9};
     sv_rq_pop(q);
     sv_cq_push(f, q->recv_cq, &wc);
     progress = 1;
@@ -124,8 +124,8 @@ static uint64_t ack_timeout_ns(struct sv_qp *q) { return q->timeout ? 4096ull <<
 
 /* rdma-core's min_rnr_timer encoding, in microseconds. */
 static uint64_t rnr_timer_ns(uint32_t code) {
-  static const uint32_t us[32] = {655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,   320,
-                                  480,    640,  960,  1280, 1920,  2560,  3840,  5120,  7680,  10240, 15360,
+  static const uint32_t us[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+                                  480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
                                   20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return (uint64_t)us[code & 31] * 1000ull;
 }
@@ -239,8 +239,7 @@ static void copy_span(struct xfer *x, struct iovec *remote, char **direct, int n
  * registered with relaxed ordering, is placed out of order: one packet
  * (`mtu` bytes) at a time from the last to the first, the worst order a
  * consumer that reads before the completion could meet. */
-static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit,
-                          size_t mtu) {
+static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit, size_t mtu) {
   size_t last = (limit - 1) / mtu * mtu;
   for (size_t off = last;; off -= mtu) {
     copy_span(x, remote, direct, nremote, off, limit - off < mtu ? limit - off : mtu);
@@ -411,8 +410,9 @@ static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct 
   val = w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? old + w->compare_add : old == w->compare_add ? w->swap : old;
   uint64_t found = old;
   word.local[0].iov_base = &val;
-  ssize_t put = got == sizeof(old) && val != old ? move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(val), 0, 0, now)
-                                                 : got;
+  ssize_t put = got == sizeof(old) && val != old
+                    ? move_bytes(d->owner, pid, &word, &remote, &direct, 1, sizeof(val), 0, 0, now)
+                    : got;
   sv_unlock(&f->devs[d->dev].atomic_lock);
   if (got != sizeof(old) || put != sizeof(val)) return EXEC_PATH_DOWN; /* the responder's process is gone */
   char *src = (char *)&found;
@@ -447,8 +447,8 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       return EXEC_FAIL;
     }
   }
-  int wants_rwqe = w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM ||
-                   w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  int wants_rwqe =
+      w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   struct sv_rwqe *r = NULL;
   if (wants_rwqe) {
     sv_lock(&d->rq_lock);
@@ -461,8 +461,8 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       enum ibv_wc_status rs = recv_iov(d, r, x.len, remote, direct, &nremote, &pid);
       if (rs != IBV_WC_SUCCESS) {
         /* The receiver completes its WQE in error and breaks; we see a NAK. */
-        struct ibv_wc wc = {.wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn,
-                            .vendor_err = 0x81};
+        struct ibv_wc wc = {
+            .wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn, .vendor_err = 0x81};
         sv_rq_pop(d);
         sv_unlock(&d->rq_lock);
         sv_cq_push(f, d->recv_cq, &wc);
@@ -494,8 +494,8 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
     return EXEC_PATH_DOWN; /* the rest of the message never arrives */
   }
   if (r) {
-    struct ibv_wc wc = {.wr_id = r->wr_id, .status = IBV_WC_SUCCESS, .qp_num = d->qpn, .src_qp = q->qpn,
-                        .byte_len = (uint32_t)x.len};
+    struct ibv_wc wc = {
+        .wr_id = r->wr_id, .status = IBV_WC_SUCCESS, .qp_num = d->qpn, .src_qp = q->qpn, .byte_len = (uint32_t)x.len};
     if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
       wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
       wc.byte_len = (uint32_t)x.len; /* mlx5 reports the write length */
@@ -696,8 +696,8 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
   int progress = 0;
   /* Look before taking: a write on every pass would pull the line that
    * peers read for every WR away from them. */
-  enum sv_qp_fault fault = atomic_load(&q->fault) == SV_QP_FAULT_NONE ? SV_QP_FAULT_NONE
-                                                                      : atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
+  enum sv_qp_fault fault =
+      atomic_load(&q->fault) == SV_QP_FAULT_NONE ? SV_QP_FAULT_NONE : atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
   if (fault != SV_QP_FAULT_NONE && atomic_load(&q->state) != IBV_QPS_RESET) {
     sv_qp_to_error(lq);
     if (fault == SV_QP_FAULT_FATAL) sv_async_post(lq->ctx, IBV_EVENT_QP_FATAL, (uintptr_t)&lq->qp);
@@ -894,9 +894,16 @@ static int progress_all(uint64_t now, uint64_t *next) {
       if (!qp_idle(lq)) sv_qp_active(lq);
     }
   } else {
-    for (int i = 0; i < nwork; i++) {
-      progress |= progress_one(work[i], now, next, &due);
-      if (!qp_idle(work[i])) sv_qp_active(work[i]);
+    /* Each pass starts one QP further on.  The pass executes the copies
+     * one after another, so a QP always served last would always complete
+     * last: a NIC serves its QPs side by side, and a reader timing its
+     * ports (linkpass's gray detector) must not find one port slower only
+     * because its QP was listed after the others. */
+    unsigned turn = nwork ? sv_lib.pass_turn++ % (unsigned)nwork : 0;
+    for (int k = 0; k < nwork; k++) {
+      struct sv_qp_local *lq = work[((unsigned)k + turn) % (unsigned)nwork];
+      progress |= progress_one(lq, now, next, &due);
+      if (!qp_idle(lq)) sv_qp_active(lq);
     }
   }
   /* The array taken is the spare for the next pass. */
@@ -1014,18 +1021,27 @@ awake:
 /* The sysfs counters of this host's ports follow the shared ones, as a
  * kernel's read them from the NIC: one process of the host (whichever
  * claims the port's turn first) rewrites a port's files every
- * SV_COUNTERS_NS.  Files, not a live view: a reader sees them at most that
- * old. */
+ * SV_COUNTERS_NS, and within SV_COUNTERS_RESEND_NS of a resend.  Files,
+ * not a live view: a reader sees them at most that old.  A NIC's resend
+ * counters are read from its firmware at every read, so a reader that
+ * compares them with the time its own traffic took (linkpass's gray
+ * detector) must not see a loss one window late. */
 #define SV_COUNTERS_NS 100000000ull
+#define SV_COUNTERS_RESEND_NS 10000000ull
 static void refresh_counters(struct sv_fabric *f, uint64_t now) {
   for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
     struct sv_device *dv = &f->devs[d];
     if (!dv->in_use || (int)dv->host != sv_lib.host) continue;
     for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++) {
-      uint64_t last = atomic_load_explicit(&dv->ports[p].counters_written_ns, memory_order_relaxed);
-      if (now - last < SV_COUNTERS_NS ||
-          !atomic_compare_exchange_strong(&dv->ports[p].counters_written_ns, &last, now))
+      struct sv_port *pt = &dv->ports[p];
+      uint64_t last = atomic_load_explicit(&pt->counters_written_ns, memory_order_relaxed);
+      uint64_t resends = atomic_load_explicit(&pt->seq_err_naks, memory_order_relaxed) +
+                         atomic_load_explicit(&pt->ack_timeouts, memory_order_relaxed);
+      int resent = resends != atomic_load_explicit(&pt->resends_written, memory_order_relaxed);
+      if (now - last < (resent ? SV_COUNTERS_RESEND_NS : SV_COUNTERS_NS) ||
+          !atomic_compare_exchange_strong(&pt->counters_written_ns, &last, now))
         continue;
+      atomic_store_explicit(&pt->resends_written, resends, memory_order_relaxed);
       sv_sysfs_write_counters(f, (int)d, (int)p + 1); /* a failure says why on stderr; the next turn retries */
     }
   }
@@ -1048,7 +1064,7 @@ static void *engine_main(void *arg) {
       sv_reap_dead(f);
       last_reap = now;
     }
-    if (now - last_counters >= SV_COUNTERS_NS) {
+    if (now - last_counters >= SV_COUNTERS_RESEND_NS) {
       refresh_counters(f, now);
       last_counters = now;
     }

@@ -241,6 +241,7 @@ void sv_rate_to_width_speed(uint32_t rate_gbps, uint8_t *width, uint8_t *speed) 
   /* active_width: 1=1X 2=4X 4=8X 8=12X; active_speed: 1=SDR 2=DDR 4=QDR
    * 8=FDR10 16=FDR 32=EDR 64=HDR 128=NDR.  4X links are the common case. */
   switch (rate_gbps) {
+  case 10: *width = 1, *speed = 4; break; /* 1X QDR: a slow port, where the wire outpaces no CPU */
   case 25: *width = 1, *speed = 32; break;
   case 50: *width = 1, *speed = 64; break;
   case 200: *width = 2, *speed = 64; break;

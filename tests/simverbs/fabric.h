@@ -23,7 +23,8 @@
 #include <sys/types.h>
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
-#define SV_VERSION 10 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen */
+#define SV_VERSION \
+  11 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -43,11 +44,11 @@
 
 /* Port fault flags and counters: set by the tool or a test, read by senders. */
 struct sv_port {
-  _Atomic uint32_t state;       /* enum ibv_port_state: IBV_PORT_ACTIVE or IBV_PORT_DOWN */
-  uint32_t link_layer;          /* IBV_LINK_LAYER_INFINIBAND or IBV_LINK_LAYER_ETHERNET */
-  uint32_t rate_gbps;           /* reported and enforced on the sending side */
-  uint32_t latency_ns;          /* one-way latency added to every work request */
-  uint16_t lid;                 /* IB only; 0 on RoCE */
+  _Atomic uint32_t state; /* enum ibv_port_state: IBV_PORT_ACTIVE or IBV_PORT_DOWN */
+  uint32_t link_layer;    /* IBV_LINK_LAYER_INFINIBAND or IBV_LINK_LAYER_ETHERNET */
+  uint32_t rate_gbps;     /* reported and enforced on the sending side */
+  uint32_t latency_ns;    /* one-way latency added to every work request */
+  uint16_t lid;           /* IB only; 0 on RoCE */
   uint16_t pad0;
   uint32_t ngids;
   union ibv_gid gids[SV_NGIDS];
@@ -68,8 +69,8 @@ struct sv_port {
   /* Gray failures: the port stays ACTIVE and reports its full rate, as a
    * link that degraded under it (a lane down, errors corrected by
    * retransmission) does not say so in its attributes. */
-  _Atomic uint32_t rate_pct; /* it moves data at this percentage of its rate (1..100; 0 counts as 100) */
-  _Atomic uint32_t loss_ppm; /* packets lost per million, sent or received through it */
+  _Atomic uint32_t rate_pct;   /* it moves data at this percentage of its rate (1..100; 0 counts as 100) */
+  _Atomic uint32_t loss_ppm;   /* packets lost per million, sent or received through it */
   _Atomic uint32_t link_downs; /* times it went down (sysfs counters/link_downed) */
   /* Written on every work request, each line by one side only: the port's
    * own senders (wire and tx) and its peers' senders (rx).  On the lines
@@ -81,8 +82,9 @@ struct sv_port {
    * (local_ack_timeout_err; on RoCE also roce_adp_retrans). */
   _Atomic uint64_t seq_err_naks, ack_timeouts;
   _Alignas(64) _Atomic uint64_t rx_bytes, rx_wrs, rx_packets;
-  _Atomic uint64_t out_of_sequence; /* the responder's side: packets after a lost one (mlx5 out_of_sequence) */
+  _Atomic uint64_t out_of_sequence;     /* the responder's side: packets after a lost one (mlx5 out_of_sequence) */
   _Atomic uint64_t counters_written_ns; /* sysfs counters of the port last rewritten (engine.c) */
+  _Atomic uint64_t resends_written;     /* seq_err_naks + ack_timeouts then */
 };
 
 struct sv_device {
@@ -95,7 +97,7 @@ struct sv_device {
   int32_t numa_node;
   uint32_t nports;
   uint32_t vendor_id, vendor_part_id;
-  uint32_t ece; /* Enhanced Connection Establishment options the device offers; 0: ibv_query_ece unsupported */
+  uint32_t ece;    /* Enhanced Connection Establishment options the device offers; 0: ibv_query_ece unsupported */
   uint32_t dmabuf; /* 1: ibv_reg_dmabuf_mr works; 0: it answers EOPNOTSUPP as on an older kernel */
   _Atomic uint32_t fatal; /* device fatal injected: every QP errors, opens fail */
   /* Serialises the atomic operations that target this NIC's memory: as
@@ -151,7 +153,7 @@ struct sv_qp {
   uint32_t dev;
   uint32_t port;
   uint32_t qp_type;
-  _Atomic uint64_t requests; /* send requests completed successfully (`simverbs status`: req) */
+  _Atomic uint64_t requests;   /* send requests completed successfully (`simverbs status`: req) */
   _Atomic uint64_t inline_wrs; /* send requests posted with IBV_SEND_INLINE (`simverbs status`: inl) */
   _Atomic uint64_t ooo_writes; /* writes whose payload landed out of order (`simverbs status`: ooo) */
   uint32_t ece;                /* the ECE options in force (ibv_set_ece / ibv_query_ece) */
@@ -159,8 +161,8 @@ struct sv_qp {
   _Atomic uint32_t state; /* enum ibv_qp_state */
   uint32_t qpn;
   uint32_t dest_qpn;
-  uint32_t access;    /* IBV_ACCESS_REMOTE_* allowed on this QP as responder */
-  int32_t recv_cq;    /* CQ table index */
+  uint32_t access; /* IBV_ACCESS_REMOTE_* allowed on this QP as responder */
+  int32_t recv_cq; /* CQ table index */
   int32_t send_cq;
   _Atomic uint32_t fault; /* enum sv_qp_fault */
   /* Attributes kept for ibv_query_qp and the transport rules. */
@@ -193,8 +195,8 @@ struct sv_cq {
   uint32_t gen;
   int32_t owner;
   uint32_t dev;
-  uint32_t size;     /* entries */
-  uint64_t ring_off; /* struct sv_cqe[size] in the heap */
+  uint32_t size;                   /* entries */
+  uint64_t ring_off;               /* struct sv_cqe[size] in the heap */
   _Atomic uint32_t armed;          /* 0 none, 1 any completion, 2 solicited only */
   _Atomic uint32_t notify_pending; /* completions seen while armed: owner writes the channel */
   _Atomic uint32_t overrun;        /* CQ overflowed: owner raises IBV_EVENT_CQ_ERR */
@@ -220,8 +222,8 @@ struct sv_mr {
    * [addr, addr + length), which peers map to write with a plain memcpy.
    * -1 when the region could not be shared: peers use process_vm_writev. */
   int32_t win_fd;
-  uint32_t dmabuf; /* 1: a dma-buf registration: addr is the library's own mapping of the buffer */
-  uint64_t win_id; /* unique per fabric: a peer's cached mapping never goes stale */
+  uint32_t dmabuf;           /* 1: a dma-buf registration: addr is the library's own mapping of the buffer */
+  uint64_t win_id;           /* unique per fabric: a peer's cached mapping never goes stale */
   uint64_t win_off, win_len; /* where addr sits in the memfd; the memfd's size */
 };
 
@@ -236,7 +238,7 @@ struct sv_fabric {
   uint32_t version;
   uint32_t ready; /* set last by `simverbs up` */
   char name[SV_NAME_LEN];
-  char run_dir[256]; /* holds the per-host sysfs trees */
+  char run_dir[256];    /* holds the per-host sysfs trees */
   pthread_mutex_t lock; /* robust; guards allocation of every table below */
   _Atomic uint64_t next_pd_id;
   _Atomic uint64_t next_window_id;
@@ -292,13 +294,10 @@ static inline struct sv_rwqe *sv_rq_head(struct sv_fabric *f, struct sv_qp *q) {
 /* Consume the head (its fields read); rq_lock held.  Release: the owner
  * reuses the entry only after seeing the head pass it. */
 static inline void sv_rq_pop(struct sv_qp *q) {
-  atomic_store_explicit(&q->rq_head, atomic_load_explicit(&q->rq_head, memory_order_relaxed) + 1,
-                        memory_order_release);
+  atomic_store_explicit(&q->rq_head, atomic_load_explicit(&q->rq_head, memory_order_relaxed) + 1, memory_order_release);
 }
 
-static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) {
-  return (char *)f + f->heap_off + off;
-}
+static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) { return (char *)f + f->heap_off + off; }
 /* Allocate/free heap bytes for proc `owner`; returns offset or UINT64_MAX. */
 uint64_t sv_heap_alloc(struct sv_fabric *f, uint64_t size, int32_t owner);
 void sv_heap_free(struct sv_fabric *f, uint64_t off);
@@ -351,7 +350,9 @@ static inline uint32_t sv_make_key(uint32_t idx, uint32_t gen) { return (gen << 
 static inline uint32_t sv_key_index(uint32_t key) { return key & 0xffff; }
 static inline uint32_t sv_key_gen(uint32_t key) { return key >> 16; }
 #define SV_QPN_GEN_MASK 0x3ffu /* 10 bits of generation above the 14 of the slot: a 24-bit QP number */
-static inline uint32_t sv_make_qpn(uint32_t idx, uint32_t gen) { return ((gen & SV_QPN_GEN_MASK) << 14) | (idx & 0x3fff); }
+static inline uint32_t sv_make_qpn(uint32_t idx, uint32_t gen) {
+  return ((gen & SV_QPN_GEN_MASK) << 14) | (idx & 0x3fff);
+}
 static inline uint32_t sv_qpn_index(uint32_t qpn) { return qpn & 0x3fff; }
 static inline uint32_t sv_qpn_gen(uint32_t qpn) { return (qpn >> 14) & SV_QPN_GEN_MASK; }
 
