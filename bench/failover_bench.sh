@@ -2,7 +2,7 @@
 # Failover benchmarks on the simulated fabric (docs/PERFORMANCE.md has the
 # results and the method).  Each part prints a table.
 #
-# usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]
+# usage: bench/failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|slow|all]
 #   time      failover time, from the injected fault to the first completion
 #             after it, p50/p99 over $INJECTIONS (default 50) port-down faults;
 #             MEM=dmabuf (or cuda): the buffers in GPU memory (linkpass-perf --mem);
@@ -14,8 +14,10 @@
 #   gray      busbw with 1 % packet loss on one of four rate-limited NICs,
 #             drained (LINKPASS_GRAY=1, the default) and kept (=0), against
 #             that NIC down and all four healthy, $ROUNDS interleaved rounds
+#   slow      the same with one of four 10 Gb/s NICs moving data at 25 % of
+#             its rate and losing nothing (simverbs fault ... rate 25)
 set -euo pipefail
-build=${1:?usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]}
+build=${1:?usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|slow|all]}
 what=${2:-all}
 top=$(cd "$(dirname "$0")/.." && pwd)
 sv="$build/simverbs/simverbs"
@@ -187,41 +189,59 @@ part_degraded() {
   done
 }
 
-part_gray() {
-  # As part_degraded, with a 67 ms local ACK timeout (NCCL_IB_TIMEOUT=14):
-  # at NCCL's default 4.3 s a lost last packet would stall the run long
-  # enough for the watchdog to move it (a stall), hiding the difference.
-  fabric "$confs/two-hosts-4nic.conf" 25
-  local r state
+# drain_states TAG RATE WARMUP FAULT...: sendrecv busbw of 64 MiB, 4
+# channels over 4 NICs per host at RATE Gb/s, with node0:mlx5_0 healthy,
+# down, and under FAULT (`simverbs fault node0:mlx5_0 FAULT...`) drained
+# (LINKPASS_GRAY=1) and kept (=0), $rounds interleaved rounds; then the
+# medians and their ratios to the NIC simply down.  The drain happens
+# during the WARMUP iterations.  NCCL_IB_TIMEOUT=14 (67 ms): at NCCL's
+# default 4.3 s a lost last packet would stall the run long enough for the
+# watchdog to move it (a stall), hiding the difference.
+drain_states() {
+  local tag=$1 rate=$2 warm=$3 r state
+  shift 3
+  fabric "$confs/two-hosts-4nic.conf" "$rate"
   for r in $(seq "$rounds"); do
     for state in healthy down drained kept; do
       case $state in
       down) "$sv" link node0:mlx5_0 down >/dev/null ;;
-      drained | kept) "$sv" fault node0:mlx5_0 loss 1 >/dev/null ;;
+      drained | kept) "$sv" fault node0:mlx5_0 "$@" >/dev/null ;;
       esac
-      # 20 warm-up iterations: the drain happens during them
       LINKPASS_GRAY=$([ "$state" = kept ] && echo 0 || echo 1) NCCL_IB_TIMEOUT=14 \
-        busbw --op sendrecv -R 1 --channels 4 -b 64M -e 64M -n 10 -w 20 >"$tmp/gr.$state.$r"
+        busbw --op sendrecv -R 1 --channels 4 -b 64M -e 64M -n 20 -w "$warm" >"$tmp/$tag.$state.$r"
       "$sv" link node0:mlx5_0 up >/dev/null
       "$sv" fault node0:mlx5_0 clear >/dev/null
     done
   done
-  echo "# gray failure: sendrecv busbw of 64 MiB, 4 channels over 4 NICs per host at 25 Gb/s, -R 1, NCCL_IB_TIMEOUT=14"
-  echo "# node0:mlx5_0 loses 1 % of its packets (drained: LINKPASS_GRAY=1; kept: =0), or is down;"
   echo "# median of $rounds interleaved rounds; ratios against the NIC simply down"
   printf '%10s %10s %10s %10s %14s %12s\n' "healthy" "down" "drained" "kept" "drained/down" "kept/down"
   local h d g k
-  h=$(awk '{ print $2 }' "$tmp"/gr.healthy.* | median)
-  d=$(awk '{ print $2 }' "$tmp"/gr.down.* | median)
-  g=$(awk '{ print $2 }' "$tmp"/gr.drained.* | median)
-  k=$(awk '{ print $2 }' "$tmp"/gr.kept.* | median)
+  h=$(awk '{ print $2 }' "$tmp/$tag".healthy.* | median)
+  d=$(awk '{ print $2 }' "$tmp/$tag".down.* | median)
+  g=$(awk '{ print $2 }' "$tmp/$tag".drained.* | median)
+  k=$(awk '{ print $2 }' "$tmp/$tag".kept.* | median)
   printf '%10s %10s %10s %10s %14s %12s\n' "$h" "$d" "$g" "$k" "$(awk -v a="$g" -v b="$d" 'BEGIN { printf "%.3f", a / b }')" \
     "$(awk -v a="$k" -v b="$d" 'BEGIN { printf "%.3f", a / b }')"
+}
+
+part_gray() {
+  echo "# gray failure: sendrecv busbw of 64 MiB, 4 channels over 4 NICs per host at 25 Gb/s, -R 1, NCCL_IB_TIMEOUT=14"
+  echo "# node0:mlx5_0 loses 1 % of its packets (drained: LINKPASS_GRAY=1; kept: =0), or is down"
+  drain_states gr 25 20 loss 1
+}
+
+part_slow() {
+  # 10 Gb/s ports: slower than this machine copies, so the wire sets the
+  # pace (at higher rates the CPU does, and a slow port costs nothing here).
+  echo "# slow port: sendrecv busbw of 64 MiB, 4 channels over 4 NICs per host at 10 Gb/s, -R 1"
+  echo "# node0:mlx5_0 moves data at 25 % of its rate and loses nothing (drained: LINKPASS_GRAY=1; kept: =0), or is down"
+  drain_states sl 10 60 rate 25
 }
 
 case $what in
 time) part_time ;;
 gray) part_gray ;;
+slow) part_slow ;;
 overhead) part_overhead ;;
 degraded) part_degraded ;;
 all)
@@ -232,7 +252,7 @@ all)
   part_degraded
   ;;
 *)
-  echo "usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|all]" >&2
+  echo "usage: failover_bench.sh BUILD_DIR [time|overhead|degraded|gray|slow|all]" >&2
   exit 2
   ;;
 esac

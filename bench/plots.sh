@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Every plot of docs/PERFORMANCE.md, measured and drawn from one command:
 #
-#   bench/plots.sh BUILD_DIR [flap|gray|failover|sizes|all]      (default: all)
+#   bench/plots.sh BUILD_DIR [flap|gray|slow|failover|sizes|all] (default: all)
 #
 #   flap      busbw second by second through a cable pull, the reinsertion
 #             and the failback: docs/img/busbw-flap.png
 #   gray      busbw second by second through a gray failure: 1 % packet loss
 #             on one of four NICs (4 channels), its drain, the loss cleared
 #             and the failback: docs/img/busbw-gray.png
+#   slow      the same through one of four 10 Gb/s NICs slowed to 25 % of
+#             its rate without loss (sendrecv): docs/img/busbw-slow.png
 #   failover  failover-time distribution (CDF of the duration_us field of
 #             the syslog failover lines) over $INJECTIONS (default 50) cable
 #             pulls of alternating hosts in one long run, p50/p99 printed:
@@ -22,7 +24,7 @@
 # The measured numbers land next to the plots in docs/img/plots.txt, and the
 # raw data in docs/img/*.dat (redraw only: PLOTS_REDRAW=1 bench/plots.sh B).
 set -euo pipefail
-build=${1:?usage: bench/plots.sh BUILD_DIR [flap|gray|failover|sizes|all]}
+build=${1:?usage: bench/plots.sh BUILD_DIR [flap|gray|slow|failover|sizes|all]}
 what=${2:-all}
 build=$(cd "$build" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +34,7 @@ sink="$build/tests/failover/syslog_sink"
 conf="$top/tests/simverbs/configs/two-hosts-4nic.conf"
 injections=${INJECTIONS:-50}
 redraw=${PLOTS_REDRAW:-0}
-case $what in flap | gray | failover | sizes | all) ;; *) echo "unknown part '$what': flap, gray, failover, sizes or all" >&2; exit 2 ;; esac
+case $what in flap | gray | slow | failover | sizes | all) ;; *) echo "unknown part '$what': flap, gray, slow, failover, sizes or all" >&2; exit 2 ;; esac
 command -v gnuplot >/dev/null || { echo "plots: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 if [ "$redraw" != 1 ]; then
   for f in "$sv" "$perf" "$plugin" "$sink"; do
@@ -119,7 +121,7 @@ draw_timeline() {
     echo "set title '$4' noenhanced"
     echo "set xlabel 'time (s)'; set ylabel 'busbw (GB/s), per second'; set grid; set key bottom right"
     echo "set yrange [0:*]; set xrange [0:*]"
-    awk '{ c = ($0 ~ /pulled|failover|loss 1/) ? "#c0392b" : "#27ae60"; dt = ($0 ~ /cable|loss/) ? 1 : 2
+    awk '{ c = ($0 ~ /pulled|failover|loss 1|begins/) ? "#c0392b" : "#27ae60"; dt = ($0 ~ /cable|loss|begins|fault/) ? 1 : 2
            t = $1; sub(/^[^ ]* /, "")
            printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt %d lw 2\n", t, t, c, dt
            printf "set label \"%s\" at %s, graph %.2f offset 0.5,0 tc rgb \"%s\"\n", $0, t, 0.95 - 0.06 * (NR - 1), c }' "$2"
@@ -128,32 +130,55 @@ draw_timeline() {
   gnuplot "$tmp/timeline.gp"
 }
 
-# ---------------------------------------------------------------- gray
-gray() {
-  local dat="$img/busbw-gray.dat" ev="$img/busbw-gray.events"
+# ---------------------------------------------------------------- gray, slow
+# degrade_plot NAME CONF BEGINS TITLE FAULT -- DRIVER_ARGS...: busbw per
+# second for 24 s while node0:mlx5_0 suffers `simverbs fault ... FAULT` from
+# 6 s to 12 s (then `clear`), with the drain and the first failback marked:
+# docs/img/busbw-NAME.png.
+degrade_plot() {
+  local name=$1 fabric=$2 begins=$3 title=$4 fault=()
+  shift 4
+  while [ "$1" != -- ]; do fault+=("$1"); shift; done
+  shift
+  local dat="$img/busbw-$name.dat" ev="$img/busbw-$name.events"
   if [ "$redraw" != 1 ]; then
-    echo "== gray: all_reduce 16M, 2 ranks, 4 channels; node0:mlx5_0 loses 1 % of its packets from 6 s to 12 s"
-    "$sv" up "$conf" >/dev/null
+    echo "== $name: node0:mlx5_0 ${fault[*]} from 6 s to 12 s; driver: $*"
+    "$sv" up "$fabric" >/dev/null
     start_sink
-    NCCL_IB_TIMEOUT=14 run_perf 24 16M --channels 4
-    at 6.0 && "$sv" fault node0:mlx5_0 loss 1 >/dev/null && echo "$(now_ms) loss" >>"$tmp/inj"
-    at 12.0 && "$sv" fault node0:mlx5_0 loss 0 >/dev/null && echo "$(now_ms) clear" >>"$tmp/inj"
+    NCCL_IB_TIMEOUT=14 run_perf 24 16M --channels 4 "$@"
+    at 6.0 && "$sv" fault node0:mlx5_0 "${fault[@]}" >/dev/null && echo "$(now_ms) begins" >>"$tmp/inj"
+    at 12.0 && "$sv" fault node0:mlx5_0 clear >/dev/null && echo "$(now_ms) clear" >>"$tmp/inj"
     finish_perf
     awk '$1 ~ /^[0-9.]+$/ && NF == 5 { print $1, $4 }' "$tmp/out" >"$dat"
     {
-      awk -v t0="$t0" '{ printf "%.3f %s\n", ($1 - t0) / 1000, ($2 == "loss" ? "loss 1 % begins" : "loss cleared") }' "$tmp/inj"
+      awk -v t0="$t0" -v b="$begins" '{ printf "%.3f %s\n", ($1 - t0) / 1000, ($2 == "begins" ? b : "fault cleared") }' "$tmp/inj"
       awk -v t0="$t0" '/event=failover.*reason=degraded/ && !fo++ { printf "%.3f drained (degraded)\n", ($1 - t0) / 1000 }
                        /event=failback/ && !fb++ { printf "%.3f failback\n", ($1 - t0) / 1000 }' "$tmp/stamped"
     } | sort -n >"$ev"
-    note gray.avg_busbw_GBps "$(sed -n 's/^# Avg bus bandwidth *: //p' "$tmp/out")"
-    note gray.drained "$(grep -c 'reason=degraded' "$tmp/syslog" || true)"
-    note gray.failbacks "$(grep -c 'event=failback' "$tmp/syslog" || true)"
-    note gray.events "$(awk '{ t = $1; sub(/^[^ ]* /, ""); gsub(/ /, "-"); printf "%s%s@%ss", (NR > 1 ? "," : ""), $0, t }' "$ev")"
+    note "$name.avg_busbw_GBps" "$(sed -n 's/^# Avg bus bandwidth *: //p' "$tmp/out")"
+    note "$name.drained" "$(grep -c 'reason=degraded' "$tmp/syslog" || true)"
+    note "$name.failbacks" "$(grep -c 'event=failback' "$tmp/syslog" || true)"
+    note "$name.events" "$(awk '{ t = $1; sub(/^[^ ]* /, ""); gsub(/ /, "-"); printf "%s%s@%ss", (NR > 1 ? "," : ""), $0, t }' "$ev")"
     end_run
   fi
-  draw_timeline "$dat" "$ev" "$img/busbw-gray.png" \
-    'all_reduce busbw through 1 % packet loss on one of 4 NICs, its drain and failback (2 ranks, 16 MiB, 4 channels)'
-  echo "  -> $img/busbw-gray.png"
+  draw_timeline "$dat" "$ev" "$img/busbw-$name.png" "$title"
+  echo "  -> $img/busbw-$name.png"
+}
+
+gray() {
+  degrade_plot gray "$conf" "loss 1 % begins" \
+    'all_reduce busbw through 1 % packet loss on one of 4 NICs, its drain and failback (2 ranks, 16 MiB, 4 channels)' \
+    loss 1 --
+}
+
+# A port at a quarter of its rate, losing nothing: 10 Gb/s ports and
+# sendrecv, which the wire paces (docs/FAILOVER.md, "A slow port that loses
+# nothing").
+slow() {
+  sed 's/^rate .*/rate 10/' "$conf" >"$tmp/slow.conf"
+  degrade_plot slow "$tmp/slow.conf" "rate 25 % begins" \
+    'sendrecv busbw through one of 4 NICs slowed to 25 % (no loss), its drain and failback (2 ranks, 16 MiB, 4 channels, 10 Gb/s)' \
+    rate 25 -- --op sendrecv -R 1 -b 16M
 }
 
 # ---------------------------------------------------------------- (a) flap
@@ -273,6 +298,7 @@ sizes() {
 
 [ "$what" = all ] || [ "$what" = flap ] && flap
 [ "$what" = all ] || [ "$what" = gray ] && gray
+[ "$what" = all ] || [ "$what" = slow ] && slow
 [ "$what" = all ] || [ "$what" = failover ] && failover
 [ "$what" = all ] || [ "$what" = sizes ] && sizes
 echo "numbers: $img/plots.txt"
