@@ -678,6 +678,11 @@ static int resend_due(struct sv_qp_local *lq, struct sv_qp *q, struct sv_swqe *w
     return 0;
   }
   if (lq->resend == SV_RESEND_TIMEOUT) {
+    /* Every expiry of the local ACK timer counts, whatever drew no answer
+     * (a loss, a black hole, a pulled cable, a lost ACK, a dead peer), as
+     * a ConnectX counts local_ack_timeout_err. */
+    struct sv_port *lp = &fab()->devs[q->dev].ports[q->port - 1];
+    atomic_fetch_add_explicit(&lp->ack_timeouts, 1, memory_order_relaxed);
     if (lq->retries >= q->retry_cnt) {
       fail_qp(lq, w, IBV_WC_RETRY_EXC_ERR);
       return -1;
@@ -739,7 +744,6 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       break;
     }
     if (lq->tail_lost) { /* nothing answers; the timer runs out, then it goes again, lost or not */
-      atomic_fetch_add_explicit(&lp->ack_timeouts, 1, memory_order_relaxed);
       unanswered(lq, q, now, next);
       lq->tail_lost = 0;
       lq->head_state = SV_HEAD_NEW;

@@ -391,6 +391,7 @@ Test(faults, remote_port_down_exhausts_sender_retries_receiver_sees_nothing) {
   cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
   cr_assert_eq(qp_state(&B), IBV_QPS_RTS);
   cr_assert(cq_is_empty(B.cq));
+  cr_assert_eq(atomic_load(&fab->devs[0].ports[0].ack_timeouts), 4, "each unanswered try counts");
 }
 
 Test(faults, blackhole_gives_no_event_only_retry_exceeded) {
@@ -399,6 +400,9 @@ Test(faults, blackhole_gives_no_event_only_retry_exceeded) {
   cr_assert_eq(expect_wc(A.cq).status, IBV_WC_RETRY_EXC_ERR);
   struct pollfd p = {.fd = A.ctx->async_fd, .events = POLLIN};
   cr_assert_eq(poll(&p, 1, 0), 0, "a blackhole raises no port event");
+  /* As a ConnectX: every expiry of the local ACK timer counts, whatever
+   * drew no answer, not only a lost packet. */
+  cr_assert_eq(atomic_load(&fab->devs[0].ports[0].ack_timeouts), 4, "the first try and 3 retries");
 }
 
 Test(flap, flap_shorter_than_retry_budget_is_absorbed) {
