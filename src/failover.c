@@ -751,7 +751,11 @@ void lp_fo_init(struct lp_comm *c) {
   fo->primary_dev = c->link.dev;
   fo->peer_primary_ok = 1;
   fo->from_dev = c->link.dev;
-  fo->seen_gen = lp_health_gen(c->health);
+  /* One behind: the first progress call looks at the port's health.  A
+   * connection set up on a port that went down after init (no change of
+   * health since then for it to notice) moves at once, not when its RC
+   * retries or the watchdog give up. */
+  fo->seen_gen = lp_health_gen(c->health) - 1;
   lp_watchdog_init(&c->wd, c->env->cfg.ns.watchdog_ns, lp_now_ns());
   /* "host (addr) dev:port" -> "host/addr/dev:port": event values have no blanks. */
   size_t o = 0;

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static int is_recv;
 static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 static int warns, rejected;
+static _Atomic int saw_down, saw_failover; /* the logger is called from the plugin's threads too */
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -50,9 +52,9 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    ncclResult_t rc_ = (call);                                              \
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    ncclResult_t rc_ = (call);                                                     \
     if (rc_ != ncclSuccess) die("%s returned %d (line %d)", #call, rc_, __LINE__); \
   } while (0)
 
@@ -66,6 +68,8 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   if (level == NCCL_LOG_WARN) {
     warns++;
     if (strstr(msg, "rejected connection")) rejected++;
+    if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
+    if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
     fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
@@ -178,8 +182,8 @@ struct stream {
 };
 
 /* Message sizes: zero, odd, page-crossing, a few MiB. */
-static const size_t basic_sizes[] = {0, 1, 7, 8, 127, 128, 129, 1000, 4095, 4096, 4097, 65536, 65537, 1 << 20,
-                                     (1 << 20) + 3, 3 << 20, 8 << 20};
+static const size_t basic_sizes[] = {0,    1,    7,     8,     127,     128,           129,     1000,   4095,
+                                     4096, 4097, 65536, 65537, 1 << 20, (1 << 20) + 3, 3 << 20, 8 << 20};
 #define NBASIC (int)(sizeof(basic_sizes) / sizeof(basic_sizes[0]))
 
 static size_t size_basic(int msg, int sub) {
@@ -283,8 +287,8 @@ static void run_stream(const struct stream *s) {
           if (!done) continue;
           for (int k = 0; k < nsub; k++) {
             size_t want = s->size_of(m, k);
-            if ((size_t)sizes[k] != want) die("comm %d message %d sub %d: received %d bytes, expected %zu", i, m, k,
-                                              sizes[k], want);
+            if ((size_t)sizes[k] != want)
+              die("comm %d message %d sub %d: received %d bytes, expected %zu", i, m, k, sizes[k], want);
             verify(base + (size_t)k * s->slot_bytes, want, m, i, k);
           }
         } else {
@@ -532,17 +536,17 @@ static void run_props(void) {
   for (int d = 0; d < ndev; d++) {
     ncclNetProperties_v12_t p;
     CHECK(hnet_props(&net, d, &p));
-    fprintf(stderr, "harness: dev %d %s port %d speed %d pci %s guid 0x%llx maxComms %d\n", d, p.name, p.port,
-            p.speed, p.pciPath, (unsigned long long)p.guid, p.maxComms);
+    fprintf(stderr, "harness: dev %d %s port %d speed %d pci %s guid 0x%llx maxComms %d\n", d, p.name, p.port, p.speed,
+            p.pciPath, (unsigned long long)p.guid, p.maxComms);
     if (!p.name || !*p.name || !p.pciPath || !*p.pciPath) die("device %d has no name or PCI path", d);
     /* GPU memory kinds depend on the host (tests/ops, linkpass-perf --mem) */
     if (!(p.ptrSupport & NCCL_PTR_HOST) || (p.ptrSupport & ~(NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) ||
-        p.forceFlush != 0 || p.regIsGlobal != 1 || p.maxRecvs != 8 || p.port < 1 || p.speed <= 0 ||
-        p.latency != 0 || p.maxComms <= 0 || p.netDeviceType != NCCL_NET_DEVICE_HOST)
+        p.forceFlush != 0 || p.regIsGlobal != 1 || p.maxRecvs != 8 || p.port < 1 || p.speed <= 0 || p.latency != 0 ||
+        p.maxComms <= 0 || p.netDeviceType != NCCL_NET_DEVICE_HOST)
       die("device %d has unexpected properties", d);
     if (net.version >= 9) {
-      if (p.vProps.ndevs != 1 || p.vProps.devs[0] != d) die("device %d: vProps {%d, %d}", d, p.vProps.ndevs,
-                                                            p.vProps.devs[0]);
+      if (p.vProps.ndevs != 1 || p.vProps.devs[0] != d)
+        die("device %d: vProps {%d, %d}", d, p.vProps.ndevs, p.vProps.devs[0]);
       if (p.maxP2pBytes != (size_t)1 << 40 || p.maxCollBytes != (size_t)512 << 20) die("device %d: size limits", d);
     }
     const char *want = getenv("LP_HARNESS_SPEED");
@@ -659,8 +663,9 @@ static void run_gpu(void) {
   expect_refused(hnet_regmr_dmabuf(&net, comm, gpu, 4096, 0, pfd[0], &mh), mh, "a pipe as a dma-buf");
   expect_refused(gpu_reg(comm, fd, gpu - GPU_BYTES, gpu, 4096, &mh), mh, "a dma-buf offset past its end");
   expect_refused(hnet_regmr_type(&net, comm, gpu, 4096, 0x40, &mh), mh, "pointer type 0x40");
-  if (!peermem) expect_refused(hnet_regmr_type(&net, comm, gpu, 4096, NCCL_PTR_CUDA, &mh), mh,
-                               "a CUDA pointer without peer memory");
+  if (!peermem)
+    expect_refused(hnet_regmr_type(&net, comm, gpu, 4096, NCCL_PTR_CUDA, &mh), mh,
+                   "a CUDA pointer without peer memory");
   close(pfd[0]);
   close(pfd[1]);
 
@@ -778,8 +783,72 @@ static void run_churn(void) {
   }
   if (is_recv) link_set("node0:mlx5_0", "down"); /* back there by now: they all move again */
   signal_peer('c');
-  if (is_recv) wait_peer(); else { wait_peer(); signal_peer('c'); }
+  if (is_recv)
+    wait_peer();
+  else {
+    wait_peer();
+    signal_peer('c');
+  }
   tear_down(c, CHURN_COMMS);
+  if (is_recv) link_set("node0:mlx5_0", "up");
+}
+
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A connection set up on a port that is already down (node0's mlx5_0,
+ * pulled before the receiver listens, after its plugin saw the port up at
+ * init) moves at its first progress call: the first message, 1 MiB, is
+ * through within 50 ms of the setup, and a failover line says so.  Without
+ * the check at setup it waited for the port's RC retries or the watchdog. */
+static void run_down_setup(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  if (is_recv) {
+    link_set("node0:mlx5_0", "down");
+    double until = mono_s() + 10;
+    while (!atomic_load(&saw_down)) {
+      if (mono_s() > until) die("the plugin did not see node0:mlx5_0 go down within 10 s");
+      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    }
+  }
+  int all = ndev;
+  ndev = 1; /* on mlx5_0 at both ends */
+  bring_up(c, 1);
+  ndev = all;
+  double t0 = mono_s();
+  size_t len = 1 << 20;
+  uint8_t *b = alloc_buf(len);
+  if (!is_recv) fill(b, len, 0, 0, 0);
+  void *mh = NULL, *req = NULL;
+  CHECK(hnet_regmr(&net, c[0].comm, b, len, &mh));
+  int done = 0, got = 0;
+  while (req == NULL) {
+    void *data = b;
+    size_t sz = len;
+    int tag = 1;
+    if (is_recv)
+      CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &sz, &tag, &mh, &req));
+    else
+      CHECK(hnet_isend(&net, c[0].comm, b, len, tag, mh, &req));
+  }
+  while (!done) CHECK(hnet_test(&net, req, &done, &got));
+  double took = mono_s() - t0;
+  if (is_recv) {
+    if ((size_t)got != len) die("%d bytes, expected %zu", got, len);
+    verify(b, len, 0, 0, 0);
+    fprintf(stderr, "the first message on a connection set up on a down port took %.1f ms\n", took * 1e3);
+    if (!atomic_load(&saw_failover)) die("no failover line: the connection did not leave the down port");
+    if (took > 0.050) die("the first message took %.1f ms (more than 50 ms)", took * 1e3);
+  }
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  free(b);
+  signal_peer('d');
+  wait_peer();
+  tear_down(c, 1);
   if (is_recv) link_set("node0:mlx5_0", "up");
 }
 
@@ -813,20 +882,24 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "props") == 0) {
     run_props();
   } else if (strcmp(scenario, "basic") == 0) {
-    struct stream s = {.ncomms = 1, .nmsgs = 3 * NBASIC, .window = 8, .nsub_max = 1, .size_of = size_basic,
+    struct stream s = {.ncomms = 1,
+                       .nmsgs = 3 * NBASIC,
+                       .window = 8,
+                       .nsub_max = 1,
+                       .size_of = size_basic,
                        .slot_bytes = (8 << 20) + 4096};
     run_stream(&s);
   } else if (strcmp(scenario, "multi") == 0) {
-    struct stream s = {.ncomms = 2, .nmsgs = 64, .window = 4, .nsub_max = 8, .size_of = size_multi,
-                       .slot_bytes = 70400};
+    struct stream s = {
+        .ncomms = 2, .nmsgs = 64, .window = 4, .nsub_max = 8, .size_of = size_multi, .slot_bytes = 70400};
     run_stream(&s);
   } else if (strcmp(scenario, "many") == 0) {
-    struct stream s = {.ncomms = MAXCOMMS, .nmsgs = 40, .window = 8, .nsub_max = 1, .size_of = size_small,
-                       .slot_bytes = 5400};
+    struct stream s = {
+        .ncomms = MAXCOMMS, .nmsgs = 40, .window = 8, .nsub_max = 1, .size_of = size_small, .slot_bytes = 5400};
     run_stream(&s);
   } else if (strcmp(scenario, "window") == 0) {
-    struct stream s = {.ncomms = 1, .nmsgs = 400, .window = WINDOW_MAX, .nsub_max = 1, .size_of = size_small,
-                       .slot_bytes = 5400};
+    struct stream s = {
+        .ncomms = 1, .nmsgs = 400, .window = WINDOW_MAX, .nsub_max = 1, .size_of = size_small, .slot_bytes = 5400};
     run_stream(&s);
   } else if (strcmp(scenario, "sender_exit") == 0 || strcmp(scenario, "receiver_exit") == 0) {
     run_peer_exit(strcmp(scenario, "sender_exit") == 0);
@@ -840,6 +913,8 @@ int main(int argc, char **argv) {
     run_vanish();
   } else if (strcmp(scenario, "gpu") == 0) {
     run_gpu();
+  } else if (strcmp(scenario, "down_setup") == 0) {
+    run_down_setup();
   } else if (strcmp(scenario, "churn") == 0) {
     run_churn();
   } else {
