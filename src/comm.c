@@ -55,6 +55,7 @@ void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished)
   for (int i = 0; finished && dev == c->link.dev && i < m->nreqs; i++) bytes += m->sub[i].size;
   lp_health_tx_end(c->health, dev, bytes, lp_now_ns());
   m->metered = 0;
+  ((struct lp_send_comm *)c)->metered--;
 }
 
 void lp_comm_destroy(struct lp_comm *comm) {

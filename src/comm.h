@@ -68,6 +68,7 @@ struct lp_comm {
   char peer[160];              /* "host addr dev:port" for messages */
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
   uint64_t progress_ns;        /* when the last progress call began: one clock read per test() */
+  uint64_t progress_end_ns;    /* when the last one ended, while a timed message is out (progress.c) */
   char peer_id[160];           /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
   struct lp_watchdog wd; /* fed here, consulted by failover */
@@ -123,12 +124,17 @@ struct lp_send_comm {
   uint64_t head;               /* next message to match (first is 1) */
   uint64_t post_seq;           /* next matched message to post */
   size_t max_wr_bytes;
+  int metered; /* messages out that the transmit meter times (lp_send_msg.metered) */
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
 };
 
 /* Messages of at least this many bytes are timed for their NIC's rate
  * (gray.h): smaller ones would time the latency. */
 #define LP_METER_MIN_BYTES (64u << 10)
+/* A gap between two progress calls longer than this, with a timed message
+ * out, is time the process did not look (lp_tx_meter.unwatched_ns): a
+ * polling proxy thread comes back within microseconds. */
+#define LP_METER_GAP_NS (100u * 1000)
 
 /* Message m leaves its NIC's transmit meter: with the bytes it moved when
  * it `finished` on the NIC it started on, without them otherwise (written

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <syslog.h>
 
 int lp_parse_int(const char *s, long long *out) {
@@ -272,6 +273,7 @@ void lp_config_defaults(struct lp_config *cfg) {
   cfg->gid_family = LP_FAMILY_INET;
   cfg->syslog_facility = LOG_USER;
   snprintf(cfg->syslog_socket, sizeof(cfg->syslog_socket), "/dev/log");
+  snprintf(cfg->rate_board, sizeof(cfg->rate_board), "/dev/shm/linkpass-rates-%u", (unsigned)getuid());
   derive(cfg);
 }
 
@@ -386,6 +388,8 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
          cfg->metrics_file);
   string_var("LINKPASS_SYSLOG_SOCKET", env(env_arg, "LINKPASS_SYSLOG_SOCKET"), cfg->syslog_socket,
              sizeof(cfg->syslog_socket), warn, warn_arg, &nwarn, "using /dev/log");
+  string_var("LINKPASS_RATE_BOARD", env(env_arg, "LINKPASS_RATE_BOARD"), cfg->rate_board, sizeof(cfg->rate_board), warn,
+             warn_arg, &nwarn, "using the default board");
 
   derive(cfg);
   /* Checked against each other: the watchdog exists to find a black hole
@@ -440,5 +444,7 @@ void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg)
   snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_FACILITY=%d", cfg->syslog_facility >> 3);
   line(arg, buf);
   snprintf(buf, sizeof(buf), "LINKPASS_METRICS_FILE=%s", cfg->metrics_file[0] ? cfg->metrics_file : "(none)");
+  line(arg, buf);
+  snprintf(buf, sizeof(buf), "LINKPASS_RATE_BOARD=%s", cfg->rate_board);
   line(arg, buf);
 }

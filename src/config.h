@@ -106,6 +106,7 @@ struct lp_config {
   char syslog_socket[108];      /* LINKPASS_SYSLOG_SOCKET */
   char nic_pool[LP_CONFIG_STR_MAX];     /* LINKPASS_NIC_POOL, "" when unset */
   char metrics_file[LP_CONFIG_STR_MAX]; /* LINKPASS_METRICS_FILE, "" when unset */
+  char rate_board[LP_CONFIG_STR_MAX];   /* LINKPASS_RATE_BOARD: the host's board of port rates (rateboard.h) */
   char ibverbs_lib[LP_CONFIG_STR_MAX];  /* NCCL_IBVERBS_LIB, "" when unset */
   char hca_str[LP_CONFIG_STR_MAX];
   char ifname_str[LP_CONFIG_STR_MAX];

@@ -399,9 +399,9 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
       bppm / 100 % 100, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
-static void degrade_slow(struct lp_health *h, int dev, int typical, uint64_t now) {
+static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typical_mbps, uint64_t now) {
   const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
-  long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)h->rate[typical].mbps;
+  long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)typical_mbps;
   unsigned flaps = drain_degraded(h, dev, now);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
@@ -418,22 +418,38 @@ static int peer_of(const struct lp_health *h, int dev, int o) {
   return o != dev && env->devs[o].link_layer == env->devs[dev].link_layer && lp_health_ok(h, o);
 }
 
-/* The typical other port of `dev`'s pool: of those with a fresh rate
- * window, the lower median.  One slow port among four is measured against
- * a fast one; two slow ones still against a fast one; ports whose rates
- * vary with the traffic's timing against one in the middle of them, not
- * the luckiest.  -1: no other port measured. */
-static int typical_peer(const struct lp_health *h, int dev) {
+/* A port's rate for comparisons: this process's own last window while it
+ * counts as now, or else what another process of the host measured on it
+ * in a window as fresh (the rate board).  -1: nobody measured it lately. */
+static int64_t rate_now(const struct lp_health *h, int dev, uint64_t now) {
+  if (lp_gray_rate_fresh(&h->rate[dev])) return h->rate[dev].mbps;
+  const struct lp_dev *d = &h->env->devs[dev];
+  uint64_t fresh = (LP_GRAY_RATE_FRESH + 1) * LP_GRAY_WINDOW_NS;
+  return lp_rateboard_read(&h->board, lp_env_nic_of(h->env, dev)->attr.node_guid, d->port,
+                           now > fresh ? now - fresh : 0, now);
+}
+
+/* The typical other port of `dev`'s pool: of those with a rate measured
+ * lately (here or by another process), the lower median, and its rate in
+ * *mbps.  One slow port among four is measured against a fast one; two
+ * slow ones still against a fast one; ports whose rates vary with the
+ * traffic's timing against one in the middle of them, not the luckiest.
+ * -1: no other port measured. */
+static int typical_peer(const struct lp_health *h, int dev, uint64_t now, int64_t *mbps) {
   const struct lp_env *env = h->env;
   int sorted[LP_MAX_DEVS], n = 0;
+  int64_t rate[LP_MAX_DEVS];
   for (int i = 0; i < env->pool_n[dev]; i++) {
     int o = env->pool[dev][i], k = n;
-    if (!peer_of(h, dev, o) || !lp_gray_rate_fresh(&h->rate[o])) continue;
+    int64_t r = peer_of(h, dev, o) ? rate_now(h, o, now) : -1;
+    if (r < 0) continue;
     n++;
-    for (; k > 0 && h->rate[sorted[k - 1]].mbps > h->rate[o].mbps; k--) sorted[k] = sorted[k - 1];
-    sorted[k] = o;
+    for (; k > 0 && rate[k - 1] > r; k--) sorted[k] = sorted[k - 1], rate[k] = rate[k - 1];
+    sorted[k] = o, rate[k] = r;
   }
-  return n ? sorted[(n - 1) / 2] : -1;
+  if (n == 0) return -1;
+  *mbps = rate[(n - 1) / 2];
+  return sorted[(n - 1) / 2];
 }
 
 static void gray_tick(struct lp_health *h, uint64_t now) {
@@ -451,7 +467,13 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
       uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
       if (now > since) busy += now - since; /* the period under way, up to now */
     }
+    /* Time the port had a message out while this process looked. */
+    uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
+    busy = busy > unwatched ? busy - unwatched : 0;
     closed[d] = lp_gray_rate_window(&h->rate[d], bytes, busy, ok ? resends : 0) >= 0;
+    if (closed[d]) h->rate_at_ns[d] = now;
+    lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,
+                      h->rate_at_ns[d], now);
   }
   for (int d = 0; d < env->ndevs; d++) {
     if (!lp_health_ok(h, d) || !lp_gray_struck(&h->gray[d])) continue;
@@ -465,11 +487,11 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   }
   for (int d = 0; d < env->ndevs; d++) {
     if (!lp_health_ok(h, d) || !closed[d]) continue;
-    int t = typical_peer(h, d);
-    int64_t ref = t >= 0 ? h->rate[t].mbps : -1;
+    int64_t ref = -1;
+    int t = typical_peer(h, d, now, &ref);
     if (lp_gray_rate_judge(&h->rate[d], ref, t >= 0 ? env->devs[t].speed_mbps : 0, env->devs[d].speed_mbps,
                            env->cfg.gray_rate_pct))
-      degrade_slow(h, d, t, now);
+      degrade_slow(h, d, t, ref, now);
   }
 }
 
@@ -537,11 +559,20 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
     lp_holddown_init(&h->silent[d], base, max, now);
     lp_gray_reset(&h->gray[d]);
     lp_gray_rate_reset(&h->rate[d]);
+    h->rate_at_ns[d] = 0;
     atomic_store(&h->down_reason[d], LP_FO_PORT_DOWN);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);
   }
   h->next_poll_ns = now + LP_POLL_ALL_NS;
+  if (env->cfg.gray) {
+    char why[700];
+    if (lp_rateboard_open(&h->board, env->cfg.rate_board, (int)getpid(), why, sizeof(why)) != 0)
+      LP_INFO(NCCL_INIT | NCCL_NET, "no rate board (%s): each port's rate is compared with this process's own only",
+              why);
+  } else {
+    h->board.t = NULL;
+  }
   lp_metrics_file_open(&h->metrics, env->cfg.metrics_file, (int)getpid(), env->hostname, env->ndevs);
   if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) goto fail_metrics;
   h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -566,6 +597,7 @@ fail_ring:
   lp_ring_fini(&h->ring);
 fail_metrics:
   lp_metrics_file_close(&h->metrics);
+  lp_rateboard_close(&h->board);
   LP_WARN("cannot start the control thread: link failover is off");
   return -1;
 }
@@ -583,6 +615,7 @@ void lp_health_stop(struct lp_health *h) {
     nanosleep(&ts, NULL);
   }
   pthread_join(h->control, NULL);
+  lp_rateboard_close(&h->board);
   h->running = 0;
   close(h->stop_fd);
   lp_ring_fini(&h->ring);

@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "netwatch.h"
 #include "nic.h"
+#include "rateboard.h"
 
 /* Counters for the metrics file, which this control plane writes.  Moves
  * are counted by the connections (failover.c report()), port changes by the
@@ -57,6 +58,12 @@ struct lp_tx_meter {
   _Atomic uint64_t busy_since_ns; /* when inflight last rose from 0 */
   _Atomic uint64_t busy_ns;       /* finished busy periods */
   _Atomic uint64_t bytes;
+  /* Time within them that the process did not look (a gap between two
+   * progress calls of a connection with a timed message out): a completion
+   * that arrived then was seen late, and that time says nothing about the
+   * port.  Counted once however many connections saw the same gap. */
+  _Atomic uint64_t unwatched_ns;
+  _Atomic uint64_t unwatched_until_ns;
 };
 
 /* Which end of a connection: each direction is spread on its own (a NIC's
@@ -93,6 +100,8 @@ struct lp_health {
   struct lp_holddown silent[LP_MAX_DEVS];
   struct lp_gray gray[LP_MAX_DEVS];      /* LINKPASS_GRAY: each port's resend windows */
   struct lp_gray_rate rate[LP_MAX_DEVS]; /* and its rate windows, from tx[] */
+  uint64_t rate_at_ns[LP_MAX_DEVS];      /* when each port's last rate window closed */
+  struct lp_rateboard board;             /* the host's ports' rates, as the other processes measure them */
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   uint64_t next_poll_ns;
@@ -202,6 +211,22 @@ static inline void lp_health_tx_end(struct lp_health *h, int dev, uint64_t bytes
      * then loses the moment that is counted here instead, nothing more. */
     uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
     if (now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_relaxed);
+  }
+}
+
+/* A connection with a timed message out on `dev` was not progressed from
+ * `from` to `to` (lp_tx_meter's unwatched time). */
+static inline void lp_health_tx_unwatched(struct lp_health *h, int dev, uint64_t from, uint64_t to) {
+  struct lp_tx_meter *m = &h->tx[dev];
+  uint64_t until = atomic_load_explicit(&m->unwatched_until_ns, memory_order_relaxed);
+  for (;;) {
+    uint64_t start = from > until ? from : until; /* the part no other connection counted */
+    if (start >= to) return;
+    if (atomic_compare_exchange_weak_explicit(&m->unwatched_until_ns, &until, to, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      atomic_fetch_add_explicit(&m->unwatched_ns, to - start, memory_order_relaxed);
+      return;
+    }
   }
 }
 

@@ -124,6 +124,7 @@ static void meter(struct lp_send_comm *s, struct lp_send_msg *m) {
   for (int i = 0; i < m->nreqs; i++) bytes += m->sub[i].size;
   if (bytes < LP_METER_MIN_BYTES) return;
   m->metered = c->link.dev + 1;
+  s->metered++;
   lp_health_tx_begin(c->health, c->link.dev, lp_now_ns());
 }
 

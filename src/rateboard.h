@@ -1,0 +1,68 @@
+/*
+ * The rate board: where the processes of a host post the rates their ports
+ * moved data at (gray.h, slowness), so that each can compare its ports with
+ * those the others measure.  NCCL runs a process per GPU and each mostly
+ * uses its own NIC: alone, a process would have no other port to compare
+ * its port with, and a slow rail would go unseen.
+ *
+ * A small file in shared memory (LINKPASS_RATE_BOARD, by default
+ * /dev/shm/linkpass-rates-<uid>) that every process of the user on the host
+ * maps: a table of slots, each held by one process for one port, keyed by
+ * the NIC's node GUID and the port number (unique on the host and beyond,
+ * also between the simulated hosts of one machine).  A slot is written by
+ * its holder's control thread only, under a sequence count, and read by
+ * anyone; its holder refreshes it every tick, and a slot not refreshed for
+ * LP_RB_STALE_NS is free again (its process ended or hangs).  Whoever
+ * closes the board while no other live process holds a slot removes the
+ * file.  Nothing here blocks, and a board that cannot be opened only
+ * leaves the process to compare its own ports.
+ */
+#ifndef LP_RATEBOARD_H
+#define LP_RATEBOARD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LP_RB_SLOTS 512
+#define LP_RB_STALE_NS (5ull * 1000 * 1000 * 1000)
+#define LP_RB_MAX_PORTS 64 /* slots one process holds at most (one per device) */
+
+struct lp_rb_slot {
+  _Atomic uint32_t seq;     /* odd while its holder writes it */
+  _Atomic int32_t pid;      /* holder, 0: never held */
+  _Atomic uint64_t beat_ns; /* its holder's last tick (CLOCK_MONOTONIC) */
+  _Atomic uint64_t guid;
+  _Atomic int32_t port;
+  _Atomic int64_t mbps;   /* the port's last closed window: MB/s while busy, -1: none */
+  _Atomic uint64_t at_ns; /* when that window closed */
+};
+
+struct lp_rb_table {
+  uint32_t magic, version;
+  struct lp_rb_slot slot[LP_RB_SLOTS];
+};
+
+struct lp_rateboard {
+  struct lp_rb_table *t; /* NULL: no board */
+  int pid;
+  char path[512];
+  int held[LP_RB_MAX_PORTS]; /* slot per device index, -1: none yet */
+};
+
+/* Map the board at `path` ("none": no board), creating it if needed.  0, or
+ * -1 with the reason in `why` (the process then compares its own ports). */
+int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *why, size_t why_len);
+void lp_rateboard_close(struct lp_rateboard *b);
+
+/* Post device `dev`'s port (guid, port): its last window's rate (-1: none
+ * yet) and when it closed; also the holder's heartbeat, so call it every
+ * tick for every device.  A full board leaves the port unposted. */
+void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port, int64_t mbps, uint64_t at_ns,
+                       uint64_t now_ns);
+
+/* The freshest rate another live process posted for (guid, port) from a
+ * window that closed at `since_ns` or later: MB/s, -1 when none. */
+int64_t lp_rateboard_read(const struct lp_rateboard *b, uint64_t guid, int port, uint64_t since_ns, uint64_t now_ns);
+
+#endif

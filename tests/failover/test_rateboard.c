@@ -1,0 +1,72 @@
+/* The rate board (rateboard.h): two processes' views of one file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "rateboard.h"
+
+static char path[64];
+
+static void fresh_path(void) { snprintf(path, sizeof(path), "/tmp/lp-rateboard-test.%d", (int)getpid()); }
+
+Test(rateboard, another_process_reads_what_one_posted) {
+  fresh_path();
+  struct lp_rateboard a, b;
+  char why[256];
+  /* Two live pids: this process and its parent stand for two ranks. */
+  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now - 100, now);
+  lp_rateboard_post(&a, 1, 0x5678, 1, -1, 0, now); /* a port without a window yet */
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now - 1000, now), 1180);
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 2, 0, now), -1, "another port of the NIC");
+  cr_expect_eq(lp_rateboard_read(&b, 0x5678, 1, 0, now), -1, "nothing measured");
+  cr_expect_eq(lp_rateboard_read(&a, 0x1234, 1, 0, now), -1, "a process's own posts are not another's view");
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now, now), -1, "a window closed before `since`");
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + LP_RB_STALE_NS + 1), -1, "a holder that stopped ticking");
+  lp_rateboard_post(&b, 0, 0x1234, 2, 1100, now, now); /* b holds a slot: a live holder besides a */
+  lp_rateboard_post(&a, 0, 0x1234, 1, 300, now + 10, now + 10);
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + 10), 300, "the latest window");
+  lp_rateboard_close(&a);
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + 10), -1, "a closed holder's slots are free");
+  cr_expect_eq(access(path, F_OK), 0, "b still holds the board");
+  lp_rateboard_close(&b);
+  cr_expect_neq(access(path, F_OK), 0, "the last one out removed the file");
+}
+
+Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
+  fresh_path();
+  struct lp_rateboard a, dead;
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(&dead, path, 0x7ffffff0, why, sizeof(why)), 0, "%s", why); /* no such process */
+  uint64_t now = lp_now_ns();
+  for (int d = 0; d < LP_RB_MAX_PORTS; d++) lp_rateboard_post(&dead, d, 0x99, d + 1, 500, now, now);
+  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  cr_expect_eq(lp_rateboard_read(&a, 0x99, 1, 0, now), -1, "a process that does not exist is nobody's view");
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  cr_expect_lt(a.held[0], LP_RB_MAX_PORTS, "the first slot whose holder is gone is taken over");
+  lp_rateboard_close(&a); /* the only live holder: removes the file */
+  cr_expect_neq(access(path, F_OK), 0);
+  dead.t = NULL; /* its mapping went with the process, as a crash would leave it */
+}
+
+Test(rateboard, bad_paths_and_none_say_why) {
+  struct lp_rateboard b;
+  char why[256];
+  cr_expect_eq(lp_rateboard_open(&b, "none", 1, why, sizeof(why)), -1);
+  cr_expect(strstr(why, "none"), "%s", why);
+  cr_expect_eq(lp_rateboard_open(&b, "/nonexistent-dir/board", 1, why, sizeof(why)), -1);
+  cr_expect(strstr(why, "/nonexistent-dir/board: No such file"), "%s", why);
+  fresh_path();
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  for (int i = 0; i < 100000; i++) fputc('x', f); /* not a board */
+  fclose(f);
+  cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
+  cr_expect(strstr(why, "is not a linkpass rate board"), "%s", why);
+  unlink(path);
+}
