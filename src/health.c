@@ -15,6 +15,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
+#include "report.h"
 
 #define LP_POLL_DOWN_NS 100000000ull /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
@@ -390,6 +391,13 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
   int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
   unsigned flaps = drain_degraded(h, dev, now);
+  char line[320];
+  snprintf(line, sizeof(line),
+           "event=degraded dev=%s port=%d evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d "
+           "better_ppm=%d windows=%d holddown_ms=%llu flap=%u",
+           d->name, d->port, ppm, h->env->cfg.gray_ppm, b->name, b->port, bppm, LP_GRAY_STRIKES,
+           (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+  lp_report_line(&h->env->syslog, line);
   LP_WARN(
       "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
       "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
@@ -403,6 +411,13 @@ static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typi
   const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
   long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)typical_mbps;
   unsigned flaps = drain_degraded(h, dev, now);
+  char line[320];
+  snprintf(line, sizeof(line),
+           "event=degraded dev=%s port=%d evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d "
+           "speed_mbps=%d windows=%d holddown_ms=%llu flap=%u",
+           d->name, d->port, mbps, tmbps, t->name, t->port, d->speed_mbps, LP_GRAY_RATE_STRIKES,
+           (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+  lp_report_line(&h->env->syslog, line);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
       "its pool), the %d. window in a row under %d%% of that and of its %d Mb/s: connections on it move to other "

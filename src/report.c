@@ -43,10 +43,8 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
   return snprintf(buf, len, "<%d>%s linkpass[%d]: %s", facility | severity, stamp, (int)getpid(), msg);
 }
 
-/* One datagram per line, on a fresh socket: failovers are rare, and a
- * daemon restarted in between is then picked up without state.  A missing
- * daemon loses the line, as syslog(3) does; NCCL's log still has it. */
-/* One datagram to the syslog socket.  The socket is opened once
+/* One datagram to the syslog socket.  A missing daemon loses the line, as
+ * syslog(3) does; NCCL's log still has it.  The socket is opened once
  * (lp_syslog_open) and shared by every thread: sendto on an unconnected
  * datagram socket is atomic, and naming the address each time keeps
  * working when the syslog daemon restarts and makes its socket anew. */
@@ -81,5 +79,10 @@ void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r) {
   char line[512];
   lp_report_format(r, line, sizeof(line));
   if (sl->enabled) syslog_send(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line);
+  LP_WARN("%s", line);
+}
+
+void lp_report_line(const struct lp_syslog *sl, const char *line) {
+  if (sl->enabled) syslog_send(sl, LOG_WARNING, line);
   LP_WARN("%s", line);
 }
