@@ -175,10 +175,15 @@ static void tear_down(struct conn *c, int ncomms) {
 
 /* ---- streaming: many messages over several comms ------------------------- */
 
+static void link_set(const char *target, const char *state);
+
 struct stream {
   int ncomms, nmsgs, window, nsub_max;
   size_t (*size_of)(int msg, int sub);
   size_t slot_bytes;
+  /* The receiver (node0) pulls mlx5_0, where comm 0 is, when it posts
+   * comm 0's message `pull_at`, and plugs it back at `plug_at` (0: never). */
+  int pull_at, plug_at;
 };
 
 /* Message sizes: zero, odd, page-crossing, a few MiB. */
@@ -234,6 +239,8 @@ static void run_stream(const struct stream *s) {
         if (sl->req != NULL) break; /* the window slot is still busy */
         int nsub = nsub_of(s, m);
         uint8_t *base = buf[i] + (size_t)(m % s->window) * s->slot_bytes * (size_t)s->nsub_max;
+        if (is_recv && i == 0 && s->pull_at && m == s->pull_at) link_set("node0:mlx5_0", "down");
+        if (is_recv && i == 0 && s->plug_at && m == s->plug_at) link_set("node0:mlx5_0", "up");
         if (is_recv) {
           void *data[8], *mhs[8];
           size_t sizes[8];
@@ -893,6 +900,21 @@ int main(int argc, char **argv) {
     struct stream s = {
         .ncomms = 2, .nmsgs = 64, .window = 4, .nsub_max = 8, .size_of = size_multi, .slot_bytes = 70400};
     run_stream(&s);
+  } else if (strcmp(scenario, "multi_flap") == 0) {
+    /* Grouped receives (n up to 8, each matched by tag, sent in scrambled
+     * order) across a move, with messages of every size of the group in
+     * flight: every sub-receive's bytes and size checked (issue 12's n > 1
+     * shape).  The cable goes back in before the end. */
+    struct stream s = {.ncomms = 2,
+                       .nmsgs = 240,
+                       .window = 4,
+                       .nsub_max = 8,
+                       .size_of = size_multi,
+                       .slot_bytes = 70400,
+                       .pull_at = 40,
+                       .plug_at = 100};
+    run_stream(&s);
+    if (is_recv && !atomic_load(&saw_failover)) die("nothing moved: the pull missed the stream");
   } else if (strcmp(scenario, "many") == 0) {
     struct stream s = {
         .ncomms = MAXCOMMS, .nmsgs = 40, .window = 8, .nsub_max = 1, .size_of = size_small, .slot_bytes = 5400};
