@@ -164,14 +164,39 @@ static ncclResult_t fail_not_path(struct lp_comm *c, const struct ibv_wc *wc) {
                       wc_desc(c, wc, what, sizeof(what)));
 }
 
+#define LP_DRAIN_WAIT_NS (100ull * LP_NS_PER_MS)
+
 /* Act on every successful completion the old path produced before it
- * stopped; its path errors and flushes mean nothing any more. */
+ * stopped; its path errors and flushes mean nothing any more.  A receiver
+ * waits until every receive WR it posted there has completed, delivered or
+ * flushed (a QP in the error state completes each one): a NIC writes the
+ * flushes after the state change returns, and a delivery that raced with
+ * it may come among them; stopping at the first empty poll could leave it
+ * behind and name a resume_seq before a message that in fact arrived.
+ * Bounded: a NIC that flushes nothing within LP_DRAIN_WAIT_NS is warned
+ * about and the move goes on. */
 static ncclResult_t drain(struct lp_comm *c) {
   struct ibv_wc wcs[LP_POLL_BATCH];
+  uint64_t deadline = 0;
   for (;;) {
     int n = ibv_poll_cq(c->link.cq, LP_POLL_BATCH, wcs);
-    if (n <= 0) return ncclSuccess;
+    if (n < 0) return lp_comm_fail(c, ncclSystemError, "ibv_poll_cq failed (%d) while draining the old path", n);
+    if (n == 0) {
+      if (c->link.rq_owed <= 0) return ncclSuccess;
+      uint64_t now = lp_now_ns();
+      if (deadline == 0) deadline = now + LP_DRAIN_WAIT_NS;
+      if (now >= deadline) {
+        LP_WARN(
+            "connection from %s: %d receives on %s were neither delivered nor flushed within %llu ms of "
+            "stopping the old path; the move goes on without them",
+            c->peer, c->link.rq_owed, c->link.local.dev_name, (unsigned long long)(LP_DRAIN_WAIT_NS / LP_NS_PER_MS));
+        return ncclSuccess;
+      }
+      sched_yield();
+      continue;
+    }
     for (int i = 0; i < n; i++) {
+      if (lp_wrid_kind(wcs[i].wr_id) == LP_WR_RECV) c->link.rq_owed--;
       if (wcs[i].status != IBV_WC_SUCCESS) {
         /* An access error is no flush even now: the peer refused a request
          * (its end may have started this move on the flushes that caused). */

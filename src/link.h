@@ -34,6 +34,7 @@ struct lp_link {
   struct ibv_qp *qps[LP_MAX_QPS];
   int sq_free[LP_MAX_QPS];    /* send-queue slots not yet known complete */
   int unsignaled[LP_MAX_QPS]; /* WRs posted since the last signaled one */
+  int rq_owed;                /* receive WRs posted and not yet completed (delivered or flushed) */
   struct ibv_mr *ctrl_mr;     /* the comm's control memory on this NIC */
   int max_inline;             /* bytes a WR may carry inline (NCCL_IB_USE_INLINE), 0: none */
   int adaptive;               /* NCCL_IB_ADAPTIVE_ROUTING on this port: large messages split */

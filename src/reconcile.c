@@ -99,6 +99,7 @@ ncclResult_t lp_fo_post_replays(struct lp_recv_comm *r, struct lp_link *next, co
       memset(&wr, 0, sizeof(wr));
       wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, seq);
       int err = ibv_post_recv(next->qps[q], &wr, &bad);
+      if (err == 0) next->rq_owed++;
       if (err != 0)
         return lp_comm_fail(&r->base, ncclSystemError, "ibv_post_recv on the new path failed: %s", strerror(err));
     }

@@ -124,6 +124,7 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
     wr.wr_id = lp_wrid(LP_WR_RECV, q, 0, r->tail);
     wr.num_sge = 0;
     int err = ibv_post_recv(link->qps[q], &wr, &bad);
+    if (err == 0) link->rq_owed++;
     if (err != 0) {
       lp_req_free(req);
       return lp_comm_fail(c, ncclSystemError, "ibv_post_recv on qp 0x%x failed: %s", link->qps[q]->qp_num,

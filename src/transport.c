@@ -16,6 +16,7 @@ ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_f
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
     if (n > 0) lp_watchdog_fed(&comm->wd, now);
     for (int i = 0; i < n; i++) {
+      if (lp_wrid_kind(wcs[i].wr_id) == LP_WR_RECV) comm->link.rq_owed--; /* delivered or flushed */
       /* An error: later completions of its QP are flushes caused by it. */
       ncclResult_t rc =
           wcs[i].status == IBV_WC_SUCCESS ? lp_transport_completion(comm, &wcs[i]) : on_error(comm, &wcs[i]);

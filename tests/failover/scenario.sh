@@ -80,6 +80,8 @@ expect_clean_run() {
   wait "$perf" || rc=$?
   ((rc == 0)) || fail "the driver exited with $rc"
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
+  # Every move's drain saw each receive of the old path delivered or flushed.
+  ! grep -q "neither delivered nor flushed" "$tmp/out" || fail "a drain gave up waiting for the old path's receives"
   # Only the gray scenarios degrade a port: no other may drain one as degraded.
   case $name in gray_loss | gray_loss_remote | gray_loss_ring4 | gray_rate | gray_rate_remote | gray_rate_ring4) return ;; esac
   ! grep -q "reason=degraded" "$tmp/syslog" || fail "a move for reason degraded, and no port lost packets"

@@ -277,10 +277,8 @@ SV_EXPORT int ibv_dofork_range(void *base, size_t size) {
 
 static int sv_read_text_file(const char *path, char *buf, size_t size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  if (size > INT_MAX)
-    size = INT_MAX;
+  if (fd < 0) return -1;
+  if (size > INT_MAX) size = INT_MAX;
 
   /* Our sysfs tree is on tmpfs, where a short read is legal: keep reading
    * until the buffer is full or the file ends. */
@@ -288,21 +286,18 @@ static int sv_read_text_file(const char *path, char *buf, size_t size) {
   while (len < size) {
     ssize_t n = read(fd, buf + len, size - len);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       int saved = errno;
       close(fd);
       errno = saved;
       return -1;
     }
-    if (n == 0)
-      break;
+    if (n == 0) break;
     len += (size_t)n;
   }
   close(fd);
 
-  if (len == 0)
-    return 0;
+  if (len == 0) return 0;
   if (buf[len - 1] == '\n') {
     buf[--len] = '\0';
   } else if (len < size) {
@@ -343,9 +338,9 @@ struct sv_abi_sysfs_dev_head {
   char ibdev_path[IBV_SYSFS_PATH_MAX];
 };
 
-SV_EXPORT __attribute__((format(printf, 4, 5))) int
-ibv_read_ibdev_sysfs_file(char *buf, size_t size, struct verbs_sysfs_dev *sysfs_dev,
-                          const char *fnfmt, ...) {
+SV_EXPORT __attribute__((format(printf, 4, 5))) int ibv_read_ibdev_sysfs_file(char *buf, size_t size,
+                                                                              struct verbs_sysfs_dev *sysfs_dev,
+                                                                              const char *fnfmt, ...) {
   if (!sysfs_dev || !fnfmt) {
     errno = EINVAL;
     return -1;
@@ -427,25 +422,25 @@ SV_EXPORT void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uve
 
 /* The two path record layouts hold the same fields, in a different order and
  * with different widths; values are already in wire byte order on both sides. */
-#define SV_COPY_PATH_REC_SCALARS(dst, src)                                     \
-  do {                                                                         \
-    (dst)->dlid = (src)->dlid;                                                 \
-    (dst)->slid = (src)->slid;                                                 \
-    (dst)->raw_traffic = (src)->raw_traffic;                                   \
-    (dst)->flow_label = (src)->flow_label;                                     \
-    (dst)->hop_limit = (src)->hop_limit;                                       \
-    (dst)->traffic_class = (src)->traffic_class;                               \
-    (dst)->reversible = (src)->reversible;                                     \
-    (dst)->numb_path = (src)->numb_path;                                       \
-    (dst)->pkey = (src)->pkey;                                                 \
-    (dst)->sl = (src)->sl;                                                     \
-    (dst)->mtu_selector = (src)->mtu_selector;                                 \
-    (dst)->mtu = (src)->mtu;                                                   \
-    (dst)->rate_selector = (src)->rate_selector;                               \
-    (dst)->rate = (src)->rate;                                                 \
-    (dst)->packet_life_time_selector = (src)->packet_life_time_selector;       \
-    (dst)->packet_life_time = (src)->packet_life_time;                         \
-    (dst)->preference = (src)->preference;                                     \
+#define SV_COPY_PATH_REC_SCALARS(dst, src)                               \
+  do {                                                                   \
+    (dst)->dlid = (src)->dlid;                                           \
+    (dst)->slid = (src)->slid;                                           \
+    (dst)->raw_traffic = (src)->raw_traffic;                             \
+    (dst)->flow_label = (src)->flow_label;                               \
+    (dst)->hop_limit = (src)->hop_limit;                                 \
+    (dst)->traffic_class = (src)->traffic_class;                         \
+    (dst)->reversible = (src)->reversible;                               \
+    (dst)->numb_path = (src)->numb_path;                                 \
+    (dst)->pkey = (src)->pkey;                                           \
+    (dst)->sl = (src)->sl;                                               \
+    (dst)->mtu_selector = (src)->mtu_selector;                           \
+    (dst)->mtu = (src)->mtu;                                             \
+    (dst)->rate_selector = (src)->rate_selector;                         \
+    (dst)->rate = (src)->rate;                                           \
+    (dst)->packet_life_time_selector = (src)->packet_life_time_selector; \
+    (dst)->packet_life_time = (src)->packet_life_time;                   \
+    (dst)->preference = (src)->preference;                               \
   } while (0)
 
 SV_EXPORT void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src) {
@@ -496,22 +491,20 @@ SV_EXPORT void ibv_copy_path_rec_to_kern(void *dst, void *src) {
  * __typeof__ declarations keep them checked against verbs.h. */
 
 __typeof__(ibv_create_ah) sv_ibv_create_ah;
-SV_EXPORT struct ibv_ah *sv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) {
-  return sv_fail_ptr();
-}
+SV_EXPORT struct ibv_ah *sv_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) { return sv_fail_ptr(); }
 SV_SYMVER(sv_ibv_create_ah, "ibv_create_ah@@IBVERBS_1.1");
 
 __typeof__(ibv_destroy_ah) sv_ibv_destroy_ah;
 SV_EXPORT int sv_ibv_destroy_ah(struct ibv_ah *ah) { return sv_fail_errno(); }
 SV_SYMVER(sv_ibv_destroy_ah, "ibv_destroy_ah@@IBVERBS_1.1");
 
-SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
-                                  struct ibv_grh *grh, struct ibv_ah_attr *ah_attr) {
+SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc, struct ibv_grh *grh,
+                                  struct ibv_ah_attr *ah_attr) {
   return sv_fail_minus1();
 }
 
-SV_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
-                                               struct ibv_grh *grh, uint8_t port_num) {
+SV_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+                                               uint8_t port_num) {
   return sv_fail_ptr();
 }
 
@@ -539,21 +532,15 @@ SV_EXPORT int sv_ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_at
 SV_SYMVER(sv_ibv_modify_srq, "ibv_modify_srq@@IBVERBS_1.1");
 
 __typeof__(ibv_query_srq) sv_ibv_query_srq;
-SV_EXPORT int sv_ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr) { return sv_fail_errno(); }
 SV_SYMVER(sv_ibv_query_srq, "ibv_query_srq@@IBVERBS_1.1");
 
 __typeof__(ibv_attach_mcast) sv_ibv_attach_mcast;
-SV_EXPORT int sv_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { return sv_fail_errno(); }
 SV_SYMVER(sv_ibv_attach_mcast, "ibv_attach_mcast@@IBVERBS_1.1");
 
 __typeof__(ibv_detach_mcast) sv_ibv_detach_mcast;
-SV_EXPORT int sv_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { return sv_fail_errno(); }
 SV_SYMVER(sv_ibv_detach_mcast, "ibv_detach_mcast@@IBVERBS_1.1");
 
 __typeof__(ibv_resize_cq) sv_ibv_resize_cq;
@@ -563,8 +550,7 @@ SV_SYMVER(sv_ibv_resize_cq, "ibv_resize_cq@@IBVERBS_1.1");
 /* The old registration is untouched, but "invalid input" would tell the
  * caller its arguments were wrong; a failed command is what a provider
  * without rereg support produces. */
-SV_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
-                           size_t length, int access) {
+SV_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access) {
   errno = EOPNOTSUPP;
   return IBV_REREG_MR_ERR_CMD;
 }
@@ -575,27 +561,20 @@ SV_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return sv_fail_
 
 /* 0 promises nothing, which is always true.  In-order placement is an
  * engine detail that clients must not come to depend on. */
-SV_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags) {
-  return 0;
-}
+SV_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags) { return 0; }
 
 SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd) { return sv_fail_ptr(); }
 
-SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle) {
-  return sv_fail_ptr();
-}
+SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle) { return sv_fail_ptr(); }
 
 SV_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle) { return sv_fail_ptr(); }
 
-SV_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle) {
-  return sv_fail_ptr();
-}
+SV_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle) { return sv_fail_ptr(); }
 
 /* Nothing can have been imported, so there is nothing to release. */
 SV_EXPORT void ibv_unimport_pd(struct ibv_pd *pd) {}
 SV_EXPORT void ibv_unimport_mr(struct ibv_mr *mr) {}
 SV_EXPORT void ibv_unimport_dm(struct ibv_dm *dm) {}
-
 
 /* ------------------------------------------------------------------------ */
 /* IBVERBS_1.0 compat entry points.  Their arguments are the pre-1.1 wrapper
@@ -605,8 +584,7 @@ SV_EXPORT void ibv_unimport_dm(struct ibv_dm *dm) {}
  * `local: *` then keeps the sv_compat* names themselves out of the table. */
 
 SV_EXPORT void *sv_compat10_ibv_get_device_list(int *num) {
-  if (num)
-    *num = 0;
+  if (num) *num = 0;
   return sv_fail_ptr();
 }
 SV_SYMVER(sv_compat10_ibv_get_device_list, "ibv_get_device_list@IBVERBS_1.0");
@@ -629,9 +607,7 @@ SV_SYMVER(sv_compat10_ibv_open_device, "ibv_open_device@IBVERBS_1.0");
 SV_EXPORT int sv_compat10_ibv_close_device(void *context) { return sv_fail_minus1(); }
 SV_SYMVER(sv_compat10_ibv_close_device, "ibv_close_device@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_get_async_event(void *context, struct ibv_async_event *event) {
-  return sv_fail_minus1();
-}
+SV_EXPORT int sv_compat10_ibv_get_async_event(void *context, struct ibv_async_event *event) { return sv_fail_minus1(); }
 SV_SYMVER(sv_compat10_ibv_get_async_event, "ibv_get_async_event@IBVERBS_1.0");
 
 SV_EXPORT void sv_compat10_ibv_ack_async_event(struct ibv_async_event *event) {}
@@ -642,8 +618,7 @@ SV_EXPORT int sv_compat10_ibv_query_device(void *context, struct ibv_device_attr
 }
 SV_SYMVER(sv_compat10_ibv_query_device, "ibv_query_device@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_query_port(void *context, uint8_t port_num,
-                                         struct ibv_port_attr *port_attr) {
+SV_EXPORT int sv_compat10_ibv_query_port(void *context, uint8_t port_num, struct ibv_port_attr *port_attr) {
   return sv_fail_errno();
 }
 SV_SYMVER(sv_compat10_ibv_query_port, "ibv_query_port@IBVERBS_1.0");
@@ -664,16 +639,14 @@ SV_SYMVER(sv_compat10_ibv_alloc_pd, "ibv_alloc_pd@IBVERBS_1.0");
 SV_EXPORT int sv_compat10_ibv_dealloc_pd(void *pd) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_dealloc_pd, "ibv_dealloc_pd@IBVERBS_1.0");
 
-SV_EXPORT void *sv_compat10_ibv_reg_mr(void *pd, void *addr, size_t length, int access) {
-  return sv_fail_ptr();
-}
+SV_EXPORT void *sv_compat10_ibv_reg_mr(void *pd, void *addr, size_t length, int access) { return sv_fail_ptr(); }
 SV_SYMVER(sv_compat10_ibv_reg_mr, "ibv_reg_mr@IBVERBS_1.0");
 
 SV_EXPORT int sv_compat10_ibv_dereg_mr(void *mr) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_dereg_mr, "ibv_dereg_mr@IBVERBS_1.0");
 
-SV_EXPORT void *sv_compat10_ibv_create_cq(void *context, int cqe, void *cq_context,
-                                          struct ibv_comp_channel *channel, int comp_vector) {
+SV_EXPORT void *sv_compat10_ibv_create_cq(void *context, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+                                          int comp_vector) {
   return sv_fail_ptr();
 }
 SV_SYMVER(sv_compat10_ibv_create_cq, "ibv_create_cq@IBVERBS_1.0");
@@ -684,8 +657,7 @@ SV_SYMVER(sv_compat10_ibv_resize_cq, "ibv_resize_cq@IBVERBS_1.0");
 SV_EXPORT int sv_compat10_ibv_destroy_cq(void *cq) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_destroy_cq, "ibv_destroy_cq@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_get_cq_event(struct ibv_comp_channel *channel, void **cq,
-                                           void **cq_context) {
+SV_EXPORT int sv_compat10_ibv_get_cq_event(struct ibv_comp_channel *channel, void **cq, void **cq_context) {
   return sv_fail_minus1();
 }
 SV_SYMVER(sv_compat10_ibv_get_cq_event, "ibv_get_cq_event@IBVERBS_1.0");
@@ -693,9 +665,7 @@ SV_SYMVER(sv_compat10_ibv_get_cq_event, "ibv_get_cq_event@IBVERBS_1.0");
 SV_EXPORT void sv_compat10_ibv_ack_cq_events(void *cq, unsigned int nevents) {}
 SV_SYMVER(sv_compat10_ibv_ack_cq_events, "ibv_ack_cq_events@IBVERBS_1.0");
 
-SV_EXPORT void *sv_compat10_ibv_create_srq(void *pd, struct ibv_srq_init_attr *srq_init_attr) {
-  return sv_fail_ptr();
-}
+SV_EXPORT void *sv_compat10_ibv_create_srq(void *pd, struct ibv_srq_init_attr *srq_init_attr) { return sv_fail_ptr(); }
 SV_SYMVER(sv_compat10_ibv_create_srq, "ibv_create_srq@IBVERBS_1.0");
 
 SV_EXPORT int sv_compat10_ibv_modify_srq(void *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask) {
@@ -703,9 +673,7 @@ SV_EXPORT int sv_compat10_ibv_modify_srq(void *srq, struct ibv_srq_attr *srq_att
 }
 SV_SYMVER(sv_compat10_ibv_modify_srq, "ibv_modify_srq@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_query_srq(void *srq, struct ibv_srq_attr *srq_attr) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_compat10_ibv_query_srq(void *srq, struct ibv_srq_attr *srq_attr) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_query_srq, "ibv_query_srq@IBVERBS_1.0");
 
 SV_EXPORT int sv_compat10_ibv_destroy_srq(void *srq) { return sv_fail_errno(); }
@@ -714,15 +682,12 @@ SV_SYMVER(sv_compat10_ibv_destroy_srq, "ibv_destroy_srq@IBVERBS_1.0");
 SV_EXPORT void *sv_compat10_ibv_create_qp(void *pd, void *qp_init_attr) { return sv_fail_ptr(); }
 SV_SYMVER(sv_compat10_ibv_create_qp, "ibv_create_qp@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_query_qp(void *qp, struct ibv_qp_attr *attr, int attr_mask,
-                                       void *init_attr) {
+SV_EXPORT int sv_compat10_ibv_query_qp(void *qp, struct ibv_qp_attr *attr, int attr_mask, void *init_attr) {
   return sv_fail_errno();
 }
 SV_SYMVER(sv_compat10_ibv_query_qp, "ibv_query_qp@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_modify_qp(void *qp, struct ibv_qp_attr *attr, int attr_mask) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_compat10_ibv_modify_qp(void *qp, struct ibv_qp_attr *attr, int attr_mask) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_modify_qp, "ibv_modify_qp@IBVERBS_1.0");
 
 SV_EXPORT int sv_compat10_ibv_destroy_qp(void *qp) { return sv_fail_errno(); }
@@ -734,14 +699,10 @@ SV_SYMVER(sv_compat10_ibv_create_ah, "ibv_create_ah@IBVERBS_1.0");
 SV_EXPORT int sv_compat10_ibv_destroy_ah(void *ah) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_destroy_ah, "ibv_destroy_ah@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_attach_mcast(void *qp, union ibv_gid *gid, uint16_t lid) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_compat10_ibv_attach_mcast(void *qp, union ibv_gid *gid, uint16_t lid) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_attach_mcast, "ibv_attach_mcast@IBVERBS_1.0");
 
-SV_EXPORT int sv_compat10_ibv_detach_mcast(void *qp, union ibv_gid *gid, uint16_t lid) {
-  return sv_fail_errno();
-}
+SV_EXPORT int sv_compat10_ibv_detach_mcast(void *qp, union ibv_gid *gid, uint16_t lid) { return sv_fail_errno(); }
 SV_SYMVER(sv_compat10_ibv_detach_mcast, "ibv_detach_mcast@IBVERBS_1.0");
 
 /* Providers have registered through verbs_register_driver_<N> since
@@ -779,9 +740,7 @@ SV_EXPORT void verbs_register_driver_34(const struct verbs_device_ops *ops) {}
 
 SV_EXPORT void __verbs_log(struct verbs_context *ctx, uint32_t level, const char *fmt, ...) {}
 
-SV_EXPORT struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data) {
-  return sv_fail_ptr();
-}
+SV_EXPORT struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data) { return sv_fail_ptr(); }
 
 SV_EXPORT void *_verbs_init_and_alloc_context(struct ibv_device *device, int cmd_fd, size_t alloc_size,
                                               struct verbs_context *context_offset, uint32_t driver_id) {
@@ -792,12 +751,10 @@ SV_EXPORT void verbs_uninit_context(struct verbs_context *context) {}
 
 SV_EXPORT void verbs_set_ops(struct verbs_context *vctx, const struct verbs_context_ops *ops) {}
 
-SV_EXPORT void verbs_init_cq(struct ibv_cq *cq, struct ibv_context *context,
-                             struct ibv_comp_channel *channel, void *cq_context) {}
+SV_EXPORT void verbs_init_cq(struct ibv_cq *cq, struct ibv_context *context, struct ibv_comp_channel *channel,
+                             void *cq_context) {}
 
-SV_EXPORT int execute_ioctl(struct ibv_context *context, struct ibv_command_buffer *cmd) {
-  return sv_fail_errno();
-}
+SV_EXPORT int execute_ioctl(struct ibv_context *context, struct ibv_command_buffer *cmd) { return sv_fail_errno(); }
 
 /* This one is not a status: providers size an on-stack attribute array with
  * its result, so it must stay the plain attribute count. */
@@ -806,13 +763,12 @@ SV_EXPORT unsigned int __ioctl_final_num_attrs(unsigned int num_attrs, struct ib
 }
 
 /* rdma-core reports failure here as -1 with errno set. */
-SV_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
-                                 void *type) {
+SV_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, void *type) {
   return sv_fail_minus1();
 }
 
-SV_EXPORT int ibv_cmd_get_context(struct verbs_context *context, void *cmd, size_t cmd_size,
-                                  void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_get_context(struct verbs_context *context, void *cmd, size_t cmd_size, void *resp,
+                                  size_t resp_size) {
   return sv_fail_errno();
 }
 
@@ -821,31 +777,28 @@ SV_EXPORT int ibv_cmd_query_context(struct ibv_context *ctx, struct ibv_command_
 }
 
 SV_EXPORT int ibv_cmd_create_flow_action_esp(struct ibv_context *ctx, struct ibv_flow_action_esp_attr *attr,
-                                             struct verbs_flow_action *flow_action,
-                                             struct ibv_command_buffer *driver) {
+                                             struct verbs_flow_action *flow_action, struct ibv_command_buffer *driver) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_modify_flow_action_esp(struct verbs_flow_action *flow_action,
-                                             struct ibv_flow_action_esp_attr *attr,
-                                             struct ibv_command_buffer *driver) {
+                                             struct ibv_flow_action_esp_attr *attr, struct ibv_command_buffer *driver) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_query_device_any(struct ibv_context *context,
-                                       const struct ibv_query_device_ex_input *input,
+SV_EXPORT int ibv_cmd_query_device_any(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
                                        struct ibv_device_attr_ex *attr, size_t attr_size, void *resp,
                                        size_t *resp_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_query_port(struct ibv_context *context, uint8_t port_num,
-                                 struct ibv_port_attr *port_attr, void *cmd, size_t cmd_size) {
+SV_EXPORT int ibv_cmd_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr,
+                                 void *cmd, size_t cmd_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_alloc_pd(struct ibv_context *context, struct ibv_pd *pd, void *cmd, size_t cmd_size,
-                               void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_alloc_pd(struct ibv_context *context, struct ibv_pd *pd, void *cmd, size_t cmd_size, void *resp,
+                               size_t resp_size) {
   return sv_fail_errno();
 }
 
@@ -860,49 +813,44 @@ SV_EXPORT int ibv_cmd_open_xrcd(struct ibv_context *context, struct verbs_xrcd *
 SV_EXPORT int ibv_cmd_close_xrcd(struct verbs_xrcd *xrcd) { return sv_fail_errno(); }
 
 SV_EXPORT int ibv_cmd_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access,
-                             struct verbs_mr *vmr, void *cmd, size_t cmd_size, void *resp,
-                             size_t resp_size) {
+                             struct verbs_mr *vmr, void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_rereg_mr(struct verbs_mr *vmr, uint32_t flags, void *addr, size_t length,
-                               uint64_t hca_va, int access, struct ibv_pd *pd, void *cmd, size_t cmd_sz,
-                               void *resp, size_t resp_sz) {
+SV_EXPORT int ibv_cmd_rereg_mr(struct verbs_mr *vmr, uint32_t flags, void *addr, size_t length, uint64_t hca_va,
+                               int access, struct ibv_pd *pd, void *cmd, size_t cmd_sz, void *resp, size_t resp_sz) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_dereg_mr(struct verbs_mr *vmr) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_query_mr(struct ibv_pd *pd, struct verbs_mr *vmr, uint32_t mr_handle) {
-  return sv_fail_errno();
-}
+SV_EXPORT int ibv_cmd_query_mr(struct ibv_pd *pd, struct verbs_mr *vmr, uint32_t mr_handle) { return sv_fail_errno(); }
 
 SV_EXPORT int ibv_cmd_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
                                 struct ibv_sge *sg_list, uint32_t num_sge) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
-                                    int fd, int access, struct verbs_mr *vmr) {
+SV_EXPORT int ibv_cmd_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                                    int access, struct verbs_mr *vmr) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type, struct ibv_mw *mw, void *cmd,
-                               size_t cmd_size, void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type, struct ibv_mw *mw, void *cmd, size_t cmd_size,
+                               void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_dealloc_mw(struct ibv_mw *mw) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
-                                int comp_vector, struct ibv_cq *cq, void *cmd, size_t cmd_size,
-                                void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int comp_vector,
+                                struct ibv_cq *cq, void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_create_cq_ex(struct ibv_context *context, const struct ibv_cq_init_attr_ex *cq_attr,
-                                   struct verbs_cq *cq, void *cmd, size_t cmd_size, void *resp,
-                                   size_t resp_size, uint32_t cmd_flags) {
+                                   struct verbs_cq *cq, void *cmd, size_t cmd_size, void *resp, size_t resp_size,
+                                   uint32_t cmd_flags) {
   return sv_fail_errno();
 }
 
@@ -910,61 +858,57 @@ SV_EXPORT int ibv_cmd_poll_cq(struct ibv_cq *cq, int ne, struct ibv_wc *wc) { re
 
 SV_EXPORT int ibv_cmd_req_notify_cq(struct ibv_cq *cq, int solicited_only) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_resize_cq(struct ibv_cq *cq, int cqe, void *cmd, size_t cmd_size, void *resp,
-                                size_t resp_size) {
+SV_EXPORT int ibv_cmd_resize_cq(struct ibv_cq *cq, int cqe, void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_destroy_cq(struct ibv_cq *cq) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr, void *cmd,
-                                size_t cmd_size) {
+SV_EXPORT int ibv_cmd_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr, void *cmd, size_t cmd_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_create_srq(struct ibv_pd *pd, struct ibv_srq *srq, struct ibv_srq_init_attr *attr,
-                                 void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_create_srq(struct ibv_pd *pd, struct ibv_srq *srq, struct ibv_srq_init_attr *attr, void *cmd,
+                                 size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_create_srq_ex(struct ibv_context *context, struct verbs_srq *srq,
-                                    struct ibv_srq_init_attr_ex *attr_ex, void *cmd, size_t cmd_size,
-                                    void *resp, size_t resp_size) {
+                                    struct ibv_srq_init_attr_ex *attr_ex, void *cmd, size_t cmd_size, void *resp,
+                                    size_t resp_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask,
-                                 void *cmd, size_t cmd_size) {
+SV_EXPORT int ibv_cmd_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask, void *cmd,
+                                 size_t cmd_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, void *cmd,
-                                size_t cmd_size) {
+SV_EXPORT int ibv_cmd_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, void *cmd, size_t cmd_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_destroy_srq(struct ibv_srq *srq) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp, struct ibv_qp_init_attr *attr,
-                                void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
+SV_EXPORT int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp, struct ibv_qp_init_attr *attr, void *cmd,
+                                size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_create_qp_ex(struct ibv_context *context, struct verbs_qp *qp,
-                                   struct ibv_qp_init_attr_ex *attr_ex, void *cmd, size_t cmd_size,
-                                   void *resp, size_t resp_size) {
+                                   struct ibv_qp_init_attr_ex *attr_ex, void *cmd, size_t cmd_size, void *resp,
+                                   size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_create_qp_ex2(struct ibv_context *context, struct verbs_qp *qp,
-                                    struct ibv_qp_init_attr_ex *qp_attr, void *cmd, size_t cmd_size,
-                                    void *resp, size_t resp_size) {
+                                    struct ibv_qp_init_attr_ex *qp_attr, void *cmd, size_t cmd_size, void *resp,
+                                    size_t resp_size) {
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_open_qp(struct ibv_context *context, struct verbs_qp *qp, int vqp_sz,
-                              struct ibv_qp_open_attr *attr, void *cmd, size_t cmd_size, void *resp,
-                              size_t resp_size) {
+                              struct ibv_qp_open_attr *attr, void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
@@ -986,21 +930,17 @@ SV_EXPORT int ibv_cmd_modify_qp_ex(struct ibv_qp *qp, struct ibv_qp_attr *attr, 
 SV_EXPORT int ibv_cmd_destroy_qp(struct ibv_qp *qp) { return sv_fail_errno(); }
 
 SV_EXPORT int ibv_cmd_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
-  if (bad_wr)
-    *bad_wr = wr;
+  if (bad_wr) *bad_wr = wr;
   return sv_fail_errno();
 }
 
 SV_EXPORT int ibv_cmd_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
-  if (bad_wr)
-    *bad_wr = wr;
+  if (bad_wr) *bad_wr = wr;
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
-                                    struct ibv_recv_wr **bad_wr) {
-  if (bad_wr)
-    *bad_wr = wr;
+SV_EXPORT int ibv_cmd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
+  if (bad_wr) *bad_wr = wr;
   return sv_fail_errno();
 }
 
@@ -1028,9 +968,8 @@ SV_EXPORT int ibv_cmd_destroy_flow(struct ibv_flow *flow_id) { return sv_fail_er
 
 SV_EXPORT int ibv_cmd_destroy_flow_action(struct verbs_flow_action *action) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_create_wq(struct ibv_context *context, struct ibv_wq_init_attr *wq_init_attr,
-                                struct ibv_wq *wq, void *cmd, size_t cmd_size, void *resp,
-                                size_t resp_size) {
+SV_EXPORT int ibv_cmd_create_wq(struct ibv_context *context, struct ibv_wq_init_attr *wq_init_attr, struct ibv_wq *wq,
+                                void *cmd, size_t cmd_size, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
@@ -1040,16 +979,12 @@ SV_EXPORT int ibv_cmd_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *attr, voi
 
 SV_EXPORT int ibv_cmd_destroy_wq(struct ibv_wq *wq) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_create_rwq_ind_table(struct ibv_context *context,
-                                           struct ibv_rwq_ind_table_init_attr *init_attr,
-                                           struct ibv_rwq_ind_table *rwq_ind_table, void *resp,
-                                           size_t resp_size) {
+SV_EXPORT int ibv_cmd_create_rwq_ind_table(struct ibv_context *context, struct ibv_rwq_ind_table_init_attr *init_attr,
+                                           struct ibv_rwq_ind_table *rwq_ind_table, void *resp, size_t resp_size) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_destroy_rwq_ind_table(struct ibv_rwq_ind_table *rwq_ind_table) {
-  return sv_fail_errno();
-}
+SV_EXPORT int ibv_cmd_destroy_rwq_ind_table(struct ibv_rwq_ind_table *rwq_ind_table) { return sv_fail_errno(); }
 
 SV_EXPORT int ibv_cmd_create_counters(struct ibv_context *context, struct ibv_counters_init_attr *init_attr,
                                       struct verbs_counters *vcounters, struct ibv_command_buffer *link) {
@@ -1058,13 +993,13 @@ SV_EXPORT int ibv_cmd_create_counters(struct ibv_context *context, struct ibv_co
 
 SV_EXPORT int ibv_cmd_destroy_counters(struct verbs_counters *vcounters) { return sv_fail_errno(); }
 
-SV_EXPORT int ibv_cmd_read_counters(struct verbs_counters *vcounters, uint64_t *counters_value,
-                                    uint32_t ncounters, uint32_t flags, struct ibv_command_buffer *link) {
+SV_EXPORT int ibv_cmd_read_counters(struct verbs_counters *vcounters, uint64_t *counters_value, uint32_t ncounters,
+                                    uint32_t flags, struct ibv_command_buffer *link) {
   return sv_fail_errno();
 }
 
-SV_EXPORT int ibv_cmd_alloc_dm(struct ibv_context *ctx, const struct ibv_alloc_dm_attr *dm_attr,
-                               struct verbs_dm *dm, struct ibv_command_buffer *link) {
+SV_EXPORT int ibv_cmd_alloc_dm(struct ibv_context *ctx, const struct ibv_alloc_dm_attr *dm_attr, struct verbs_dm *dm,
+                               struct ibv_command_buffer *link) {
   return sv_fail_errno();
 }
 

@@ -84,10 +84,10 @@ struct cfg {
   bool netns;        /* hosts get namespaces, every port a network interface */
   struct cfg_link defaults;
   uint32_t peer_memory; /* for the host lines that follow */
-  int host;            /* current host index, -1 before the first host line */
-  uint32_t host_devs;  /* devices added to the current host */
-  uint32_t host_ports; /* ports added to the current host (names default IPs) */
-  uint32_t next_lid;   /* IB LIDs are unique over the whole subnet */
+  int host;             /* current host index, -1 before the first host line */
+  uint32_t host_devs;   /* devices added to the current host */
+  uint32_t host_ports;  /* ports added to the current host (names default IPs) */
+  uint32_t next_lid;    /* IB LIDs are unique over the whole subnet */
 };
 
 /* One nic line, before it becomes a device. */
@@ -118,27 +118,23 @@ static int cfg_err(const struct cfg *c, const char *fmt, ...) {
 /* ---- value parsers: each reports its own error ---- */
 
 static bool name_char_ok(char ch) {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-         ch == '.' || ch == '_' || ch == '-';
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+         ch == '-';
 }
 
 /* Names end up in file paths and in "host:dev:port" targets, so keep them to
  * a charset that can be neither a path separator nor a target separator. */
 static bool name_ok(const char *s, size_t max_len) {
   size_t n = strlen(s);
-  if (n == 0 || n > max_len)
-    return false;
-  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= '0' && s[0] <= '9')))
-    return false;
+  if (n == 0 || n > max_len) return false;
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= '0' && s[0] <= '9'))) return false;
   for (size_t i = 0; i < n; i++)
-    if (!name_char_ok(s[i]))
-      return false;
+    if (!name_char_ok(s[i])) return false;
   return true;
 }
 
 static int parse_name(const struct cfg *c, const char *what, const char *s, size_t max_len) {
-  if (name_ok(s, max_len))
-    return 0;
+  if (name_ok(s, max_len)) return 0;
   return cfg_err(c,
                  "%s name '%s' is invalid: use 1 to %zu letters, digits, '.', '_' or '-', "
                  "starting with a letter or digit",
@@ -149,12 +145,10 @@ static int parse_name(const struct cfg *c, const char *what, const char *s, size
 static int parse_u32(const char *s, uint32_t max, uint32_t *out) {
   char *end;
   unsigned long v;
-  if (s[0] < '0' || s[0] > '9')
-    return -1;
+  if (s[0] < '0' || s[0] > '9') return -1;
   errno = 0;
   v = strtoul(s, &end, 10);
-  if (errno || *end || v > max)
-    return -1;
+  if (errno || *end || v > max) return -1;
   *out = (uint32_t)v;
   return 0;
 }
@@ -198,20 +192,19 @@ static int parse_ece(const struct cfg *c, const char *s, uint32_t *out) {
     *out = (uint32_t)v;
     return 0;
   }
-  return cfg_err(c, "ece '%s' is invalid: give the options bit mask as a 32-bit number (e.g. 0x30000002), "
-                    "or 0 for a NIC without ECE", s);
+  return cfg_err(c,
+                 "ece '%s' is invalid: give the options bit mask as a 32-bit number (e.g. 0x30000002), "
+                 "or 0 for a NIC without ECE",
+                 s);
 }
 
 static int parse_latency(const struct cfg *c, const char *s, uint32_t *out) {
-  if (parse_u32(s, CFG_LATENCY_US_MAX, out) == 0)
-    return 0;
-  return cfg_err(c, "latency_us '%s' is invalid: use a whole number of microseconds, 0 to %u", s,
-                 CFG_LATENCY_US_MAX);
+  if (parse_u32(s, CFG_LATENCY_US_MAX, out) == 0) return 0;
+  return cfg_err(c, "latency_us '%s' is invalid: use a whole number of microseconds, 0 to %u", s, CFG_LATENCY_US_MAX);
 }
 
 static int parse_ports(const struct cfg *c, const char *s, uint32_t *out) {
-  if (parse_u32(s, SV_MAX_PORTS, out) == 0 && *out >= 1)
-    return 0;
+  if (parse_u32(s, SV_MAX_PORTS, out) == 0 && *out >= 1) return 0;
   return cfg_err(c, "ports '%s' is invalid: a nic has 1 to %d ports", s, SV_MAX_PORTS);
 }
 
@@ -230,8 +223,7 @@ static int parse_numa(const struct cfg *c, const char *s, int32_t *out) {
 
 static bool hex_digits(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F')))
-      return false;
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F'))) return false;
   return true;
 }
 
@@ -241,41 +233,36 @@ static int parse_pci(const struct cfg *c, const char *s, char *out, size_t len) 
   bool shape = strlen(s) == 12 && s[4] == ':' && s[7] == ':' && s[10] == '.' && hex_digits(s, 4) &&
                hex_digits(s + 5, 2) && hex_digits(s + 8, 2) && s[11] >= '0' && s[11] <= '7';
   if (!shape || sscanf(s, "%4x:%2x:%2x.%1u", &dom, &bus, &dev, &fn) != 4 || dev > 0x1f)
-    return cfg_err(c, "pci '%s' is invalid: use DDDD:BB:DD.F in hex, device 00-1f, function 0-7 "
-                      "(e.g. 0000:17:00.0)", s);
+    return cfg_err(c,
+                   "pci '%s' is invalid: use DDDD:BB:DD.F in hex, device 00-1f, function 0-7 "
+                   "(e.g. 0000:17:00.0)",
+                   s);
   snprintf(out, len, "%04x:%02x:%02x.%u", dom, bus, dev, fn);
   return 0;
 }
 
 /* Split "a,b" into at most SV_MAX_PORTS items; each item checked by the
  * caller.  Empty items ("a,", ",b") are mistakes, not "use the default". */
-static int split_list(const struct cfg *c, const char *key, char *s, char *items[SV_MAX_PORTS],
-                      uint32_t *n) {
+static int split_list(const struct cfg *c, const char *key, char *s, char *items[SV_MAX_PORTS], uint32_t *n) {
   char *item = s;
   *n = 0;
   for (;;) {
     char *comma = strchr(item, ',');
-    if (comma)
-      *comma = '\0';
-    if (*item == '\0')
-      return cfg_err(c, "%s= has an empty value: give one value per port, separated by ','", key);
+    if (comma) *comma = '\0';
+    if (*item == '\0') return cfg_err(c, "%s= has an empty value: give one value per port, separated by ','", key);
     if (*n == SV_MAX_PORTS)
-      return cfg_err(c, "%s= has more than %d values: give one per port, separated by ','", key,
-                     SV_MAX_PORTS);
+      return cfg_err(c, "%s= has more than %d values: give one per port, separated by ','", key, SV_MAX_PORTS);
     items[(*n)++] = item;
-    if (!comma)
-      return 0;
+    if (!comma) return 0;
     item = comma + 1;
   }
 }
 
 static int parse_netdevs(const struct cfg *c, char *s, struct cfg_nic *nic) {
   char *items[SV_MAX_PORTS] = {0};
-  if (split_list(c, "netdev", s, items, &nic->nnetdevs))
-    return -1;
+  if (split_list(c, "netdev", s, items, &nic->nnetdevs)) return -1;
   for (uint32_t i = 0; i < nic->nnetdevs; i++) {
-    if (parse_name(c, "netdev", items[i], CFG_NETDEV_MAX))
-      return -1;
+    if (parse_name(c, "netdev", items[i], CFG_NETDEV_MAX)) return -1;
     snprintf(nic->netdev[i], sizeof(nic->netdev[i]), "%s", items[i]);
   }
   return 0;
@@ -284,13 +271,11 @@ static int parse_netdevs(const struct cfg *c, char *s, struct cfg_nic *nic) {
 static int parse_ips(const struct cfg *c, char *s, struct cfg_nic *nic) {
   char *items[SV_MAX_PORTS] = {0};
   struct in_addr a;
-  if (split_list(c, "ip", s, items, &nic->nips))
-    return -1;
+  if (split_list(c, "ip", s, items, &nic->nips)) return -1;
   for (uint32_t i = 0; i < nic->nips; i++) {
     /* inet_pton takes only the plain dotted quad: no octal, no short forms. */
     if (inet_pton(AF_INET, items[i], &a) != 1 || a.s_addr == 0)
-      return cfg_err(c, "ip '%s' is invalid: use a dotted-quad IPv4 address such as 198.18.0.1",
-                     items[i]);
+      return cfg_err(c, "ip '%s' is invalid: use a dotted-quad IPv4 address such as 198.18.0.1", items[i]);
     nic->ipv4[i] = ntohl(a.s_addr);
   }
   return 0;
@@ -299,8 +284,8 @@ static int parse_ips(const struct cfg *c, char *s, struct cfg_nic *nic) {
 /* ---- nic lines ---- */
 
 enum nic_key { K_LINK, K_RATE, K_LATENCY, K_PORTS, K_NUMA, K_PCI, K_NETDEV, K_IP, K_AR, K_ECE, K_DMABUF, K_COUNT };
-static const char *const nic_keys[K_COUNT] = {"link", "rate", "latency_us", "ports", "numa",  "pci",
-                                              "netdev", "ip", "ar",         "ece",   "dmabuf"};
+static const char *const nic_keys[K_COUNT] = {"link",   "rate", "latency_us", "ports", "numa",  "pci",
+                                              "netdev", "ip",   "ar",         "ece",   "dmabuf"};
 
 static int nic_option(const struct cfg *c, enum nic_key k, char *v, struct cfg_nic *nic) {
   switch (k) {
@@ -327,19 +312,20 @@ static int nic_options(const struct cfg *c, char **tok, int ntok, struct cfg_nic
     char *eq = strchr(tok[i], '=');
     int k = 0;
     if (!eq)
-      return cfg_err(c, "nic option '%s' has no value: write key=value with key link, rate, "
-                        "latency_us, ports, numa, pci, netdev, ip, ar, ece or dmabuf", tok[i]);
+      return cfg_err(c,
+                     "nic option '%s' has no value: write key=value with key link, rate, "
+                     "latency_us, ports, numa, pci, netdev, ip, ar, ece or dmabuf",
+                     tok[i]);
     *eq = '\0';
-    while (k < K_COUNT && strcmp(tok[i], nic_keys[k]) != 0)
-      k++;
+    while (k < K_COUNT && strcmp(tok[i], nic_keys[k]) != 0) k++;
     if (k == K_COUNT)
-      return cfg_err(c, "unknown nic option '%s': use link, rate, latency_us, ports, numa, pci, "
-                        "netdev, ip, ar, ece or dmabuf", tok[i]);
-    if (seen & (1u << k))
-      return cfg_err(c, "nic option '%s' given twice: give each option at most once", tok[i]);
+      return cfg_err(c,
+                     "unknown nic option '%s': use link, rate, latency_us, ports, numa, pci, "
+                     "netdev, ip, ar, ece or dmabuf",
+                     tok[i]);
+    if (seen & (1u << k)) return cfg_err(c, "nic option '%s' given twice: give each option at most once", tok[i]);
     seen |= 1u << k;
-    if (nic_option(c, (enum nic_key)k, eq + 1, nic))
-      return -1;
+    if (nic_option(c, (enum nic_key)k, eq + 1, nic)) return -1;
   }
   return 0;
 }
@@ -347,11 +333,15 @@ static int nic_options(const struct cfg *c, char **tok, int ntok, struct cfg_nic
 /* Options that only make sense together, checked once the line is read. */
 static int nic_check(const struct cfg *c, const struct cfg_nic *nic) {
   if (nic->nips && nic->link.link_layer != IBV_LINK_LAYER_ETHERNET)
-    return cfg_err(c, "nic '%s': ip= is for RoCE nics (link=roce); InfiniBand ports have no IP "
-                      "address in their GIDs", nic->name);
+    return cfg_err(c,
+                   "nic '%s': ip= is for RoCE nics (link=roce); InfiniBand ports have no IP "
+                   "address in their GIDs",
+                   nic->name);
   if (nic->nips > nic->link.nports || nic->nnetdevs > nic->link.nports)
-    return cfg_err(c, "nic '%s' has %u port(s) but %u ip and %u netdev values: give at most one "
-                      "per port", nic->name, nic->link.nports, nic->nips, nic->nnetdevs);
+    return cfg_err(c,
+                   "nic '%s' has %u port(s) but %u ip and %u netdev values: give at most one "
+                   "per port",
+                   nic->name, nic->link.nports, nic->nips, nic->nnetdevs);
   return 0;
 }
 
@@ -368,8 +358,7 @@ static void gid_set_ipv4(union ibv_gid *g, uint32_t ipv4) {
   memset(g->raw, 0, sizeof(g->raw));
   g->raw[10] = 0xff;
   g->raw[11] = 0xff;
-  for (int i = 0; i < 4; i++)
-    g->raw[12 + i] = (uint8_t)(ipv4 >> (24 - 8 * i));
+  for (int i = 0; i < 4; i++) g->raw[12 + i] = (uint8_t)(ipv4 >> (24 - 8 * i));
 }
 
 /* RoCE link-local GIDs come from the netdev MAC (EUI-64: ff:fe in the middle,
@@ -405,9 +394,11 @@ static int check_ipv4_unique(const struct cfg *c, uint32_t ipv4) {
   for (uint32_t d = 0; d < f->ndevs; d++)
     for (uint32_t p = 0; p < f->devs[d].nports; p++)
       if (f->devs[d].ports[p].link_layer == IBV_LINK_LAYER_ETHERNET && f->devs[d].ports[p].ipv4 == ipv4)
-        return cfg_err(c, "ip %u.%u.%u.%u is already used by %s:%s:%u: give each RoCE port its own "
-                          "address with ip=", ipv4 >> 24, (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff,
-                       ipv4 & 0xff, f->hosts[f->devs[d].host].name, f->devs[d].name, p + 1);
+        return cfg_err(c,
+                       "ip %u.%u.%u.%u is already used by %s:%s:%u: give each RoCE port its own "
+                       "address with ip=",
+                       ipv4 >> 24, (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff, ipv4 & 0xff, f->hosts[f->devs[d].host].name,
+                       f->devs[d].name, p + 1);
   return 0;
 }
 
@@ -418,9 +409,10 @@ static int check_netdev_unique(const struct cfg *c, const char *netdev, bool dfl
   for (uint32_t d = 0; d < f->ndevs; d++)
     for (uint32_t p = 0; p < f->devs[d].nports; p++)
       if ((int)f->devs[d].host == c->host && strcmp(f->devs[d].ports[p].netdev, netdev) == 0)
-        return cfg_err(c, "netdev '%s'%s is already used by nic %s port %u of this host: netdev "
-                          "names must be unique within a host%s", netdev,
-                       dflt ? " (the default name of this port)" : "", f->devs[d].name, p + 1,
+        return cfg_err(c,
+                       "netdev '%s'%s is already used by nic %s port %u of this host: netdev "
+                       "names must be unique within a host%s",
+                       netdev, dflt ? " (the default name of this port)" : "", f->devs[d].name, p + 1,
                        dflt ? "; name this port with netdev=" : "");
   return 0;
 }
@@ -428,16 +420,17 @@ static int check_netdev_unique(const struct cfg *c, const char *netdev, bool dfl
 /* In a host's namespace, lo and the management interface already exist. */
 static int check_netdev_reserved(const struct cfg *c, const char *netdev) {
   if (c->netns && (strcmp(netdev, "lo") == 0 || strcmp(netdev, "mgmt0") == 0))
-    return cfg_err(c, "netdev '%s' is reserved with netns on (loopback and the management "
-                      "interface): choose another name", netdev);
+    return cfg_err(c,
+                   "netdev '%s' is reserved with netns on (loopback and the management "
+                   "interface): choose another name",
+                   netdev);
   return 0;
 }
 
 /* Fill one port; `n` numbers the port within its host and names its
  * defaults.  Values are checked before they are stored so that a port never
  * collides with itself. */
-static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uint64_t port_guid,
-                     struct sv_port *p) {
+static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uint64_t port_guid, struct sv_port *p) {
   uint32_t n = c->host_ports;
   char netdev[sizeof(p->netdev)] = "";
   bool given = idx < nic->nnetdevs;
@@ -447,20 +440,19 @@ static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uin
     snprintf(netdev, sizeof(netdev), "eth%u", n);
   else if (c->netns) /* the interface backing an IB port, named like IPoIB's */
     snprintf(netdev, sizeof(netdev), "ib%u", n);
-  if (netdev[0] && (check_netdev_reserved(c, netdev) || check_netdev_unique(c, netdev, !given)))
-    return -1;
+  if (netdev[0] && (check_netdev_reserved(c, netdev) || check_netdev_unique(c, netdev, !given))) return -1;
   if (nic->link.link_layer == IBV_LINK_LAYER_INFINIBAND) {
     if (c->next_lid > 0xbfff) /* last unicast LID */
       return cfg_err(c, "out of InfiniBand LIDs: at most %u IB ports in one fabric", 0xbfffu);
     p->lid = (uint16_t)c->next_lid++;
   } else {
     uint32_t ipv4 = idx < nic->nips ? nic->ipv4[idx] : CFG_IPV4_NET | (n & 0xff) << 8 | ((uint32_t)c->host + 1);
-    if (check_ipv4_unique(c, ipv4))
-      return -1;
+    if (check_ipv4_unique(c, ipv4)) return -1;
     if (c->netns && (ipv4 & CFG_MGMT_MASK) == CFG_MGMT_NET)
-      return cfg_err(c, "ip %u.%u.%u.%u is in 198.18.255.0/24, the management network of a netns "
-                        "fabric: give this port another address with ip=", ipv4 >> 24,
-                     (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff, ipv4 & 0xff);
+      return cfg_err(c,
+                     "ip %u.%u.%u.%u is in 198.18.255.0/24, the management network of a netns "
+                     "fabric: give this port another address with ip=",
+                     ipv4 >> 24, (ipv4 >> 16) & 0xff, (ipv4 >> 8) & 0xff, ipv4 & 0xff);
     p->ipv4 = ipv4;
   }
   memcpy(p->netdev, netdev, sizeof(p->netdev));
@@ -477,14 +469,17 @@ static int port_fill(struct cfg *c, const struct cfg_nic *nic, uint32_t idx, uin
 static int nic_unique(const struct cfg *c, const struct cfg_nic *nic) {
   const struct sv_fabric *f = c->f;
   for (uint32_t d = 0; d < f->ndevs; d++) {
-    if ((int)f->devs[d].host != c->host)
-      continue;
+    if ((int)f->devs[d].host != c->host) continue;
     if (strcmp(f->devs[d].name, nic->name) == 0)
-      return cfg_err(c, "nic '%s' is already defined on host '%s': nic names must be unique within "
-                        "a host", nic->name, f->hosts[c->host].name);
+      return cfg_err(c,
+                     "nic '%s' is already defined on host '%s': nic names must be unique within "
+                     "a host",
+                     nic->name, f->hosts[c->host].name);
     if (strcmp(f->devs[d].pci, nic->pci) == 0)
-      return cfg_err(c, "pci %s is already used by nic '%s' of this host: give each nic its own "
-                        "pci=", nic->pci, f->devs[d].name);
+      return cfg_err(c,
+                     "pci %s is already used by nic '%s' of this host: give each nic its own "
+                     "pci=",
+                     nic->pci, f->devs[d].name);
   }
   return 0;
 }
@@ -494,10 +489,8 @@ static int nic_unique(const struct cfg *c, const struct cfg_nic *nic) {
 static int nic_add(struct cfg *c, const struct cfg_nic *nic) {
   struct sv_fabric *f = c->f;
   struct sv_device *d;
-  if (f->ndevs >= SV_MAX_DEVS)
-    return cfg_err(c, "too many nics: at most %d in one fabric (SV_MAX_DEVS)", SV_MAX_DEVS);
-  if (nic_unique(c, nic))
-    return -1;
+  if (f->ndevs >= SV_MAX_DEVS) return cfg_err(c, "too many nics: at most %d in one fabric (SV_MAX_DEVS)", SV_MAX_DEVS);
+  if (nic_unique(c, nic)) return -1;
   d = &f->devs[f->ndevs++];
   d->host = (uint32_t)c->host;
   snprintf(d->name, sizeof(d->name), "%s", nic->name);
@@ -516,8 +509,7 @@ static int nic_add(struct cfg *c, const struct cfg_nic *nic) {
   d->ece = nic->ece_given ? nic->ece : nic->link.link_layer == IBV_LINK_LAYER_ETHERNET ? CFG_ECE_DEFAULT : 0;
   d->dmabuf = nic->link.dmabuf;
   for (uint32_t p = 0; p < d->nports; p++)
-    if (port_fill(c, nic, p, d->node_guid + p, &d->ports[p]))
-      goto fail;
+    if (port_fill(c, nic, p, d->node_guid + p, &d->ports[p])) goto fail;
   d->in_use = 1;
   c->host_devs++;
   return 0;
@@ -529,20 +521,16 @@ fail:
 
 static int do_nic(struct cfg *c, char **tok, int ntok) {
   struct cfg_nic nic;
-  if (c->host < 0)
-    return cfg_err(c, "'nic' before any 'host' line: start a host with 'host <name>' first");
-  if (ntok < 2)
-    return cfg_err(c, "'nic' needs a name: nic <name> [key=value ...]");
-  if (parse_name(c, "nic", tok[1], SV_NAME_LEN - 1))
-    return -1;
+  if (c->host < 0) return cfg_err(c, "'nic' before any 'host' line: start a host with 'host <name>' first");
+  if (ntok < 2) return cfg_err(c, "'nic' needs a name: nic <name> [key=value ...]");
+  if (parse_name(c, "nic", tok[1], SV_NAME_LEN - 1)) return -1;
   memset(&nic, 0, sizeof(nic));
   nic.name = tok[1];
   nic.link = c->defaults;
   /* Default PCI address: one bus per nic, as on a server with one NIC per
    * PCIe switch. */
   snprintf(nic.pci, sizeof(nic.pci), "0000:%02x:00.0", 0x10u + c->host_devs);
-  if (nic_options(c, tok + 2, ntok - 2, &nic) || nic_check(c, &nic))
-    return -1;
+  if (nic_options(c, tok + 2, ntok - 2, &nic) || nic_check(c, &nic)) return -1;
   return nic_add(c, &nic);
 }
 
@@ -550,11 +538,11 @@ static int do_nic(struct cfg *c, char **tok, int ntok) {
 
 static int do_host(struct cfg *c, const char *name) {
   struct sv_fabric *f = c->f;
-  if (parse_name(c, "host", name, SV_NAME_LEN - 1))
-    return -1;
+  if (parse_name(c, "host", name, SV_NAME_LEN - 1)) return -1;
   if (c->netns && strcmp(name, "sw") == 0) /* sv-<fabric>-sw is the switch's namespace */
-    return cfg_err(c, "host name 'sw' is reserved with netns on (the switch's namespace is "
-                      "sv-<fabric>-sw): choose another name");
+    return cfg_err(c,
+                   "host name 'sw' is reserved with netns on (the switch's namespace is "
+                   "sv-<fabric>-sw): choose another name");
   for (uint32_t h = 0; h < f->nhosts; h++)
     if (strcmp(f->hosts[h].name, name) == 0)
       return cfg_err(c, "host '%s' is already defined: host names must be unique", name);
@@ -572,30 +560,28 @@ static int do_host(struct cfg *c, const char *name) {
 /* `fabric <name>` declares which fabric the file is for; bringing it up under
  * another name is almost certainly a mix-up, so refuse it. */
 static int do_fabric(struct cfg *c, const char *name) {
-  if (c->fabric_seen)
-    return cfg_err(c, "'fabric' given twice: a file describes one fabric");
-  if (parse_name(c, "fabric", name, SV_NAME_LEN - 1))
-    return -1;
+  if (c->fabric_seen) return cfg_err(c, "'fabric' given twice: a file describes one fabric");
+  if (parse_name(c, "fabric", name, SV_NAME_LEN - 1)) return -1;
   c->fabric_seen = true;
   if (c->f->name[0] && strcmp(c->f->name, name) != 0)
-    return cfg_err(c, "this file is for fabric '%s' but fabric '%s' is being brought up: use "
-                      "--fabric %s, or drop the 'fabric' line", name, c->f->name, name);
+    return cfg_err(c,
+                   "this file is for fabric '%s' but fabric '%s' is being brought up: use "
+                   "--fabric %s, or drop the 'fabric' line",
+                   name, c->f->name, name);
   return 0;
 }
 
 /* `netns on|off`: a property of the whole fabric, so it must come before
  * the hosts it shapes (their names, their ports' interface names). */
 static int do_netns(struct cfg *c, const char *v) {
-  if (c->netns_seen)
-    return cfg_err(c, "'netns' given twice: give it at most once");
-  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
-    return cfg_err(c, "netns '%s' is invalid: use on or off", v);
+  if (c->netns_seen) return cfg_err(c, "'netns' given twice: give it at most once");
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return cfg_err(c, "netns '%s' is invalid: use on or off", v);
   if (c->host >= 0)
-    return cfg_err(c, "'netns' after a 'host' line: put it before the first host, it applies to "
-                      "the whole fabric");
+    return cfg_err(c,
+                   "'netns' after a 'host' line: put it before the first host, it applies to "
+                   "the whole fabric");
   c->netns_seen = true;
-  if (!c->netns_forced)
-    c->netns = strcmp(v, "on") == 0;
+  if (!c->netns_forced) c->netns = strcmp(v, "on") == 0;
   return 0;
 }
 
@@ -603,33 +589,25 @@ static int do_directive(struct cfg *c, char **tok, int ntok) {
   const char *d = tok[0];
   bool one_arg = strcmp(d, "fabric") == 0 || strcmp(d, "host") == 0 || strcmp(d, "link") == 0 ||
                  strcmp(d, "rate") == 0 || strcmp(d, "latency_us") == 0 || strcmp(d, "ports") == 0 ||
-                 strcmp(d, "netns") == 0 || strcmp(d, "adaptive_routing") == 0 ||
-                 strcmp(d, "dmabuf") == 0 || strcmp(d, "peer_memory") == 0;
-  if (strcmp(d, "nic") == 0)
-    return do_nic(c, tok, ntok);
+                 strcmp(d, "netns") == 0 || strcmp(d, "adaptive_routing") == 0 || strcmp(d, "dmabuf") == 0 ||
+                 strcmp(d, "peer_memory") == 0;
+  if (strcmp(d, "nic") == 0) return do_nic(c, tok, ntok);
   if (!one_arg)
-    return cfg_err(c, "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, "
-                      "adaptive_routing, dmabuf, peer_memory, host or nic", d);
-  if (ntok != 2)
-    return cfg_err(c, "'%s' takes exactly one value: %s <value>", d, d);
-  if (strcmp(d, "fabric") == 0)
-    return do_fabric(c, tok[1]);
-  if (strcmp(d, "netns") == 0)
-    return do_netns(c, tok[1]);
-  if (strcmp(d, "host") == 0)
-    return do_host(c, tok[1]);
-  if (strcmp(d, "link") == 0)
-    return parse_link(c, tok[1], &c->defaults.link_layer);
-  if (strcmp(d, "rate") == 0)
-    return parse_rate(c, tok[1], &c->defaults.rate_gbps);
-  if (strcmp(d, "latency_us") == 0)
-    return parse_latency(c, tok[1], &c->defaults.latency_us);
+    return cfg_err(c,
+                   "unknown directive '%s': use fabric, netns, link, rate, latency_us, ports, "
+                   "adaptive_routing, dmabuf, peer_memory, host or nic",
+                   d);
+  if (ntok != 2) return cfg_err(c, "'%s' takes exactly one value: %s <value>", d, d);
+  if (strcmp(d, "fabric") == 0) return do_fabric(c, tok[1]);
+  if (strcmp(d, "netns") == 0) return do_netns(c, tok[1]);
+  if (strcmp(d, "host") == 0) return do_host(c, tok[1]);
+  if (strcmp(d, "link") == 0) return parse_link(c, tok[1], &c->defaults.link_layer);
+  if (strcmp(d, "rate") == 0) return parse_rate(c, tok[1], &c->defaults.rate_gbps);
+  if (strcmp(d, "latency_us") == 0) return parse_latency(c, tok[1], &c->defaults.latency_us);
   if (strcmp(d, "adaptive_routing") == 0)
     return parse_on_off(c, "adaptive_routing", tok[1], &c->defaults.adaptive_routing);
-  if (strcmp(d, "dmabuf") == 0)
-    return parse_on_off(c, "dmabuf", tok[1], &c->defaults.dmabuf);
-  if (strcmp(d, "peer_memory") == 0)
-    return parse_on_off(c, "peer_memory", tok[1], &c->peer_memory);
+  if (strcmp(d, "dmabuf") == 0) return parse_on_off(c, "dmabuf", tok[1], &c->defaults.dmabuf);
+  if (strcmp(d, "peer_memory") == 0) return parse_on_off(c, "peer_memory", tok[1], &c->peer_memory);
   return parse_ports(c, tok[1], &c->defaults.nports);
 }
 
@@ -638,11 +616,9 @@ static int tokenize(const struct cfg *c, char *line, char **tok) {
   int n = 0;
   char *save = NULL;
   char *hash = strchr(line, '#');
-  if (hash)
-    *hash = '\0';
+  if (hash) *hash = '\0';
   for (char *t = strtok_r(line, " \t\r\n\v\f", &save); t; t = strtok_r(NULL, " \t\r\n\v\f", &save)) {
-    if (n == CFG_MAX_TOKENS)
-      return cfg_err(c, "too many words on one line: at most %d", CFG_MAX_TOKENS);
+    if (n == CFG_MAX_TOKENS) return cfg_err(c, "too many words on one line: at most %d", CFG_MAX_TOKENS);
     tok[n++] = t;
   }
   return n;
@@ -651,13 +627,10 @@ static int tokenize(const struct cfg *c, char *line, char **tok) {
 static int parse_line(struct cfg *c, char *line, ssize_t len) {
   char *tok[CFG_MAX_TOKENS];
   int ntok;
-  if (len > CFG_LINE_MAX)
-    return cfg_err(c, "line too long: at most %d characters", CFG_LINE_MAX);
-  if ((size_t)len != strlen(line))
-    return cfg_err(c, "line contains a NUL byte: the file must be plain text");
+  if (len > CFG_LINE_MAX) return cfg_err(c, "line too long: at most %d characters", CFG_LINE_MAX);
+  if ((size_t)len != strlen(line)) return cfg_err(c, "line contains a NUL byte: the file must be plain text");
   ntok = tokenize(c, line, tok);
-  if (ntok <= 0)
-    return ntok;
+  if (ntok <= 0) return ntok;
   return do_directive(c, tok, ntok);
 }
 
@@ -672,10 +645,8 @@ static int parse_stream(struct cfg *c, FILE *in) {
     rc = parse_line(c, line, len);
   }
   free(line);
-  if (rc)
-    return rc;
-  if (ferror(in))
-    return cfg_err(c, "read error: %s", strerror(errno ? errno : EIO));
+  if (rc) return rc;
+  if (ferror(in)) return cfg_err(c, "read error: %s", strerror(errno ? errno : EIO));
   if (c->f->nhosts == 0)
     return cfg_err(c, "no 'host' line: a fabric needs at least one host (host <name>, then nic lines)");
   return 0;
@@ -695,8 +666,8 @@ int sv_config_load(struct sv_fabric *f, const char *path) {
   struct cfg c = {
       .f = f,
       .path = path,
-      .defaults = {.link_layer = IBV_LINK_LAYER_INFINIBAND, .rate_gbps = 100, .latency_us = 1, .nports = 1,
-                   .dmabuf = 1},
+      .defaults =
+          {.link_layer = IBV_LINK_LAYER_INFINIBAND, .rate_gbps = 100, .latency_us = 1, .nports = 1, .dmabuf = 1},
       .host = -1,
       .next_lid = 1,
       .netns_forced = f->netns != 0,

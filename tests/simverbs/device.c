@@ -9,13 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
-struct sv_lib sv_lib = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .window_lock = PTHREAD_MUTEX_INITIALIZER,
-    .active_lock = PTHREAD_MUTEX_INITIALIZER,
-    .proc = -1,
-    .host = -1,
-    .deferred_due_ns = UINT64_MAX};
+struct sv_lib sv_lib = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                        .window_lock = PTHREAD_MUTEX_INITIALIZER,
+                        .active_lock = PTHREAD_MUTEX_INITIALIZER,
+                        .proc = -1,
+                        .host = -1,
+                        .deferred_due_ns = UINT64_MAX};
 
 /* A forked child inherits none of the parent's contexts (as with hardware,
  * whose doorbells and queues are not shared across fork): it starts afresh,
@@ -71,10 +70,8 @@ static int lib_attach_locked(void) {
     d->dev.transport_type = IBV_TRANSPORT_IB;
     snprintf(d->dev.name, sizeof(d->dev.name), "%s", f->devs[i].name);
     snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", sv_lib.ndevs);
-    snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s/class/infiniband_verbs/uverbs%d", root,
-             sv_lib.ndevs);
-    snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s/class/infiniband/%s", root,
-             f->devs[i].name);
+    snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s/class/infiniband_verbs/uverbs%d", root, sv_lib.ndevs);
+    snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s/class/infiniband/%s", root, f->devs[i].name);
     sv_lib.ndevs++;
   }
   sv_lib.host = h;
@@ -110,9 +107,7 @@ static struct sv_device *fab_dev(struct ibv_device *device) {
   return &sv_lib.fab->devs[((struct sv_device_handle *)device)->index];
 }
 
-SV_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device) {
-  return htobe64(fab_dev(device)->node_guid);
-}
+SV_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device) { return htobe64(fab_dev(device)->node_guid); }
 
 SV_EXPORT int ibv_get_device_index(struct ibv_device *device) {
   return (int)(((struct sv_device_handle *)device - sv_lib.devs));
@@ -214,8 +209,8 @@ SV_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
   a->hw_ver = 0;
   a->max_qp = SV_MAX_QPS;
   a->max_qp_wr = SV_MAX_WR;
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
+  a->device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
   a->max_sge = SV_MAX_SGE;
   a->max_sge_rd = SV_MAX_SGE;
   a->max_cq = SV_MAX_CQS;
@@ -265,8 +260,7 @@ static int query_port_full(struct ibv_context *c, uint8_t port_num, struct ibv_p
  * `flags`: callers may pass a struct of that size. */
 #undef ibv_query_port
 SV_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port_num, struct _compat_ibv_port_attr *a) {
-  int rc = query_port_full(c, port_num, (struct ibv_port_attr *)a,
-                           offsetof(struct ibv_port_attr, port_cap_flags2));
+  int rc = query_port_full(c, port_num, (struct ibv_port_attr *)a, offsetof(struct ibv_port_attr, port_cap_flags2));
   if (rc) errno = rc;
   return rc;
 }
@@ -278,8 +272,10 @@ SV_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port_num, int index, 
     return -1;
   }
   /* Unused table entries read as zero GIDs, as on hardware. */
-  if ((uint32_t)index < p->ngids) *gid = p->gids[index];
-  else memset(gid, 0, sizeof(*gid));
+  if ((uint32_t)index < p->ngids)
+    *gid = p->gids[index];
+  else
+    memset(gid, 0, sizeof(*gid));
   return 0;
 }
 
@@ -301,8 +297,8 @@ SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port_num, uint32
   return 0;
 }
 
-SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries,
-                                       size_t max_entries, uint32_t flags, size_t entry_size) {
+SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries, size_t max_entries,
+                                       uint32_t flags, size_t entry_size) {
   struct sv_device *d = &sv_lib.fab->devs[sv_ctx_of(c)->dev];
   if (flags || entry_size < sizeof(*entries)) return -EINVAL;
   size_t n = 0;

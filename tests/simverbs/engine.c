@@ -941,6 +941,8 @@ void sv_qp_run(struct sv_qp_local *lq, uint64_t now) {
   if (next == UINT64_MAX || atomic_load(&sv_lib.engine_wake_ns) > next + SV_BACKSTOP_NS) sv_engine_kick();
 }
 
+void sv_defer_now(void) { defer_until(sv_now_ns()); }
+
 void sv_progress_deferred(void) {
   if (pthread_mutex_trylock(&sv_lib.lock) != 0) return;
   uint64_t next = UINT64_MAX;

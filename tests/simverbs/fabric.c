@@ -166,8 +166,10 @@ static void heap_merge_around(struct sv_fabric *f, int i) {
   for (int j = 0; j < SV_MAX_HEAP_BLOCKS && (prev < 0 || next < 0); j++) {
     const struct sv_heap_block *b = &f->heap_blocks[j];
     if (j == i || !b->in_use || b->owner != -1) continue;
-    if (b->off == a->off + a->size) next = j;
-    else if (b->off + b->size == a->off) prev = j;
+    if (b->off == a->off + a->size)
+      next = j;
+    else if (b->off + b->size == a->off)
+      prev = j;
   }
   if (next >= 0) {
     a->size += f->heap_blocks[next].size;
@@ -204,8 +206,7 @@ int sv_host_index(struct sv_fabric *f, const char *name) {
 
 int sv_device_index(struct sv_fabric *f, uint32_t host, const char *name) {
   for (uint32_t i = 0; i < f->ndevs; i++)
-    if (f->devs[i].in_use && f->devs[i].host == host && strcmp(f->devs[i].name, name) == 0)
-      return (int)i;
+    if (f->devs[i].in_use && f->devs[i].host == host && strcmp(f->devs[i].name, name) == 0) return (int)i;
   return -1;
 }
 

@@ -30,8 +30,7 @@ static struct sv_device *dev_get(struct sv_fabric *f, int dev) {
 void sv_device_post_event(struct sv_fabric *f, int dev, enum ibv_event_type type, uint32_t element) {
   struct sv_device *d = dev_get(f, dev);
   uint64_t seq, slot;
-  if (!d)
-    return;
+  if (!d) return;
   sv_lock(&f->lock);
   seq = atomic_load_explicit(&d->event_seq, memory_order_relaxed) + 1;
   slot = seq % SV_EVENT_LOG;
@@ -52,18 +51,15 @@ int sv_port_set_state(struct sv_fabric *f, int dev, int port, int up) {
   uint32_t want = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   uint32_t old;
   int rc;
-  if (!d)
-    return -1;
+  if (!d) return -1;
   if (port < 1 || (uint32_t)port > d->nports || port > SV_MAX_PORTS) {
     errno = EINVAL;
     return -1;
   }
   old = atomic_exchange(&d->ports[port - 1].state, want);
-  if (old != want && !up)
-    atomic_fetch_add(&d->ports[port - 1].link_downs, 1);
+  if (old != want && !up) atomic_fetch_add(&d->ports[port - 1].link_downs, 1);
   rc = sv_sysfs_update_port(f, dev, port);
-  if (old != want)
-    sv_device_post_event(f, dev, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, (uint32_t)port);
+  if (old != want) sv_device_post_event(f, dev, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, (uint32_t)port);
   sv_wake_all(f);
   return rc;
 }
@@ -74,12 +70,10 @@ int sv_port_set_state(struct sv_fabric *f, int dev, int port, int up) {
 int sv_device_set_fatal(struct sv_fabric *f, int dev, int fatal) {
   struct sv_device *d = dev_get(f, dev);
   uint32_t old;
-  if (!d)
-    return -1;
+  if (!d) return -1;
   old = atomic_exchange(&d->fatal, fatal ? 1u : 0u);
   atomic_fetch_add(&f->fault_gen, 1);
-  if (fatal && !old)
-    sv_device_post_event(f, dev, IBV_EVENT_DEVICE_FATAL, 0);
+  if (fatal && !old) sv_device_post_event(f, dev, IBV_EVENT_DEVICE_FATAL, 0);
   sv_wake_all(f);
   return 0;
 }
@@ -89,13 +83,10 @@ int sv_device_set_fatal(struct sv_fabric *f, int dev, int fatal) {
 struct sv_qp *sv_qp_by_qpn(struct sv_fabric *f, uint32_t qpn) {
   uint32_t idx = sv_qpn_index(qpn);
   struct sv_qp *qp;
-  if (idx >= SV_MAX_QPS)
-    return NULL;
+  if (idx >= SV_MAX_QPS) return NULL;
   qp = &f->qps[idx];
-  if (!atomic_load_explicit(&qp->in_use, memory_order_acquire))
-    return NULL;
-  if ((qp->gen & SV_QPN_GEN_MASK) != sv_qpn_gen(qpn))
-    return NULL;
+  if (!atomic_load_explicit(&qp->in_use, memory_order_acquire)) return NULL;
+  if ((qp->gen & SV_QPN_GEN_MASK) != sv_qpn_gen(qpn)) return NULL;
   return qp;
 }
 

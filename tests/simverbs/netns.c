@@ -54,8 +54,7 @@ uint32_t sv_netns_mgmt_ipv4(uint32_t host) { return SV_NETNS_MGMT_NET | ((host +
 uint32_t sv_netns_rail(const struct sv_fabric *f, int dev) {
   uint32_t rail = 0;
   for (int d = 0; d < dev && d < SV_MAX_DEVS; d++)
-    if (f->devs[d].in_use && f->devs[d].host == f->devs[dev].host)
-      rail++;
+    if (f->devs[d].in_use && f->devs[d].host == f->devs[dev].host) rail++;
   return rail;
 }
 
@@ -73,8 +72,7 @@ bool sv_netns_path(const char *ns, char *out, size_t len) {
   static const char *const dirs[] = {"/run/netns", "/var/run/netns"};
   for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
     snprintf(out, len, "%s/%s", dirs[i], ns);
-    if (access(out, F_OK) == 0)
-      return true;
+    if (access(out, F_OK) == 0) return true;
   }
   snprintf(out, len, "%s/%s", dirs[0], ns);
   return false;
@@ -84,11 +82,10 @@ bool sv_netns_path(const char *ns, char *out, size_t len) {
  * this fabric could have made. */
 static bool ns_name_ours(const char *fabric, const char *ns) {
   size_t n = strlen(fabric);
-  if (strncmp(ns, "sv-", 3) != 0 || strncmp(ns + 3, fabric, n) != 0 || ns[3 + n] != '-' || !ns[4 + n])
-    return false;
+  if (strncmp(ns, "sv-", 3) != 0 || strncmp(ns + 3, fabric, n) != 0 || ns[3 + n] != '-' || !ns[4 + n]) return false;
   for (const char *s = ns; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '.' ||
-          *s == '_' || *s == '-'))
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' ||
+          *s == '-'))
       return false;
   return true;
 }
@@ -100,21 +97,17 @@ int sv_netns_ip(const char *const *argv, const char *input) {
   struct sigaction ign = {.sa_handler = SIG_IGN}, old_pipe;
   int in[2] = {-1, -1}, status, rc = 0;
   pid_t pid;
-  if (input && pipe2(in, O_CLOEXEC) != 0)
-    return -1;
+  if (input && pipe2(in, O_CLOEXEC) != 0) return -1;
   pid = fork();
   if (pid < 0) {
-    if (input)
-      close(in[0]), close(in[1]);
+    if (input) close(in[0]), close(in[1]);
     return -1;
   }
   if (pid == 0) {
     int fd = input ? in[0] : open("/dev/null", O_RDONLY);
-    if (fd < 0 || dup2(fd, STDIN_FILENO) < 0)
-      _exit(126);
+    if (fd < 0 || dup2(fd, STDIN_FILENO) < 0) _exit(126);
     execvp("ip", (char *const *)argv);
-    for (size_t i = 0; i < sizeof(fallbacks) / sizeof(fallbacks[0]); i++)
-      execv(fallbacks[i], (char *const *)argv);
+    for (size_t i = 0; i < sizeof(fallbacks) / sizeof(fallbacks[0]); i++) execv(fallbacks[i], (char *const *)argv);
     fprintf(stderr, "simverbs: cannot run `ip`: %s: install iproute2 (namespace-backed links need it)\n",
             strerror(errno));
     _exit(127);
@@ -125,10 +118,8 @@ int sv_netns_ip(const char *const *argv, const char *input) {
     sigaction(SIGPIPE, &ign, &old_pipe); /* ip may stop reading at a failed command */
     while (left) {
       ssize_t n = write(in[1], input, left);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break; /* ip's exit status tells what went wrong */
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break; /* ip's exit status tells what went wrong */
       input += n;
       left -= (size_t)n;
     }
@@ -136,8 +127,7 @@ int sv_netns_ip(const char *const *argv, const char *input) {
     sigaction(SIGPIPE, &old_pipe, NULL);
   }
   while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return -1;
+    if (errno != EINTR) return -1;
   if (WIFEXITED(status))
     rc = WEXITSTATUS(status);
   else
@@ -149,8 +139,7 @@ int sv_netns_ip(const char *const *argv, const char *input) {
 static int ip_batch(const char *ns, const char *script) {
   const char *argv[] = {"ip", "-n", ns, "-batch", "-", NULL};
   int rc = sv_netns_ip(argv, script);
-  if (rc == 0)
-    return 0;
+  if (rc == 0) return 0;
   fprintf(stderr, "simverbs: `ip -n %s -batch -` failed (status %d); its commands were:\n", ns, rc);
   for (const char *s = script; *s;) {
     size_t n = strcspn(s, "\n");
@@ -184,12 +173,9 @@ int sv_netns_ledger_add(const char *name, const char *fmt, ...) {
   va_start(ap, fmt);
   rc = vdprintf(fd, fmt, ap) < 0 ? -1 : 0;
   va_end(ap);
-  if (rc == 0 && write(fd, "\n", 1) != 1)
-    rc = -1;
-  if (close(fd) != 0)
-    rc = -1;
-  if (rc)
-    fprintf(stderr, "simverbs: cannot write %s: %s\n", path, strerror(errno));
+  if (rc == 0 && write(fd, "\n", 1) != 1) rc = -1;
+  if (close(fd) != 0) rc = -1;
+  if (rc) fprintf(stderr, "simverbs: cannot write %s: %s\n", path, strerror(errno));
   return rc;
 }
 
@@ -202,10 +188,8 @@ struct ledger {
 
 static void ledger_add_ns(struct ledger *l, const char *ns) {
   for (int i = 0; i < l->nns; i++)
-    if (strcmp(l->ns[i], ns) == 0)
-      return;
-  if (l->nns < LEDGER_MAX_NS && strlen(ns) < SV_NETNS_NAME_MAX)
-    snprintf(l->ns[l->nns++], SV_NETNS_NAME_MAX, "%s", ns);
+    if (strcmp(l->ns[i], ns) == 0) return;
+  if (l->nns < LEDGER_MAX_NS && strlen(ns) < SV_NETNS_NAME_MAX) snprintf(l->ns[l->nns++], SV_NETNS_NAME_MAX, "%s", ns);
 }
 
 /* A missing ledger is an empty one. */
@@ -213,8 +197,7 @@ static void ledger_read(const char *name, struct ledger *l) {
   char path[PATH_MAX], line[512], word[SV_NETNS_NAME_MAX];
   FILE *in;
   memset(l, 0, sizeof(*l));
-  if (ledger_path(name, path, sizeof(path)) != 0 || !(in = fopen(path, "re")))
-    return;
+  if (ledger_path(name, path, sizeof(path)) != 0 || !(in = fopen(path, "re"))) return;
   while (fgets(line, sizeof(line), in)) {
     int pid;
     unsigned long long start;
@@ -235,23 +218,19 @@ uint64_t sv_netns_start_time(pid_t pid) {
   ssize_t n;
   int fd;
   snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-    return 0;
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
   n = read(fd, buf, sizeof(buf) - 1);
   close(fd);
-  if (n <= 0)
-    return 0;
+  if (n <= 0) return 0;
   buf[n] = '\0';
   /* The command name may hold spaces and parentheses: fields start after
    * the last ')'.  Field 3 is the state, field 22 the start time. */
-  if (!(p = strrchr(buf, ')')) || p[1] != ' ')
-    return 0;
+  if (!(p = strrchr(buf, ')')) || p[1] != ' ') return 0;
   p += 2;
   if (*p == 'Z' || *p == 'X') /* a zombie has stopped watching; its parent may never reap it */
     return 0;
   for (int field = 3; field < 22; field++) {
-    if (!(p = strchr(p, ' ')))
-      return 0;
+    if (!(p = strchr(p, ' '))) return 0;
     p++;
   }
   return strtoull(p, NULL, 10);
@@ -260,11 +239,9 @@ uint64_t sv_netns_start_time(pid_t pid) {
 pid_t sv_netns_watcher(const char *name) {
   struct ledger *l = malloc(sizeof(*l));
   pid_t pid = 0;
-  if (!l)
-    return 0;
+  if (!l) return 0;
   ledger_read(name, l);
-  if (l->watch_pid > 0 && l->watch_start && sv_netns_start_time(l->watch_pid) == l->watch_start)
-    pid = l->watch_pid;
+  if (l->watch_pid > 0 && l->watch_start && sv_netns_start_time(l->watch_pid) == l->watch_start) pid = l->watch_pid;
   free(l);
   return pid;
 }
@@ -273,10 +250,8 @@ static bool wait_gone(pid_t pid, uint64_t start, int ms) {
   struct timespec tick = {0, 10 * 1000 * 1000};
   for (int waited = 0;; waited += 10) {
     waitpid(pid, NULL, WNOHANG); /* reaps it when we are its parent (a failed `up`) */
-    if (sv_netns_start_time(pid) != start)
-      return true;
-    if (waited >= ms)
-      return false;
+    if (sv_netns_start_time(pid) != start) return true;
+    if (waited >= ms) return false;
     nanosleep(&tick, NULL);
   }
 }
@@ -293,8 +268,7 @@ static int stop_watcher(pid_t pid, uint64_t start, bool verbose) {
       return -1;
     }
   }
-  if (verbose)
-    printf("stopped the link watcher (pid %d)\n", (int)pid);
+  if (verbose) printf("stopped the link watcher (pid %d)\n", (int)pid);
   return 1;
 }
 
@@ -312,21 +286,17 @@ int sv_netns_teardown(const char *name, const struct sv_fabric *f, bool verbose)
   ledger_read(name, l);
   if (f && f->netns) { /* the ledger may be gone (a run directory removed by hand) */
     for (uint32_t h = 0; h < f->nhosts && h < SV_MAX_HOSTS; h++)
-      if (sv_netns_host_ns(name, f->hosts[h].name, ns, sizeof(ns)) == 0)
-        ledger_add_ns(l, ns);
-    if (sv_netns_switch_ns(name, ns, sizeof(ns)) == 0)
-      ledger_add_ns(l, ns);
+      if (sv_netns_host_ns(name, f->hosts[h].name, ns, sizeof(ns)) == 0) ledger_add_ns(l, ns);
+    if (sv_netns_switch_ns(name, ns, sizeof(ns)) == 0) ledger_add_ns(l, ns);
   }
   /* First the watcher: its sockets hold the namespaces alive. */
-  if (stop_watcher(l->watch_pid, l->watch_start, verbose) < 0)
-    rc = -1;
+  if (stop_watcher(l->watch_pid, l->watch_start, verbose) < 0) rc = -1;
   for (int i = 0; i < l->nns; i++) {
     const char *argv[] = {"ip", "netns", "delete", l->ns[i], NULL};
-    if (!sv_netns_path(l->ns[i], path, sizeof(path)))
-      continue;
+    if (!sv_netns_path(l->ns[i], path, sizeof(path))) continue;
     if (sv_netns_ip(argv, NULL) != 0) {
-      fprintf(stderr, "simverbs: cannot delete network namespace %s: remove it with `ip netns delete %s`\n",
-              l->ns[i], l->ns[i]);
+      fprintf(stderr, "simverbs: cannot delete network namespace %s: remove it with `ip netns delete %s`\n", l->ns[i],
+              l->ns[i]);
       rc = -1;
       continue;
     }
@@ -334,10 +304,8 @@ int sv_netns_teardown(const char *name, const struct sv_fabric *f, bool verbose)
     if (off < sizeof(removed))
       off += (size_t)snprintf(removed + off, sizeof(removed) - off, "%s%s", off ? ", " : "", l->ns[i]);
   }
-  if (verbose && nremoved)
-    printf("removed network namespace%s %s\n", nremoved == 1 ? "" : "s", removed);
-  if (rc == 0 && ledger_path(name, path, sizeof(path)) == 0)
-    unlink(path);
+  if (verbose && nremoved) printf("removed network namespace%s %s\n", nremoved == 1 ? "" : "s", removed);
+  if (rc == 0 && ledger_path(name, path, sizeof(path)) == 0) unlink(path);
   free(l);
   return rc ? -1 : nremoved;
 }
@@ -367,24 +335,21 @@ static int switch_script(const struct sv_fabric *f, FILE *s) {
   for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
     uint32_t rail = sv_netns_rail(f, (int)d);
     for (uint32_t p = 0; f->devs[d].in_use && p < f->devs[d].nports && p < SV_MAX_PORTS; p++) {
-      if (rails[rail][p])
-        continue;
+      if (rails[rail][p]) continue;
       rails[rail][p] = true;
       sv_netns_rail_bridge(rail, p + 1, br, sizeof(br));
       fprintf(s, "link add %s type bridge\nlink set %s addrgenmode none\nlink set %s up\n", br, br, br);
     }
   }
   for (uint32_t h = 0; h < f->nhosts && h < SV_MAX_HOSTS; h++) {
-    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0)
-      return -1;
+    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0) return -1;
     fprintf(s, "link add h%um type veth peer name " SV_NETNS_MGMT_IF " netns %s\n", h, ns);
     fprintf(s, "link set h%um addrgenmode none\n", h);
     fprintf(s, "link set h%um master " SV_NETNS_MGMT_BRIDGE " alias %s:" SV_NETNS_MGMT_IF " up\n", h, f->hosts[h].name);
     for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
       const struct sv_device *dv = &f->devs[d];
       uint32_t rail = sv_netns_rail(f, (int)d);
-      if (!dv->in_use || dv->host != h)
-        continue;
+      if (!dv->in_use || dv->host != h) continue;
       for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++) {
         const struct sv_port *pt = &dv->ports[p];
         if (!pt->netdev[0]) {
@@ -418,12 +383,10 @@ static void host_script(const struct sv_fabric *f, uint32_t h, FILE *s) {
           SV_NETNS_MGMT_PREFIX);
   for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
     const struct sv_device *dv = &f->devs[d];
-    if (!dv->in_use || dv->host != h)
-      continue;
+    if (!dv->in_use || dv->host != h) continue;
     for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++) {
       const struct sv_port *pt = &dv->ports[p];
-      if (pt->link_layer == IBV_LINK_LAYER_INFINIBAND)
-        fprintf(s, "link set %s addrgenmode none\n", pt->netdev);
+      if (pt->link_layer == IBV_LINK_LAYER_INFINIBAND) fprintf(s, "link set %s addrgenmode none\n", pt->netdev);
       fprintf(s, "link set %s alias %s:%u up\n", pt->netdev, dv->name, p + 1);
       if (pt->link_layer == IBV_LINK_LAYER_ETHERNET && pt->ipv4) {
         fmt_ipv4(pt->ipv4, ip, sizeof(ip));
@@ -451,8 +414,7 @@ static int run_script(const char *ns, const struct sv_fabric *f, int host) {
     perror("simverbs up");
     rc = -1;
   }
-  if (rc == 0)
-    rc = ip_batch(ns, script);
+  if (rc == 0) rc = ip_batch(ns, script);
   free(script);
   return rc;
 }
@@ -467,8 +429,7 @@ static int add_ns(const char *fabric, const char *ns) {
             ns, ns);
     return -1;
   }
-  if (sv_netns_ledger_add(fabric, "ns %s", ns) != 0)
-    return -1;
+  if (sv_netns_ledger_add(fabric, "ns %s", ns) != 0) return -1;
   if (sv_netns_ip(argv, NULL) != 0) {
     fprintf(stderr, "simverbs up: cannot create network namespace %s (`ip netns add %s` failed)\n", ns, ns);
     return -1;
@@ -478,16 +439,12 @@ static int add_ns(const char *fabric, const char *ns) {
 
 int sv_netns_create(const struct sv_fabric *f) {
   char sw[SV_NETNS_NAME_MAX], ns[SV_NETNS_NAME_MAX];
-  if (sv_netns_switch_ns(f->name, sw, sizeof(sw)) != 0 || add_ns(f->name, sw) != 0)
-    return -1;
+  if (sv_netns_switch_ns(f->name, sw, sizeof(sw)) != 0 || add_ns(f->name, sw) != 0) return -1;
   for (uint32_t h = 0; h < f->nhosts && h < SV_MAX_HOSTS; h++)
-    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0 || add_ns(f->name, ns) != 0)
-      return -1;
-  if (run_script(sw, f, -1) != 0)
-    return -1;
+    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0 || add_ns(f->name, ns) != 0) return -1;
+  if (run_script(sw, f, -1) != 0) return -1;
   for (uint32_t h = 0; h < f->nhosts && h < SV_MAX_HOSTS; h++)
-    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0 || run_script(ns, f, (int)h) != 0)
-      return -1;
+    if (sv_netns_host_ns(f->name, f->hosts[h].name, ns, sizeof(ns)) != 0 || run_script(ns, f, (int)h) != 0) return -1;
   return 0;
 }
 
@@ -498,8 +455,7 @@ int sv_netns_enter(const struct sv_fabric *f, uint32_t host, const char *who) {
   unsigned long sysfs_flags = 0;
   struct statvfs st;
   int fd;
-  if (host >= f->nhosts || sv_netns_host_ns(f->name, f->hosts[host].name, ns, sizeof(ns)) != 0)
-    return -1;
+  if (host >= f->nhosts || sv_netns_host_ns(f->name, f->hosts[host].name, ns, sizeof(ns)) != 0) return -1;
   if (!sv_netns_path(ns, path, sizeof(path))) {
     fprintf(stderr, "%s: host %s's network namespace %s is missing: run `simverbs up` again\n", who,
             f->hosts[host].name, ns);
@@ -509,8 +465,7 @@ int sv_netns_enter(const struct sv_fabric *f, uint32_t host, const char *who) {
     int err = errno;
     fprintf(stderr, "%s: cannot enter network namespace %s: %s%s\n", who, path, strerror(err),
             err == EPERM ? " (entering a host of a netns fabric needs root)" : "");
-    if (fd >= 0)
-      close(fd);
+    if (fd >= 0) close(fd);
     return -1;
   }
   close(fd);
@@ -534,7 +489,6 @@ int sv_netns_set_link(const struct sv_fabric *f, int dev, int port, bool up) {
   const struct sv_device *d = &f->devs[dev];
   char ns[SV_NETNS_NAME_MAX];
   const char *argv[] = {"ip", "-n", ns, "link", "set", "dev", d->ports[port - 1].netdev, up ? "up" : "down", NULL};
-  if (sv_netns_host_ns(f->name, f->hosts[d->host].name, ns, sizeof(ns)) != 0)
-    return -1;
+  if (sv_netns_host_ns(f->name, f->hosts[d->host].name, ns, sizeof(ns)) != 0) return -1;
   return sv_netns_ip(argv, NULL) == 0 ? 0 : -1;
 }

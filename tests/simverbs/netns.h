@@ -25,8 +25,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SV_NETNS_MGMT_IF "mgmt0"   /* in every host namespace */
-#define SV_NETNS_MGMT_BRIDGE "mgmt" /* in the switch namespace */
+#define SV_NETNS_MGMT_IF "mgmt0"      /* in every host namespace */
+#define SV_NETNS_MGMT_BRIDGE "mgmt"   /* in the switch namespace */
 #define SV_NETNS_MGMT_NET 0xc612ff00u /* 198.18.255.0/24 (RFC 2544 benchmark range) */
 #define SV_NETNS_MGMT_PREFIX 24
 #define SV_NETNS_NAME_MAX 160 /* "sv-" + fabric + "-" + host, with room to spare */

@@ -37,10 +37,9 @@ struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key) {
   return m;
 }
 
-static const int sv_known_access =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
-    IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+static const int sv_known_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                   IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
 /* The access flags the kernel takes for a registration; 0 or EINVAL. */
 static int access_ok(unsigned int access) {
@@ -139,8 +138,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length
 }
 
 #undef ibv_reg_mr_iova
-SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-                                         int access) {
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access) {
   return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned)access);
 }
 
@@ -197,7 +195,7 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
     return NULL;
   }
   uint32_t size = 1;
-  while (size < (uint32_t)cqe + 1) size <<= 1; /* hardware rounds up too */
+  while (size < (uint32_t)cqe + 1) size <<= 1;                                          /* hardware rounds up too */
   uint64_t off = sv_heap_alloc(f, (uint64_t)size * sizeof(struct sv_cqe), sv_lib.proc); /* zeroed */
   int idx = -1;
   if (off != UINT64_MAX) {
@@ -364,9 +362,7 @@ SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
   memset(event, 0, sizeof(*event));
   event->event_type = (enum ibv_event_type)r.type;
   switch (r.type) {
-  case IBV_EVENT_CQ_ERR:
-    event->element.cq = (struct ibv_cq *)(uintptr_t)r.element;
-    break;
+  case IBV_EVENT_CQ_ERR: event->element.cq = (struct ibv_cq *)(uintptr_t)r.element; break;
   case IBV_EVENT_QP_FATAL:
   case IBV_EVENT_QP_REQ_ERR:
   case IBV_EVENT_QP_ACCESS_ERR:
@@ -374,14 +370,9 @@ SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
   case IBV_EVENT_SQ_DRAINED:
   case IBV_EVENT_PATH_MIG:
   case IBV_EVENT_PATH_MIG_ERR:
-  case IBV_EVENT_QP_LAST_WQE_REACHED:
-    event->element.qp = (struct ibv_qp *)(uintptr_t)r.element;
-    break;
-  case IBV_EVENT_DEVICE_FATAL:
-    event->element.port_num = 0;
-    break;
-  default:
-    event->element.port_num = (int)r.element;
+  case IBV_EVENT_QP_LAST_WQE_REACHED: event->element.qp = (struct ibv_qp *)(uintptr_t)r.element; break;
+  case IBV_EVENT_DEVICE_FATAL: event->element.port_num = 0; break;
+  default: event->element.port_num = (int)r.element;
   }
   return 0;
 }

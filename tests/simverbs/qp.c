@@ -239,7 +239,10 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
 out:
   pthread_mutex_unlock(&lq->exec_lock);
   pthread_mutex_unlock(&sv_lib.lock);
-  if (!rc && to == IBV_QPS_ERR) sv_engine_kick(); /* the engine flushes */
+  if (!rc && to == IBV_QPS_ERR) { /* the engine flushes, or a poller first */
+    sv_defer_now();
+    sv_engine_kick();
+  }
   return rc;
 }
 
@@ -318,8 +321,7 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, ui
   uint32_t head = atomic_load_explicit(&lq->sq_head, memory_order_acquire);
   uint32_t tail = atomic_load_explicit(&lq->sq_tail, memory_order_relaxed);
   if (tail - head >= lq->sq_size - 1) return ENOMEM;
-  if (!valid_send_opcode(wr->opcode) || wr->num_sge < 0 || (uint32_t)wr->num_sge > lq->max_send_sge)
-    return EINVAL;
+  if (!valid_send_opcode(wr->opcode) || wr->num_sge < 0 || (uint32_t)wr->num_sge > lq->max_send_sge) return EINVAL;
   struct sv_swqe *w = &lq->sq[tail & (lq->sq_size - 1)];
   w->wr_id = wr->wr_id;
   w->opcode = wr->opcode;

@@ -69,16 +69,16 @@ struct sv_swqe {
   uint32_t opcode, send_flags, imm, num_sge;
   uint32_t rkey, inline_len;
   uint64_t compare_add, swap; /* atomics */
-  uint64_t post_ns; /* when it was posted: the wire may start it from then on */
+  uint64_t post_ns;           /* when it was posted: the wire may start it from then on */
   struct ibv_sge sge[SV_MAX_SGE];
   uint8_t inl[SV_MAX_INLINE];
 };
 
 /* Progress of the WR at the head of a send queue. */
 enum sv_head_state {
-  SV_HEAD_NEW = 0,      /* not yet scheduled on the wire */
-  SV_HEAD_SCHEDULED,    /* bandwidth reserved; executes at due_ns */
-  SV_HEAD_UNACKED,      /* data went out but no ACK will come: runs out the retries */
+  SV_HEAD_NEW = 0,   /* not yet scheduled on the wire */
+  SV_HEAD_SCHEDULED, /* bandwidth reserved; executes at due_ns */
+  SV_HEAD_UNACKED,   /* data went out but no ACK will come: runs out the retries */
 };
 
 /* Why the head WR waits for resend_ns before it goes out again. */
@@ -99,8 +99,8 @@ struct sv_qp_local {
    * the QP moves to RTR (as mlx5 passes it with the next modify). */
   int ece_pending;
   uint32_t ece_request;
-  int tail_lost; /* the head WR's last packet is lost (engine.c transmit) */
-  uint64_t rng;  /* its packet losses' random state (engine.c) */
+  int tail_lost;             /* the head WR's last packet is lost (engine.c transmit) */
+  uint64_t rng;              /* its packet losses' random state (engine.c) */
   pthread_mutex_t post_lock; /* posters among themselves */
   pthread_mutex_t exec_lock; /* whoever executes the send queue: a poster or the engine */
   pthread_mutex_t recv_lock; /* posters of receives among themselves */
@@ -108,9 +108,9 @@ struct sv_qp_local {
   /* Engine-only state for the head WR. */
   enum sv_head_state head_state;
   enum sv_resend resend;
-  uint64_t due_ns, resend_ns;     /* resend_ns: when it goes (went) out again; UINT64_MAX: never (timeout 0) */
+  uint64_t due_ns, resend_ns;    /* resend_ns: when it goes (went) out again; UINT64_MAX: never (timeout 0) */
   uint32_t retries, rnr_retries; /* retransmissions so far, after timeouts / after RNR NAKs */
-  _Atomic int listed;             /* in sv_lib.active (engine.c: sv_qp_active) */
+  _Atomic int listed;            /* in sv_lib.active (engine.c: sv_qp_active) */
   struct sv_qp_local *next;
 };
 
@@ -142,8 +142,8 @@ struct sv_lib {
   _Atomic int engine_stop;
   _Atomic int engine_sleeping;
   _Atomic uint64_t deferred_due_ns; /* pollers run deferred work from then on; UINT64_MAX: none */
-  _Atomic uint64_t deferred_ns;    /* when a poster last left work for later */
-  _Atomic uint64_t engine_wake_ns; /* when the sleeping engine wakes by itself; 0 while it runs */
+  _Atomic uint64_t deferred_ns;     /* when a poster last left work for later */
+  _Atomic uint64_t engine_wake_ns;  /* when the sleeping engine wakes by itself; 0 while it runs */
   /* The QPs that may have work (engine.c): passes look at these, and at
    * every QP only once per SV_FULL_SCAN_NS (faults set from outside). */
   pthread_mutex_t active_lock;
@@ -151,8 +151,8 @@ struct sv_lib {
   int nactive, active_cap, nactive_spare, active_spare_cap;
   int scan_all; /* a QP could not be listed (out of memory): the next pass looks at every QP */
   uint64_t last_full_scan_ns;
-  uint64_t seen_fault_gen; /* the fabric's fault_gen at the last pass */
-  unsigned pass_turn;      /* where the next pass over the active QPs starts (engine.c) */
+  uint64_t seen_fault_gen;     /* the fabric's fault_gen at the last pass */
+  unsigned pass_turn;          /* where the next pass over the active QPs starts (engine.c) */
   pthread_mutex_t window_lock; /* the tables below */
   struct sv_window *windows;   /* our registered memory, shared with peers */
   struct sv_span *spans;       /* the pages under each live registration of ours, shared or not */
@@ -205,6 +205,9 @@ void sv_head_reset(struct sv_qp_local *lq);
 void sv_qp_run(struct sv_qp_local *lq, uint64_t now);
 /* Run one progress pass over deferred work if nobody else is. */
 void sv_progress_deferred(void);
+/* Work is due now (a QP moved to the error state has WRs to flush): the
+ * next poller of an empty CQ does it, as a NIC writes the flushes at once. */
+void sv_defer_now(void);
 /* The QP may have work now (a post, a state change): passes look at it
  * until it is idle again.  Any thread. */
 void sv_qp_active(struct sv_qp_local *lq);

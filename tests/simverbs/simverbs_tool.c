@@ -33,9 +33,9 @@
 
 #define EXIT_USAGE 2
 #define LIB_NAME "libibverbs.so.1"
-#define MAX_COUNT 1000000u       /* ack-loss / partial-write */
-#define MAX_DELAY_US 60000000u   /* one minute: beyond any sane QP timeout */
-#define LINK_FOLLOW_MS 5000      /* netns: how long `link` waits for the port to follow */
+#define MAX_COUNT 1000000u     /* ack-loss / partial-write */
+#define MAX_DELAY_US 60000000u /* one minute: beyond any sane QP timeout */
+#define LINK_FOLLOW_MS 5000    /* netns: how long `link` waits for the port to follow */
 
 /* ---- usage ---- */
 
@@ -119,17 +119,16 @@ static void print_usage(FILE *out, const char *usage, const char *first, const c
 
 static void usage_all(FILE *out) {
   fputs("simverbs: a simulated RDMA fabric for testing verbs programs without hardware\n\nUsage:\n", out);
-  for (size_t i = 0; i < NHELPS; i++)
-    print_usage(out, helps[i].usage, "  ", "  ");
-  fputs("\nThe fabric name comes from --fabric, else $SIMVERBS_FABRIC, else \"default\".\n"
-        "'simverbs <command> --help' explains a command; docs/SIMVERBS.md has examples.\n",
-        out);
+  for (size_t i = 0; i < NHELPS; i++) print_usage(out, helps[i].usage, "  ", "  ");
+  fputs(
+      "\nThe fabric name comes from --fabric, else $SIMVERBS_FABRIC, else \"default\".\n"
+      "'simverbs <command> --help' explains a command; docs/SIMVERBS.md has examples.\n",
+      out);
 }
 
 static const struct cmd_help *help_of(const char *cmd) {
   for (size_t i = 0; i < NHELPS; i++)
-    if (strcmp(helps[i].name, cmd) == 0)
-      return &helps[i];
+    if (strcmp(helps[i].name, cmd) == 0) return &helps[i];
   return NULL;
 }
 
@@ -154,8 +153,7 @@ static int bad_usage(const char *cmd, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  if (h)
-    print_usage(stderr, h->usage, "Usage: ", "       ");
+  if (h) print_usage(stderr, h->usage, "Usage: ", "       ");
   return EXIT_USAGE;
 }
 
@@ -178,17 +176,14 @@ static bool is_number_like(const char *s) { return s[0] == '-' && s[1] >= '0' &&
  * argv[*i] is that option, 0 when not, -1 on a missing value. */
 static int opt_value(char **argv, int argc, int *i, const char *opt, const char **out) {
   size_t n = strlen(opt);
-  if (strncmp(argv[*i], opt, n) != 0)
-    return 0;
+  if (strncmp(argv[*i], opt, n) != 0) return 0;
   if (argv[*i][n] == '=') {
     *out = argv[*i] + n + 1;
     return **out ? 1 : -1;
   }
-  if (argv[*i][n] != '\0')
-    return 0;
+  if (argv[*i][n] != '\0') return 0;
   /* "--host --fabric x" is a forgotten value, not a host named "--fabric". */
-  if (*i + 1 >= argc || (argv[*i + 1][0] == '-' && argv[*i + 1][1] != '\0'))
-    return -1;
+  if (*i + 1 >= argc || (argv[*i + 1][0] == '-' && argv[*i + 1][1] != '\0')) return -1;
   *out = argv[++*i];
   return 1;
 }
@@ -239,8 +234,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
       a->pos[a->npos++] = s;
       continue;
     }
-    if ((rc = parse_one_opt(a, argc, argv, &i)) != 0)
-      return rc;
+    if ((rc = parse_one_opt(a, argc, argv, &i)) != 0) return rc;
   }
   return 0;
 }
@@ -248,11 +242,10 @@ static int parse_args(struct args *a, int argc, char **argv) {
 /* Fabric and host names become file names: keep to a safe charset. */
 static bool name_ok(const char *s) {
   size_t n = strlen(s);
-  if (n == 0 || n >= SV_NAME_LEN || s[0] == '.' || s[0] == '-')
-    return false;
+  if (n == 0 || n >= SV_NAME_LEN || s[0] == '.' || s[0] == '-') return false;
   for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '.' || s[i] == '_' || s[i] == '-'))
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+          s[i] == '_' || s[i] == '-'))
       return false;
   return true;
 }
@@ -261,8 +254,7 @@ static bool name_ok(const char *s) {
 static const char *fabric_name(const struct args *a, const char *fallback) {
   const char *env = getenv("SIMVERBS_FABRIC");
   const char *name = a->fabric ? a->fabric : env && *env ? env : fallback ? fallback : "default";
-  if (name_ok(name))
-    return name;
+  if (name_ok(name)) return name;
   fprintf(stderr,
           "simverbs %s: fabric name '%s'%s is invalid: use 1 to %d letters, digits, '.', '_' or "
           "'-', not starting with '.' or '-'\n",
@@ -279,12 +271,10 @@ static int parse_uint(const char *s, uint32_t max, int base, uint32_t *out) {
   const char *digits = base == 16 ? "0123456789abcdefABCDEF" : "0123456789";
   char *end;
   unsigned long long v;
-  if (!*s || s[strspn(s, digits)] != '\0')
-    return -1;
+  if (!*s || s[strspn(s, digits)] != '\0') return -1;
   errno = 0;
   v = strtoull(s, &end, base);
-  if (errno || *end || v > max)
-    return -1;
+  if (errno || *end || v > max) return -1;
   *out = (uint32_t)v;
   return 0;
 }
@@ -316,8 +306,7 @@ static struct sv_fabric *open_fabric(const char *cmd, const char *name) {
 }
 
 static void list_hosts(struct sv_fabric *f, FILE *out) {
-  for (uint32_t h = 0; h < f->nhosts; h++)
-    fprintf(out, "%s%s", h ? ", " : "", f->hosts[h].name);
+  for (uint32_t h = 0; h < f->nhosts; h++) fprintf(out, "%s%s", h ? ", " : "", f->hosts[h].name);
 }
 
 static void list_nics(struct sv_fabric *f, int host, FILE *out) {
@@ -327,8 +316,7 @@ static void list_nics(struct sv_fabric *f, int host, FILE *out) {
       fprintf(out, "%s%s", first ? "" : ", ", f->devs[d].name);
       first = false;
     }
-  if (first)
-    fputs("none", out);
+  if (first) fputs("none", out);
 }
 
 /* sv_parse_target only says no; work out which part was wrong. */
@@ -338,8 +326,8 @@ static void explain_target(struct sv_fabric *f, const char *cmd, const char *spe
   char *nic, *port;
   int h, d;
   if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf)) {
-    fprintf(stderr, "simverbs %s: target is too long: names have at most %d characters; use %s\n", cmd,
-            SV_NAME_LEN - 1, shape);
+    fprintf(stderr, "simverbs %s: target is too long: names have at most %d characters; use %s\n", cmd, SV_NAME_LEN - 1,
+            shape);
     return;
   }
   if (!(nic = strchr(buf, ':'))) {
@@ -347,8 +335,7 @@ static void explain_target(struct sv_fabric *f, const char *cmd, const char *spe
     return;
   }
   *nic++ = '\0';
-  if ((port = strchr(nic, ':')))
-    *port++ = '\0';
+  if ((port = strchr(nic, ':'))) *port++ = '\0';
   if ((h = sv_host_index(f, buf)) < 0) {
     fprintf(stderr, "simverbs %s: fabric '%s' has no host '%s': its hosts are ", cmd, f->name, buf);
     list_hosts(f, stderr);
@@ -364,10 +351,8 @@ static void explain_target(struct sv_fabric *f, const char *cmd, const char *spe
   fputc('\n', stderr);
 }
 
-static int resolve_target(struct sv_fabric *f, const char *cmd, const char *spec, bool with_port, int *dev,
-                          int *port) {
-  if (sv_parse_target(f, spec, dev, with_port ? port : NULL) == 0)
-    return 0;
+static int resolve_target(struct sv_fabric *f, const char *cmd, const char *spec, bool with_port, int *dev, int *port) {
+  if (sv_parse_target(f, spec, dev, with_port ? port : NULL) == 0) return 0;
   explain_target(f, cmd, spec, with_port);
   return -1;
 }
@@ -380,33 +365,28 @@ static void declared_fabric(const char *path, char *out, size_t len) {
   FILE *in = fopen(path, "re");
   char line[1024], *save = NULL;
   out[0] = '\0';
-  if (!in)
-    return;
+  if (!in) return;
   while (!out[0] && fgets(line, sizeof(line), in)) {
     char *hash = strchr(line, '#'), *w1, *w2;
-    if (hash)
-      *hash = '\0';
+    if (hash) *hash = '\0';
     w1 = strtok_r(line, " \t\r\n", &save);
     w2 = w1 ? strtok_r(NULL, " \t\r\n", &save) : NULL;
-    if (w1 && w2 && strcmp(w1, "fabric") == 0)
-      snprintf(out, len, "%s", w2);
+    if (w1 && w2 && strcmp(w1, "fabric") == 0) snprintf(out, len, "%s", w2);
   }
   fclose(in);
 }
 
 static void print_summary(struct sv_fabric *f) {
   uint32_t nports = 0;
-  for (uint32_t d = 0; d < f->ndevs; d++)
-    nports += f->devs[d].nports;
-  printf("fabric '%s' is up: %u host%s, %u nic%s, %u port%s\n", f->name, f->nhosts, f->nhosts == 1 ? "" : "s",
-         f->ndevs, f->ndevs == 1 ? "" : "s", nports, nports == 1 ? "" : "s");
+  for (uint32_t d = 0; d < f->ndevs; d++) nports += f->devs[d].nports;
+  printf("fabric '%s' is up: %u host%s, %u nic%s, %u port%s\n", f->name, f->nhosts, f->nhosts == 1 ? "" : "s", f->ndevs,
+         f->ndevs == 1 ? "" : "s", nports, nports == 1 ? "" : "s");
   for (uint32_t h = 0; h < f->nhosts; h++) {
     printf("  host %s\n", f->hosts[h].name);
     for (uint32_t d = 0; d < f->ndevs; d++) {
       const struct sv_device *dv = &f->devs[d];
       const struct sv_port *p = &dv->ports[0];
-      if (dv->host != h)
-        continue;
+      if (dv->host != h) continue;
       printf("    %-10s %-4s %3u Gb/s  %u port%s  pci %s  numa %d", dv->name,
              p->link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", p->rate_gbps, dv->nports,
              dv->nports == 1 ? " " : "s", dv->pci, (int)dv->numa_node);
@@ -459,8 +439,7 @@ static int cmd_up(struct args *a) {
     return a->npos ? bad_usage(a->cmd, "expected one config file, got extra argument '%s'", a->pos[1])
                    : bad_usage(a->cmd, "missing the config file");
   declared_fabric(a->pos[0], declared, sizeof(declared));
-  if (!(name = fabric_name(a, declared[0] ? declared : NULL)))
-    return EXIT_USAGE;
+  if (!(name = fabric_name(a, declared[0] ? declared : NULL))) return EXIT_USAGE;
   if (access(a->pos[0], R_OK) != 0) {
     fprintf(stderr, "%s: cannot read the config file: %s\n", a->pos[0], strerror(errno));
     return 1;
@@ -480,11 +459,11 @@ static int cmd_up(struct args *a) {
     goto fail_tmp;
   }
   f->netns = a->netns; /* --netns: on whatever the file says */
-  if (sv_config_load(f, a->pos[0]) != 0)
-    goto fail_tmp;
+  if (sv_config_load(f, a->pos[0]) != 0) goto fail_tmp;
   if (f->netns && geteuid() != 0) {
-    fprintf(stderr, "simverbs up: netns on needs root: creating network namespaces, veths and bridges takes "
-                    "CAP_SYS_ADMIN and CAP_NET_ADMIN\n");
+    fprintf(stderr,
+            "simverbs up: netns on needs root: creating network namespaces, veths and bridges takes "
+            "CAP_SYS_ADMIN and CAP_NET_ADMIN\n");
     goto fail_tmp;
   }
   /* The old fabric: its watcher and namespaces (and those a crashed `up`
@@ -493,10 +472,8 @@ static int cmd_up(struct args *a) {
   sv_netns_teardown(name, old, false);
   sv_fabric_detach(old);
   sv_fabric_destroy(name);
-  if (sv_sysfs_create(f) != 0)
-    goto fail_sysfs;
-  if (f->netns && sv_netns_create(f) != 0)
-    goto fail_sysfs;
+  if (sv_sysfs_create(f) != 0) goto fail_sysfs;
+  if (f->netns && sv_netns_create(f) != 0) goto fail_sysfs;
   __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
   if (rename(tmp_path, path) != 0) {
     fprintf(stderr, "simverbs up: cannot move %s to %s: %s\n", tmp_path, path, strerror(errno));
@@ -511,8 +488,7 @@ static int cmd_up(struct args *a) {
     return 1;
   }
   print_summary(f);
-  if (f->netns)
-    print_netns(f, watcher, down);
+  if (f->netns) print_netns(f, watcher, down);
   printf("next: simverbs run --host %s --fabric %s -- ibv_devinfo\n", f->hosts[0].name, f->name);
   sv_fabric_detach(f);
   return 0;
@@ -538,8 +514,7 @@ static bool stale_tmp(const char *name, const char *file, size_t prefix_len) {
   const char *pid = file + prefix_len;
   struct sv_fabric *t;
   bool ours;
-  if (!*pid || pid[strspn(pid, "0123456789")] || kill((pid_t)atoi(pid), 0) == 0 || errno != ESRCH)
-    return false;
+  if (!*pid || pid[strspn(pid, "0123456789")] || kill((pid_t)atoi(pid), 0) == 0 || errno != ESRCH) return false;
   if (!(t = sv_fabric_attach(file + strlen("simverbs-"))))
     return errno == EPROTO; /* the shape of ours, from another version */
   ours = strcmp(t->name, name) == 0;
@@ -552,12 +527,10 @@ static int remove_stale_tmp(const char *name) {
   struct dirent *e;
   int n = 0;
   DIR *dir = opendir("/dev/shm");
-  if (!dir)
-    return 0;
+  if (!dir) return 0;
   snprintf(prefix, sizeof(prefix), "simverbs-%s.up-", name);
   while ((e = readdir(dir))) {
-    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !stale_tmp(name, e->d_name, strlen(prefix)))
-      continue;
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !stale_tmp(name, e->d_name, strlen(prefix))) continue;
     snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
     if (unlink(path) == 0) {
       printf("removed %s, left by an `up` that died\n", path);
@@ -574,15 +547,12 @@ static int cmd_down(struct args *a) {
   struct sv_fabric *f;
   int live = 0, removed, stale;
   bool netns = false;
-  if (a->npos)
-    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
+  if (a->npos) return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
   sv_fabric_path(name, path, sizeof(path));
   if ((f = sv_fabric_attach(name))) {
     sv_reap_dead(f);
-    for (int i = 0; i < SV_MAX_PROCS; i++)
-      live += atomic_load(&f->procs[i].in_use) != 0;
+    for (int i = 0; i < SV_MAX_PROCS; i++) live += atomic_load(&f->procs[i].in_use) != 0;
     netns = f->netns != 0;
   }
   /* The watcher and namespaces first: the ledger lives in the run directory. */
@@ -625,15 +595,13 @@ static int library_dir(char *out, size_t len) {
     return -1;
   }
   exe[n] = '\0';
-  if (!(slash = strrchr(exe, '/')))
-    return -1;
+  if (!(slash = strrchr(exe, '/'))) return -1;
   *slash = '\0';
-  if (snprintf(out, len, "%s/lib", exe) >= (int)len)
-    return -1;
+  if (snprintf(out, len, "%s/lib", exe) >= (int)len) return -1;
   snprintf(lib, sizeof(lib), "%s/" LIB_NAME, out);
   if (access(lib, R_OK) != 0) {
-    fprintf(stderr, "simverbs run: the simulated library %s is missing (%s): build the simverbs_ibverbs target\n",
-            lib, strerror(errno));
+    fprintf(stderr, "simverbs run: the simulated library %s is missing (%s): build the simverbs_ibverbs target\n", lib,
+            strerror(errno));
     return -1;
   }
   return 0;
@@ -643,8 +611,7 @@ static int set_env(const char *libdir, const char *fabric, const char *host) {
   const char *old = getenv("LD_LIBRARY_PATH");
   char *ld;
   int rc;
-  if (asprintf(&ld, "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "") < 0)
-    return -1;
+  if (asprintf(&ld, "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "") < 0) return -1;
   rc = setenv("LD_LIBRARY_PATH", ld, 1) || setenv("SIMVERBS_FABRIC", fabric, 1) || setenv("SIMVERBS_HOST", host, 1);
   free(ld);
   return rc ? -1 : 0;
@@ -655,22 +622,17 @@ static int cmd_run(struct args *a) {
   const char *name;
   struct sv_fabric *f;
   int h, view = 0;
-  if (!a->host)
-    return bad_usage(a->cmd, "missing --host HOST");
-  if (!a->exec || !a->exec[0])
-    return bad_usage(a->cmd, "missing the command to run after --");
-  if (!(name = fabric_name(a, NULL)) )
-    return EXIT_USAGE;
-  if (!(f = open_fabric(a->cmd, name)))
-    return 1;
+  if (!a->host) return bad_usage(a->cmd, "missing --host HOST");
+  if (!a->exec || !a->exec[0]) return bad_usage(a->cmd, "missing the command to run after --");
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name))) return 1;
   h = sv_host_index(f, a->host);
   if (h < 0) {
     fprintf(stderr, "simverbs run: fabric '%s' has no host '%s': its hosts are ", name, a->host);
     list_hosts(f, stderr);
     fputc('\n', stderr);
   }
-  if (h >= 0 && f->netns && sv_netns_enter(f, (uint32_t)h, "simverbs run") != 0)
-    h = -1;
+  if (h >= 0 && f->netns && sv_netns_enter(f, (uint32_t)h, "simverbs run") != 0) h = -1;
   /* After the netns /sys is mounted: the view is built on top of it. */
   if (h >= 0) {
     sv_sysfs_root(f, (uint32_t)h, sysroot, sizeof(sysroot));
@@ -678,17 +640,20 @@ static int cmd_run(struct args *a) {
   }
   sv_fabric_detach(f);
   if (view == -2) {
-    fprintf(stderr, "simverbs run: cannot show host %s's sysfs at /sys: could not %s. What was mounted could not "
-            "all be removed either, so '%s' is not run\n", a->host, why, a->exec[0]);
+    fprintf(stderr,
+            "simverbs run: cannot show host %s's sysfs at /sys: could not %s. What was mounted could not "
+            "all be removed either, so '%s' is not run\n",
+            a->host, why, a->exec[0]);
     return 1;
   }
   /* The simulated library never needs the view, so the program can still
    * run; only what reads /sys by absolute path misses it. */
   if (view == -1)
-    fprintf(stderr, "simverbs run: warning: cannot show host %s's sysfs at /sys: could not %s. Programs find it "
-            "only through ibv_get_sysfs_path() and the devices' ibdev_path (%s)\n", a->host, why, sysroot);
-  if (h < 0 || library_dir(libdir, sizeof(libdir)) != 0)
-    return 1;
+    fprintf(stderr,
+            "simverbs run: warning: cannot show host %s's sysfs at /sys: could not %s. Programs find it "
+            "only through ibv_get_sysfs_path() and the devices' ibdev_path (%s)\n",
+            a->host, why, sysroot);
+  if (h < 0 || library_dir(libdir, sizeof(libdir)) != 0) return 1;
   if (set_env(libdir, name, a->host) != 0) {
     perror("simverbs run: setting the environment");
     return 1;
@@ -747,10 +712,8 @@ static int cmd_link(struct args *a) {
   if (strcmp(a->pos[1], "down") != 0 && strcmp(a->pos[1], "up") != 0)
     return bad_usage(a->cmd, "unknown link state '%s': use down or up", a->pos[1]);
   up = strcmp(a->pos[1], "up") == 0;
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
-  if (!(f = open_fabric(a->cmd, name)))
-    return 1;
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name))) return 1;
   if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) {
     sv_fabric_detach(f);
     return 1;
@@ -778,13 +741,14 @@ static int fault_qp(struct args *a, struct sv_fabric *f) {
   const char *s = a->pos[1];
   bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
   uint32_t qpn;
-  if (a->npos != 3 || strcmp(a->pos[2], "fatal") != 0)
-    return bad_usage(a->cmd, "expected: qp QPN fatal");
+  if (a->npos != 3 || strcmp(a->pos[2], "fatal") != 0) return bad_usage(a->cmd, "expected: qp QPN fatal");
   if (parse_uint(hex ? s + 2 : s, 0xffffff, hex ? 16 : 10, &qpn) != 0)
     return bad_usage(a->cmd, "QP number '%s' is invalid: use decimal or 0x hex, at most 0xffffff", s);
   if (sv_qp_inject_fatal(f, qpn) != 0) {
-    fprintf(stderr, "simverbs fault: no live QP 0x%06x (%u): it may have been destroyed; `simverbs status` lists "
-            "the processes that own QPs\n", qpn, qpn);
+    fprintf(stderr,
+            "simverbs fault: no live QP 0x%06x (%u): it may have been destroyed; `simverbs status` lists "
+            "the processes that own QPs\n",
+            qpn, qpn);
     return 1;
   }
   printf("QP 0x%06x (%u): fatal error injected\n", qpn, qpn);
@@ -794,10 +758,8 @@ static int fault_qp(struct args *a, struct sv_fabric *f) {
 static int fault_device(struct args *a, struct sv_fabric *f) {
   bool fatal = strcmp(a->pos[1], "device-fatal") == 0;
   int dev;
-  if (a->npos != 2)
-    return bad_usage(a->cmd, "%s takes no value", a->pos[1]);
-  if (resolve_target(f, a->cmd, a->pos[0], false, &dev, NULL) != 0)
-    return 1;
+  if (a->npos != 2) return bad_usage(a->cmd, "%s takes no value", a->pos[1]);
+  if (resolve_target(f, a->cmd, a->pos[0], false, &dev, NULL) != 0) return 1;
   sv_device_set_fatal(f, dev, fatal);
   printf("%s:%s: %s\n", f->hosts[f->devs[dev].host].name, f->devs[dev].name,
          fatal ? "device fatal error injected" : "recovered (new opens succeed again)");
@@ -806,11 +768,9 @@ static int fault_device(struct args *a, struct sv_fabric *f) {
 
 /* Parse the value of a port fault: `count` faults default to 1. */
 static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t max, uint32_t *out) {
-  if (a->npos > 3)
-    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[3]);
+  if (a->npos > 3) return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[3]);
   if (a->npos < 3) {
-    if (required)
-      return bad_usage(a->cmd, "%s needs a value", a->pos[1]);
+    if (required) return bad_usage(a->cmd, "%s needs a value", a->pos[1]);
     *out = dflt;
     return 0;
   }
@@ -826,23 +786,18 @@ static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t ma
 static int parse_ppm(const char *s, uint32_t *out) {
   uint32_t whole = 0, frac = 0, scale = 10000;
   const char *p = s;
-  if (!isdigit((unsigned char)*p))
-    return -1;
+  if (!isdigit((unsigned char)*p)) return -1;
   for (; isdigit((unsigned char)*p); p++)
-    if ((whole = whole * 10 + (uint32_t)(*p - '0')) > 100)
-      return -1;
+    if ((whole = whole * 10 + (uint32_t)(*p - '0')) > 100) return -1;
   if (*p == '.') {
-    if (!isdigit((unsigned char)*++p))
-      return -1;
+    if (!isdigit((unsigned char)*++p)) return -1;
     for (; isdigit((unsigned char)*p); p++) {
-      if (scale == 1)
-        return -1;
+      if (scale == 1) return -1;
       scale /= 10;
       frac = frac * 10 + (uint32_t)(*p - '0');
     }
   }
-  if (*p != '\0' || whole * 10000 + frac * scale > 1000000)
-    return -1;
+  if (*p != '\0' || whole * 10000 + frac * scale > 1000000) return -1;
   *out = whole * 10000 + frac * scale;
   return 0;
 }
@@ -851,8 +806,7 @@ static bool is_port_fault(const char *what) {
   static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "access-error",
                                       "delay",     "rate",     "loss",          "clear"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-    if (strcmp(what, names[i]) == 0)
-      return true;
+    if (strcmp(what, names[i]) == 0) return true;
   return false;
 }
 
@@ -865,26 +819,24 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
       return bad_usage(a->cmd, "blackhole takes on or off");
     atomic_store(&p->blackhole, strcmp(a->pos[2], "on") == 0);
   } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0 || strcmp(what, "access-error") == 0) {
-    if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0)
-      return rc;
-    atomic_store(strcmp(what, "ack-loss") == 0 ? &p->ack_loss : what[0] == 'p' ? &p->partial_write : &p->access_error, v);
+    if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0) return rc;
+    atomic_store(strcmp(what, "ack-loss") == 0 ? &p->ack_loss
+                 : what[0] == 'p'              ? &p->partial_write
+                                               : &p->access_error,
+                 v);
   } else if (strcmp(what, "delay") == 0) {
-    if ((rc = fault_value(a, true, 0, MAX_DELAY_US, &v)) != 0)
-      return rc;
+    if ((rc = fault_value(a, true, 0, MAX_DELAY_US, &v)) != 0) return rc;
     atomic_store(&p->delay_us, v);
   } else if (strcmp(what, "rate") == 0) {
-    if ((rc = fault_value(a, true, 100, 100, &v)) != 0)
-      return rc;
-    if (v == 0)
-      return bad_usage(a->cmd, "rate 0 would stop the port: use a percentage 1 to 100, or blackhole on");
+    if ((rc = fault_value(a, true, 100, 100, &v)) != 0) return rc;
+    if (v == 0) return bad_usage(a->cmd, "rate 0 would stop the port: use a percentage 1 to 100, or blackhole on");
     atomic_store(&p->rate_pct, v == 100 ? 0 : v);
   } else if (strcmp(what, "loss") == 0) {
     if (a->npos != 3 || parse_ppm(a->pos[2], &v) != 0)
       return bad_usage(a->cmd, "loss takes a percentage of packets, 0 to 100 with up to 4 decimals (e.g. 1 or 0.05)");
     atomic_store(&p->loss_ppm, v);
   } else { /* clear */
-    if (a->npos != 2)
-      return bad_usage(a->cmd, "clear takes no value");
+    if (a->npos != 2) return bad_usage(a->cmd, "clear takes no value");
     atomic_store(&p->blackhole, 0);
     atomic_store(&p->ack_loss, 0);
     atomic_store(&p->partial_write, 0);
@@ -900,23 +852,23 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   int dev, port, rc;
   struct sv_port *p;
   if (!is_port_fault(a->pos[1]))
-    return bad_usage(a->cmd,
-                     "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, "
-                     "rate PERCENT, loss PERCENT, clear, "
-                     "device-fatal or device-recover",
-                     a->pos[1]);
-  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0)
-    return 1;
+    return bad_usage(
+        a->cmd,
+        "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, "
+        "rate PERCENT, loss PERCENT, clear, "
+        "device-fatal or device-recover",
+        a->pos[1]);
+  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) return 1;
   p = &f->devs[dev].ports[port - 1];
-  if ((rc = fault_port_apply(a, p)) != 0)
-    return rc;
+  if ((rc = fault_port_apply(a, p)) != 0) return rc;
   sv_wake_all(f); /* engines re-check the port at once */
   uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
-  printf("%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
-         "%u.%04u%%\n",
-         f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
-         atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
-         atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000);
+  printf(
+      "%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
+      "%u.%04u%%\n",
+      f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
+      atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
+      atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000);
   return 0;
 }
 
@@ -924,12 +876,9 @@ static int cmd_fault(struct args *a) {
   const char *name;
   struct sv_fabric *f;
   int rc;
-  if (a->npos < 2)
-    return bad_usage(a->cmd, "expected a target and a fault");
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
-  if (!(f = open_fabric(a->cmd, name)))
-    return 1;
+  if (a->npos < 2) return bad_usage(a->cmd, "expected a target and a fault");
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name))) return 1;
   if (strcmp(a->pos[0], "qp") == 0)
     rc = fault_qp(a, f);
   else if (strcmp(a->pos[1], "device-fatal") == 0 || strcmp(a->pos[1], "device-recover") == 0)
@@ -958,33 +907,25 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
     printf("  lid %u", p->lid);
   else
     printf("  %s %u.%u.%u.%u", p->netdev, p->ipv4 >> 24, (p->ipv4 >> 16) & 0xff, (p->ipv4 >> 8) & 0xff, p->ipv4 & 0xff);
-  if (p->adaptive_routing)
-    printf("  ar");
+  if (p->adaptive_routing) printf("  ar");
   printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
          (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
          (unsigned long long)atomic_load(&p->rx_wrs));
-  if (!bh && !al && !pw && !dl && !ae && !pct && !ppm)
-    printf(" none");
-  if (bh)
-    printf(" blackhole");
-  if (al)
-    printf(" ack-loss %u", al);
-  if (pw)
-    printf(" partial-write %u", pw);
-  if (ae)
-    printf(" access-error %u", ae);
-  if (dl)
-    printf(" delay %u us", dl);
-  if (pct)
-    printf(" rate %u%%", pct);
-  if (ppm)
-    printf(" loss %u.%04u%%", ppm / 10000, ppm % 10000);
+  if (!bh && !al && !pw && !dl && !ae && !pct && !ppm) printf(" none");
+  if (bh) printf(" blackhole");
+  if (al) printf(" ack-loss %u", al);
+  if (pw) printf(" partial-write %u", pw);
+  if (ae) printf(" access-error %u", ae);
+  if (dl) printf(" delay %u us", dl);
+  if (pct) printf(" rate %u%%", pct);
+  if (ppm) printf(" loss %u.%04u%%", ppm / 10000, ppm % 10000);
   putchar('\n');
-  printf("        counters: tx %llu packets  rx %llu packets  packet_seq_err %llu  out_of_sequence %llu  "
-         "local_ack_timeout_err %llu  link_downed %u\n",
-         (unsigned long long)atomic_load(&p->tx_packets), (unsigned long long)atomic_load(&p->rx_packets),
-         (unsigned long long)atomic_load(&p->seq_err_naks), (unsigned long long)atomic_load(&p->out_of_sequence),
-         (unsigned long long)atomic_load(&p->ack_timeouts), (unsigned)atomic_load(&p->link_downs));
+  printf(
+      "        counters: tx %llu packets  rx %llu packets  packet_seq_err %llu  out_of_sequence %llu  "
+      "local_ack_timeout_err %llu  link_downed %u\n",
+      (unsigned long long)atomic_load(&p->tx_packets), (unsigned long long)atomic_load(&p->rx_packets),
+      (unsigned long long)atomic_load(&p->seq_err_naks), (unsigned long long)atomic_load(&p->out_of_sequence),
+      (unsigned long long)atomic_load(&p->ack_timeouts), (unsigned)atomic_load(&p->link_downs));
 }
 
 static void print_devices(struct sv_fabric *f) {
@@ -992,16 +933,13 @@ static void print_devices(struct sv_fabric *f) {
     printf("  host %s\n", f->hosts[h].name);
     for (uint32_t d = 0; d < f->ndevs; d++) {
       struct sv_device *dv = &f->devs[d];
-      if (!dv->in_use || dv->host != h)
-        continue;
+      if (!dv->in_use || dv->host != h) continue;
       printf("    %-10s %-4s %3u Gb/s  pci %s  events %llu", dv->name,
              dv->ports[0].link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB" : "RoCE", dv->ports[0].rate_gbps, dv->pci,
              (unsigned long long)atomic_load(&dv->event_seq));
-      if (dv->ece)
-        printf("  ece 0x%08x", dv->ece);
+      if (dv->ece) printf("  ece 0x%08x", dv->ece);
       printf("%s\n", atomic_load(&dv->fatal) ? "  DEVICE FATAL" : "");
-      for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++)
-        print_port(f, &dv->ports[p], p + 1);
+      for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS; p++) print_port(f, &dv->ports[p], p + 1);
     }
   }
 }
@@ -1014,18 +952,15 @@ struct obj_counts {
 
 static void count_one(int32_t owner, int *per, int *total) {
   (*total)++;
-  if (owner >= 0 && owner < SV_MAX_PROCS)
-    per[owner]++;
+  if (owner >= 0 && owner < SV_MAX_PROCS) per[owner]++;
 }
 
 static void count_objects(struct sv_fabric *f, struct obj_counts *c) {
   memset(c, 0, sizeof(*c));
   for (int i = 0; i < SV_MAX_QPS; i++)
-    if (atomic_load(&f->qps[i].in_use))
-      count_one(f->qps[i].owner, c->qps, &c->qp_total);
+    if (atomic_load(&f->qps[i].in_use)) count_one(f->qps[i].owner, c->qps, &c->qp_total);
   for (int i = 0; i < SV_MAX_CQS; i++)
-    if (atomic_load(&f->cqs[i].in_use))
-      count_one(f->cqs[i].owner, c->cqs, &c->cq_total);
+    if (atomic_load(&f->cqs[i].in_use)) count_one(f->cqs[i].owner, c->cqs, &c->cq_total);
   for (int i = 0; i < SV_MAX_MRS; i++)
     if (atomic_load(&f->mrs[i].in_use)) {
       count_one(f->mrs[i].owner, c->mrs, &c->mr_total);
@@ -1039,16 +974,15 @@ static void print_qps(struct sv_fabric *f, int proc) {
   for (int q = 0; q < SV_MAX_QPS; q++) {
     const struct sv_qp *qp = &f->qps[q];
     const struct sv_device *d;
-    if (!atomic_load(&qp->in_use) || qp->owner != proc || qp->dev >= SV_MAX_DEVS)
-      continue;
+    if (!atomic_load(&qp->in_use) || qp->owner != proc || qp->dev >= SV_MAX_DEVS) continue;
     d = &f->devs[qp->dev];
-    printf("    qp 0x%06x (%u)  %s:%s:%u  %s  sl %u", qp->qpn, qp->qpn, d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?",
-           d->name, qp->port, ibv_qp_state_name(atomic_load(&qp->state)), qp->ah.sl);
+    printf("    qp 0x%06x (%u)  %s:%s:%u  %s  sl %u", qp->qpn, qp->qpn,
+           d->host < SV_MAX_HOSTS ? f->hosts[d->host].name : "?", d->name, qp->port,
+           ibv_qp_state_name(atomic_load(&qp->state)), qp->ah.sl);
     if (qp->ah.is_global) printf("  tc %u", qp->ah.grh.traffic_class); /* RoCE, or a routed IB path */
     printf("  req %llu  inl %llu  ooo %llu", (unsigned long long)atomic_load(&qp->requests),
            (unsigned long long)atomic_load(&qp->inline_wrs), (unsigned long long)atomic_load(&qp->ooo_writes));
-    if (d->ece)
-      printf("  ece 0x%08x", qp->ece);
+    if (d->ece) printf("  ece 0x%08x", qp->ece);
     enum ibv_qp_state st = atomic_load(&qp->state);
     if ((st == IBV_QPS_RTR || st == IBV_QPS_RTS) && qp->dest_qpn == qp->qpn)
       printf("  loopback"); /* connected to itself: NCCL's flush */
@@ -1063,15 +997,13 @@ static void print_procs(struct sv_fabric *f) {
   printf("processes:\n");
   for (int i = 0; i < SV_MAX_PROCS; i++) {
     struct sv_proc *p = &f->procs[i];
-    if (!atomic_load(&p->in_use))
-      continue;
+    if (!atomic_load(&p->in_use)) continue;
     live++;
     printf("  pid %-8d host %-12s %d QPs, %d CQs, %d MRs (%d relaxed-ordering)\n", (int)p->pid,
            p->host < f->nhosts ? f->hosts[p->host].name : "?", c.qps[i], c.cqs[i], c.mrs[i], c.mrs_ro[i]);
     print_qps(f, i);
   }
-  if (!live)
-    printf("  none\n");
+  if (!live) printf("  none\n");
   printf("objects: %d QPs, %d CQs, %d MRs\n", c.qp_total, c.cq_total, c.mr_total);
 }
 
@@ -1090,25 +1022,23 @@ static void print_netns_status(struct sv_fabric *f) {
   if (watcher > 0)
     printf("  link watcher: pid %d, log %s/watch.log\n", (int)watcher, f->run_dir);
   else
-    printf("  link watcher: NOT RUNNING: ports no longer follow their interfaces (see %s/watch.log); bring the "
-           "fabric up again\n", f->run_dir);
+    printf(
+        "  link watcher: NOT RUNNING: ports no longer follow their interfaces (see %s/watch.log); bring the "
+        "fabric up again\n",
+        f->run_dir);
 }
 
 static int cmd_status(struct args *a) {
   const char *name;
   char path[PATH_MAX];
   struct sv_fabric *f;
-  if (a->npos)
-    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
-  if (!(f = open_fabric(a->cmd, name)))
-    return 1;
+  if (a->npos) return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name))) return 1;
   sv_fabric_path(name, path, sizeof(path));
   sv_reap_dead(f); /* crashed processes would otherwise show as live */
   printf("fabric '%s'  segment %s  sysfs %s\n", f->name, path, f->run_dir);
-  if (f->netns)
-    print_netns_status(f);
+  if (f->netns) print_netns_status(f);
   print_devices(f);
   print_procs(f);
   sv_fabric_detach(f);
@@ -1125,10 +1055,8 @@ static int cmd_host_addr(struct args *a) {
   if (a->npos != 1)
     return a->npos ? bad_usage(a->cmd, "expected one host, got extra argument '%s'", a->pos[1])
                    : bad_usage(a->cmd, "missing the host");
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
-  if (!(f = open_fabric(a->cmd, name)))
-    return 1;
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
+  if (!(f = open_fabric(a->cmd, name))) return 1;
   if ((h = sv_host_index(f, a->pos[0])) < 0) {
     fprintf(stderr, "simverbs host-addr: fabric '%s' has no host '%s': its hosts are ", name, a->pos[0]);
     list_hosts(f, stderr);
@@ -1137,18 +1065,15 @@ static int cmd_host_addr(struct args *a) {
     ip = sv_netns_mgmt_ipv4((uint32_t)h);
   }
   sv_fabric_detach(f);
-  if (h < 0)
-    return 1;
+  if (h < 0) return 1;
   printf("%u.%u.%u.%u\n", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff, ip & 0xff);
   return 0;
 }
 
 static int cmd_watch(struct args *a) {
   const char *name;
-  if (a->npos)
-    return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
-  if (!(name = fabric_name(a, NULL)))
-    return EXIT_USAGE;
+  if (a->npos) return bad_usage(a->cmd, "unexpected argument '%s'", a->pos[0]);
+  if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
   return sv_watch_main(name);
 }
 
@@ -1158,9 +1083,14 @@ static int dispatch(struct args *a) {
   static const struct {
     const char *name;
     int (*fn)(struct args *);
-  } cmds[] = {{"up", cmd_up},         {"down", cmd_down},   {"run", cmd_run},
-              {"link", cmd_link},     {"fault", cmd_fault}, {"status", cmd_status},
-              {"host-addr", cmd_host_addr}, {"watch", cmd_watch}};
+  } cmds[] = {{"up", cmd_up},
+              {"down", cmd_down},
+              {"run", cmd_run},
+              {"link", cmd_link},
+              {"fault", cmd_fault},
+              {"status", cmd_status},
+              {"host-addr", cmd_host_addr},
+              {"watch", cmd_watch}};
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     if (strcmp(cmds[i].name, a->cmd) == 0) {
       if (a->help) {
@@ -1209,8 +1139,7 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   rc = parse_args(&a, argc - first - 1, argv + first + 1);
-  if (rc == 0)
-    rc = dispatch(&a);
+  if (rc == 0) rc = dispatch(&a);
   free(a.pos);
   return rc;
 }

@@ -23,10 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SYSFS_FW_VER "22.36.1010\n" /* the same string ibv_query_device reports (device.c) */
-#define SYSFS_PCI_VENDOR "0x15b3\n" /* Mellanox's PCI vendor id (verbs reports 0x02c9) */
-#define SYSFS_MAX_CPUS 4096         /* local_cpus/local_cpulist describe at most this many */
-#define SYSFS_UVERBS_ABI "6\n"            /* what rdma-core 44 expects in class/infiniband_verbs */
+#define SYSFS_FW_VER "22.36.1010\n"         /* the same string ibv_query_device reports (device.c) */
+#define SYSFS_PCI_VENDOR "0x15b3\n"         /* Mellanox's PCI vendor id (verbs reports 0x02c9) */
+#define SYSFS_MAX_CPUS 4096                 /* local_cpus/local_cpulist describe at most this many */
+#define SYSFS_UVERBS_ABI "6\n"              /* what rdma-core 44 expects in class/infiniband_verbs */
 #define SYSFS_PEER_MEMORY_VERSION "1.3-0\n" /* what MLNX_OFED's nv_peer_mem reports */
 
 /* ---- small file helpers ---- */
@@ -44,25 +44,20 @@ static int mkdir_p(const char *path) {
     return sysfs_err("create directory", path);
   }
   for (char *p = buf + 1; *p; p++) {
-    if (*p != '/')
-      continue;
+    if (*p != '/') continue;
     *p = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-      return sysfs_err("create directory", buf);
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sysfs_err("create directory", buf);
     *p = '/';
   }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-    return sysfs_err("create directory", buf);
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sysfs_err("create directory", buf);
   return 0;
 }
 
 static int write_all(int fd, const char *s, size_t len) {
   while (len) {
     ssize_t n = write(fd, s, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
     s += n;
     len -= (size_t)n;
   }
@@ -83,14 +78,12 @@ static int tmp_name(const char *dir, const char *base, char *out, size_t len) {
 static int put_file(const char *dir, const char *base, const char *content) {
   char path[PATH_MAX], tmp[PATH_MAX];
   int fd;
-  if (snprintf(path, sizeof(path), "%s/%s", dir, base) >= (int)sizeof(path) ||
-      tmp_name(dir, base, tmp, sizeof(tmp))) {
+  if (snprintf(path, sizeof(path), "%s/%s", dir, base) >= (int)sizeof(path) || tmp_name(dir, base, tmp, sizeof(tmp))) {
     errno = ENAMETOOLONG;
     return sysfs_err("write", dir);
   }
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return sysfs_err("create", tmp);
+  if (fd < 0) return sysfs_err("create", tmp);
   if (write_all(fd, content, strlen(content)) != 0) {
     sysfs_err("write", tmp);
     goto fail;
@@ -107,8 +100,7 @@ static int put_file(const char *dir, const char *base, const char *content) {
   }
   return 0;
 fail:
-  if (fd >= 0)
-    close(fd);
+  if (fd >= 0) close(fd);
   unlink(tmp);
   return -1;
 }
@@ -132,14 +124,12 @@ static int put_fmt(const char *dir, const char *base, const char *fmt, ...) {
 /* Symlink <dir>/<base> -> target, replacing any old link atomically. */
 static int put_link(const char *dir, const char *base, const char *target) {
   char path[PATH_MAX], tmp[PATH_MAX];
-  if (snprintf(path, sizeof(path), "%s/%s", dir, base) >= (int)sizeof(path) ||
-      tmp_name(dir, base, tmp, sizeof(tmp))) {
+  if (snprintf(path, sizeof(path), "%s/%s", dir, base) >= (int)sizeof(path) || tmp_name(dir, base, tmp, sizeof(tmp))) {
     errno = ENAMETOOLONG;
     return sysfs_err("link", dir);
   }
   unlink(tmp);
-  if (symlink(target, tmp) != 0)
-    return sysfs_err("create symlink", tmp);
+  if (symlink(target, tmp) != 0) return sysfs_err("create symlink", tmp);
   if (rename(tmp, path) != 0) {
     unlink(tmp);
     return sysfs_err("rename into", path);
@@ -222,8 +212,7 @@ void sv_sysfs_root(struct sv_fabric *f, uint32_t host, char *out, size_t len) {
 
 static int write_port_state(const char *pdir, const struct sv_port *p) {
   bool up = atomic_load(&p->state) == IBV_PORT_ACTIVE;
-  if (put_file(pdir, "state", up ? "4: ACTIVE\n" : "1: DOWN\n"))
-    return -1;
+  if (put_file(pdir, "state", up ? "4: ACTIVE\n" : "1: DOWN\n")) return -1;
   return put_file(pdir, "phys_state", up ? "5: LinkUp\n" : "3: Disabled\n");
 }
 
@@ -242,8 +231,7 @@ static int write_port_gids(const char *pdir, const struct sv_port *p) {
         put_file(tdir, name, p->gid_types[i] == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2\n" : "IB/RoCE v1\n"))
       return -1;
     /* Only RoCE GIDs are bound to a netdev; IB ones read back EINVAL. */
-    if (roce && p->netdev[0] && put_fmt(ndir, name, "%s\n", p->netdev))
-      return -1;
+    if (roce && p->netdev[0] && put_fmt(ndir, name, "%s\n", p->netdev)) return -1;
   }
   return 0;
 }
@@ -285,8 +273,7 @@ static int write_port(const char *ddir, const struct sv_port *p, uint32_t port) 
       put_file(pdir, "link_layer", ib ? "InfiniBand\n" : "Ethernet\n") ||
       put_fmt(pdir, "lid", "0x%x\n", (unsigned)p->lid) ||
       put_fmt(pdir, "sm_lid", "0x%x\n", ib ? 1u : 0u) || /* the library reports sm_lid 1 */
-      put_file(pdir, "lid_mask_count", "0\n") || put_file(pdir, "sm_sl", "0\n") ||
-      put_file(pkdir, "0", "0xffff\n"))
+      put_file(pdir, "lid_mask_count", "0\n") || put_file(pdir, "sm_sl", "0\n") || put_file(pkdir, "0", "0xffff\n"))
     return -1;
   return write_port_gids(pdir, p) || write_counters(pdir, p);
 }
@@ -306,13 +293,10 @@ static void fmt_cpumask(long ncpu, char *out, size_t len) {
 static int write_pci(const char *root, const struct sv_device *d, bool ib) {
   char dir[PATH_MAX], mask[SYSFS_MAX_CPUS / 32 * 9 + 2];
   long ncpu = sysconf(_SC_NPROCESSORS_CONF);
-  if (ncpu < 1)
-    ncpu = 1;
-  if (ncpu > SYSFS_MAX_CPUS)
-    ncpu = SYSFS_MAX_CPUS;
+  if (ncpu < 1) ncpu = 1;
+  if (ncpu > SYSFS_MAX_CPUS) ncpu = SYSFS_MAX_CPUS;
   fmt_cpumask(ncpu, mask, sizeof(mask));
-  if (join(dir, sizeof(dir), "%s/devices/pci0000:00/%s", root, d->pci) || mkdir_p(dir))
-    return -1;
+  if (join(dir, sizeof(dir), "%s/devices/pci0000:00/%s", root, d->pci) || mkdir_p(dir)) return -1;
   if (put_fmt(dir, "numa_node", "%d\n", (int)d->numa_node) ||
       (ncpu == 1 ? put_file(dir, "local_cpulist", "0\n") : put_fmt(dir, "local_cpulist", "0-%ld\n", ncpu - 1)) ||
       put_file(dir, "local_cpus", mask) || put_file(dir, "vendor", SYSFS_PCI_VENDOR) ||
@@ -323,8 +307,7 @@ static int write_pci(const char *root, const struct sv_device *d, bool ib) {
    * kernel lists a RoCE netdev or an IPoIB interface under its PCI device. */
   for (uint32_t p = 0; p < d->nports && p < SV_MAX_PORTS; p++) {
     char ndir[PATH_MAX];
-    if (!d->ports[p].netdev[0])
-      continue;
+    if (!d->ports[p].netdev[0]) continue;
     if (join(ndir, sizeof(ndir), "%s/net/%s", dir, d->ports[p].netdev) || mkdir_p(ndir) ||
         put_fmt(ndir, "dev_port", "%u\n", p))
       return -1;
@@ -335,11 +318,9 @@ static int write_pci(const char *root, const struct sv_device *d, bool ib) {
 /* <root>/class/infiniband/<dev>/ with its ports and the device symlink. */
 static int write_ibdev(struct sv_fabric *f, const char *root, const struct sv_device *d) {
   char dir[PATH_MAX], target[PATH_MAX], guid[32];
-  if (join(dir, sizeof(dir), "%s/class/infiniband/%s", root, d->name) || mkdir_p(dir))
-    return -1;
+  if (join(dir, sizeof(dir), "%s/class/infiniband/%s", root, d->name) || mkdir_p(dir)) return -1;
   fmt_guid(d->node_guid, guid, sizeof(guid));
-  if (put_fmt(dir, "node_guid", "%s\n", guid))
-    return -1;
+  if (put_fmt(dir, "node_guid", "%s\n", guid)) return -1;
   fmt_guid(d->sys_image_guid, guid, sizeof(guid));
   if (put_fmt(dir, "sys_image_guid", "%s\n", guid) || put_file(dir, "node_type", "1: CA\n") ||
       put_file(dir, "fw_ver", SYSFS_FW_VER) || put_fmt(dir, "hca_type", "MT%u\n", (unsigned)d->vendor_part_id) ||
@@ -350,8 +331,7 @@ static int write_ibdev(struct sv_fabric *f, const char *root, const struct sv_de
   if (join(target, sizeof(target), "../../../devices/pci0000:00/%s", d->pci) || put_link(dir, "device", target))
     return -1;
   for (uint32_t p = 0; p < d->nports && p < SV_MAX_PORTS; p++)
-    if (write_port(dir, &d->ports[p], p + 1))
-      return -1;
+    if (write_port(dir, &d->ports[p], p + 1)) return -1;
   return 0;
 }
 
@@ -359,8 +339,7 @@ static int write_ibdev(struct sv_fabric *f, const char *root, const struct sv_de
 static int write_uverbs(const char *root, const struct sv_device *d, unsigned n) {
   char dir[PATH_MAX], name[32];
   snprintf(name, sizeof(name), "uverbs%u", n);
-  if (join(dir, sizeof(dir), "%s/class/infiniband_verbs/%s", root, name) || mkdir_p(dir))
-    return -1;
+  if (join(dir, sizeof(dir), "%s/class/infiniband_verbs/%s", root, name) || mkdir_p(dir)) return -1;
   if (put_fmt(dir, "ibdev", "%s\n", d->name) || put_file(dir, "abi_version", "1\n") ||
       put_fmt(dir, "dev", "231:%u\n", 192 + n))
     return -1;
@@ -373,8 +352,7 @@ static int write_device(struct sv_fabric *f, const char *root, const struct sv_d
     fprintf(stderr, "simverbs: device name '%s' or pci '%s' cannot be a file name\n", d->name, d->pci);
     return -1;
   }
-  if (write_pci(root, d, ib) || write_ibdev(f, root, d))
-    return -1;
+  if (write_pci(root, d, ib) || write_ibdev(f, root, d)) return -1;
   return write_uverbs(root, d, n);
 }
 
@@ -388,24 +366,20 @@ static int write_host(struct sv_fabric *f, uint32_t h) {
   sv_sysfs_root(f, h, root, sizeof(root));
   /* class/infiniband even for a host without NICs, as with ib_core loaded:
    * `simverbs run` then shows it empty rather than the machine's own. */
-  if (join(vdir, sizeof(vdir), "%s/class/infiniband", root) || mkdir_p(vdir))
-    return -1;
+  if (join(vdir, sizeof(vdir), "%s/class/infiniband", root) || mkdir_p(vdir)) return -1;
   if (join(vdir, sizeof(vdir), "%s/class/infiniband_verbs", root) || mkdir_p(vdir) ||
       put_file(vdir, "abi_version", SYSFS_UVERBS_ABI))
     return -1;
   /* GPU peer memory (nvidia-peermem through MLNX_OFED's peer-memory API):
    * NCCL only asks whether this file exists. */
-  if (f->hosts[h].peer_memory &&
-      (join(vdir, sizeof(vdir), "%s/kernel/mm/memory_peers/nv_mem", root) || mkdir_p(vdir) ||
-       put_file(vdir, "version", SYSFS_PEER_MEMORY_VERSION)))
+  if (f->hosts[h].peer_memory && (join(vdir, sizeof(vdir), "%s/kernel/mm/memory_peers/nv_mem", root) || mkdir_p(vdir) ||
+                                  put_file(vdir, "version", SYSFS_PEER_MEMORY_VERSION)))
     return -1;
   /* uverbs<n> numbers a host's devices in fabric order, as the library does. */
   for (uint32_t i = 0; i < f->ndevs && i < SV_MAX_DEVS; i++) {
     const struct sv_device *d = &f->devs[i];
-    if (!d->in_use || d->host != h)
-      continue;
-    if (write_device(f, root, d, n++))
-      return -1;
+    if (!d->in_use || d->host != h) continue;
+    if (write_device(f, root, d, n++)) return -1;
   }
   return 0;
 }
@@ -415,11 +389,9 @@ int sv_sysfs_create(struct sv_fabric *f) {
     fprintf(stderr, "simverbs: the fabric has no run directory (run_dir '%s')\n", f->run_dir);
     return -1;
   }
-  if (mkdir_p(f->run_dir))
-    return -1;
+  if (mkdir_p(f->run_dir)) return -1;
   for (uint32_t h = 0; h < f->nhosts && h < SV_MAX_HOSTS; h++)
-    if (f->hosts[h].in_use && write_host(f, h))
-      return -1;
+    if (f->hosts[h].in_use && write_host(f, h)) return -1;
   return 0;
 }
 
@@ -434,8 +406,7 @@ static const struct sv_port *port_dir(struct sv_fabric *f, int dev, int port, ch
   }
   d = &f->devs[dev];
   sv_sysfs_root(f, d->host, root, sizeof(root));
-  if (join(pdir, len, "%s/class/infiniband/%s/ports/%d", root, d->name, port))
-    return NULL;
+  if (join(pdir, len, "%s/class/infiniband/%s/ports/%d", root, d->name, port)) return NULL;
   return &d->ports[port - 1];
 }
 

@@ -88,8 +88,7 @@ static int failed(struct view *v, const char *fmt, ...) {
  * lists only the simulated NICs even on a host with real HCAs, and a PCI
  * address that a real device also has shows the simulated NIC. */
 static bool merged(const char *rel, const char *name) {
-  if (!rel[0])
-    return strcmp(name, "class") == 0 || strcmp(name, "devices") == 0 || strcmp(name, "kernel") == 0;
+  if (!rel[0]) return strcmp(name, "class") == 0 || strcmp(name, "devices") == 0 || strcmp(name, "kernel") == 0;
   if (strcmp(rel, "kernel") == 0) /* kernel/mm/memory_peers: GPU peer memory (sysfs.c) */
     return strcmp(name, "mm") == 0;
   return strcmp(rel, "devices") == 0;
@@ -102,13 +101,11 @@ static int anchor_push(struct view *v, const char *path) {
   if (v->nanchors == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 8;
     char **grown = realloc(v->anchors, cap * sizeof(*grown));
-    if (!grown)
-      return failed(v, "record the mount on %s", path);
+    if (!grown) return failed(v, "record the mount on %s", path);
     v->anchors = grown;
     v->cap = cap;
   }
-  if (!(copy = strdup(path)))
-    return failed(v, "record the mount on %s", path);
+  if (!(copy = strdup(path))) return failed(v, "record the mount on %s", path);
   v->anchors[v->nanchors++] = copy;
   return 0;
 }
@@ -120,8 +117,7 @@ static void anchor_pop(struct view *v) { free(v->anchors[--v->nanchors]); }
 static int undo(struct view *v) {
   int rc = 0;
   while (v->nanchors) {
-    if (umount2(v->anchors[v->nanchors - 1], MNT_DETACH) != 0)
-      rc = -1;
+    if (umount2(v->anchors[v->nanchors - 1], MNT_DETACH) != 0) rc = -1;
     anchor_pop(v);
   }
   return rc;
@@ -133,8 +129,7 @@ static int undo(struct view *v) {
 static int bind_at(struct view *v, int src_dir, int dst_dir, const char *name, bool rdonly, const char *where) {
   struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
   int tree = open_tree(src_dir, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
-  if (tree < 0)
-    return failed(v, "clone %s for %s/%s", name, where, name);
+  if (tree < 0) return failed(v, "clone %s for %s/%s", name, where, name);
   if (rdonly && mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof(ro)) != 0) {
     failed(v, "make the bind mount for %s/%s read-only", where, name);
     goto fail;
@@ -163,40 +158,34 @@ static int copy_entry(struct view *v, int src_dir, int dst_dir, const char *name
   switch (st.st_mode & S_IFMT) {
   case S_IFLNK:
     len = readlinkat(src_dir, name, target, sizeof(target));
-    if (len >= (ssize_t)sizeof(target))
-      errno = ENAMETOOLONG;
-    if (len < 0 || len >= (ssize_t)sizeof(target))
-      return failed(v, "read the symlink %s for %s/%s", name, where, name);
+    if (len >= (ssize_t)sizeof(target)) errno = ENAMETOOLONG;
+    if (len < 0 || len >= (ssize_t)sizeof(target)) return failed(v, "read the symlink %s for %s/%s", name, where, name);
     target[len] = '\0';
-    if (symlinkat(target, dst_dir, name) != 0)
-      return failed(v, "recreate the symlink %s/%s", where, name);
+    if (symlinkat(target, dst_dir, name) != 0) return failed(v, "recreate the symlink %s/%s", where, name);
     return 0;
   case S_IFDIR:
-    if (mkdirat(dst_dir, name, 0755) != 0)
-      return failed(v, "make the mount point %s/%s", where, name);
+    if (mkdirat(dst_dir, name, 0755) != 0) return failed(v, "make the mount point %s/%s", where, name);
     break;
   case S_IFREG:
     if ((fd = openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
       return failed(v, "make the mount point %s/%s", where, name);
     close(fd);
     break;
-  default:
-    return 0; /* sysfs has no other kind; an empty stand-in would only mislead */
+  default: return 0; /* sysfs has no other kind; an empty stand-in would only mislead */
   }
   return bind_at(v, src_dir, dst_dir, name, rdonly, where);
 }
 
 static const struct entry *find(const struct entry *e, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++)
-    if (strcmp(e[i].name, name) == 0)
-      return &e[i];
+    if (strcmp(e[i].name, name) == 0) return &e[i];
   return NULL;
 }
 
 /* The simulated directory's entries, each with what to do with it given
  * what /sys has under the same name. */
-static int list_sim(struct view *v, int sim_dir, int real_dir, const char *rel, const char *tpath,
-                    struct entry **out, size_t *count) {
+static int list_sim(struct view *v, int sim_dir, int real_dir, const char *rel, const char *tpath, struct entry **out,
+                    size_t *count) {
   struct entry *e = NULL;
   struct stat sst, rst;
   struct dirent *de;
@@ -205,22 +194,18 @@ static int list_sim(struct view *v, int sim_dir, int real_dir, const char *rel, 
   int fd, rc = -1;
   if ((fd = openat(sim_dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || !(dir = fdopendir(fd))) {
     failed(v, "read the simulated tree for %s", tpath);
-    if (fd >= 0)
-      close(fd);
+    if (fd >= 0) close(fd);
     return -1;
   }
   for (errno = 0; (de = readdir(dir)); errno = 0) {
     /* ".", ".." and the temporaries sysfs.c renames into place */
-    if (de->d_name[0] == '.')
-      continue;
+    if (de->d_name[0] == '.') continue;
     if (fstatat(sim_dir, de->d_name, &sst, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT)
-        continue;
+      if (errno == ENOENT) continue;
       failed(v, "stat the simulated %s for %s", de->d_name, tpath);
       goto out;
     }
-    if (!S_ISDIR(sst.st_mode) && !S_ISREG(sst.st_mode) && !S_ISLNK(sst.st_mode))
-      continue;
+    if (!S_ISDIR(sst.st_mode) && !S_ISREG(sst.st_mode) && !S_ISLNK(sst.st_mode)) continue;
     if (n == cap) {
       struct entry *grown = realloc(e, (cap = cap ? cap * 2 : 16) * sizeof(*e));
       if (!grown) {
@@ -271,15 +256,12 @@ static int cover_dir(struct view *v, const char *tpath, int real_dir, int sim_di
   char opts[32];
   DIR *dir = NULL;
   int top = -1, fd, rc = -1;
-  if (fstat(real_dir, &st) != 0)
-    return failed(v, "stat %s", tpath);
+  if (fstat(real_dir, &st) != 0) return failed(v, "stat %s", tpath);
   snprintf(opts, sizeof(opts), "mode=%04o", (unsigned)(st.st_mode & 07777));
-  if (anchored && anchor_push(v, tpath) != 0)
-    return -1;
+  if (anchored && anchor_push(v, tpath) != 0) return -1;
   if (mount(SYSVIEW_FS, tpath, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) != 0) {
     failed(v, "mount a tmpfs over %s", tpath);
-    if (anchored)
-      anchor_pop(v);
+    if (anchored) anchor_pop(v);
     return -1;
   }
   if ((top = open(tpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
@@ -288,25 +270,20 @@ static int cover_dir(struct view *v, const char *tpath, int real_dir, int sim_di
   }
   if ((fd = openat(real_dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || !(dir = fdopendir(fd))) {
     failed(v, "read %s", tpath);
-    if (fd >= 0)
-      close(fd);
+    if (fd >= 0) close(fd);
     goto out;
   }
   for (errno = 0; (de = readdir(dir)); errno = 0) {
-    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-      continue;
-    if ((s = find(e, n, de->d_name)) && s->how != MERGE)
-      continue;
-    if (copy_entry(v, real_dir, top, de->d_name, false, tpath) != 0)
-      goto out;
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+    if ((s = find(e, n, de->d_name)) && s->how != MERGE) continue;
+    if (copy_entry(v, real_dir, top, de->d_name, false, tpath) != 0) goto out;
   }
   if (errno != 0) {
     failed(v, "read %s", tpath);
     goto out;
   }
   for (size_t i = 0; i < n; i++)
-    if (e[i].how != MERGE && copy_entry(v, sim_dir, top, e[i].name, true, tpath) != 0)
-      goto out;
+    if (e[i].how != MERGE && copy_entry(v, sim_dir, top, e[i].name, true, tpath) != 0) goto out;
   /* sysfs refuses new files; so does the view once it is built */
   if (mount_setattr(top, "", AT_EMPTY_PATH, &ro, sizeof(ro)) != 0) {
     failed(v, "make the tmpfs over %s read-only", tpath);
@@ -314,10 +291,8 @@ static int cover_dir(struct view *v, const char *tpath, int real_dir, int sim_di
   }
   rc = 0;
 out:
-  if (dir)
-    closedir(dir);
-  if (top >= 0)
-    close(top);
+  if (dir) closedir(dir);
+  if (top >= 0) close(top);
   return rc; /* on failure the tmpfs stays: it was recorded (or lies in one that was) and undo detaches it */
 }
 
@@ -330,36 +305,28 @@ static int graft(struct view *v, const char *tpath, int sim_dir, const char *rel
   bool covered = false;
   size_t n = 0;
   int real_dir, child, rc = -1;
-  if ((real_dir = open(tpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-    return failed(v, "open %s", tpath);
-  if (list_sim(v, sim_dir, real_dir, rel, tpath, &e, &n) != 0)
-    goto out;
-  for (size_t i = 0; i < n; i++)
-    covered |= e[i].how == INSERT;
+  if ((real_dir = open(tpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0) return failed(v, "open %s", tpath);
+  if (list_sim(v, sim_dir, real_dir, rel, tpath, &e, &n) != 0) goto out;
+  for (size_t i = 0; i < n; i++) covered |= e[i].how == INSERT;
   if (covered) {
-    if (cover_dir(v, tpath, real_dir, sim_dir, e, n, anchored) != 0)
-      goto out;
+    if (cover_dir(v, tpath, real_dir, sim_dir, e, n, anchored) != 0) goto out;
   } else {
     for (size_t i = 0; i < n; i++) {
-      if (e[i].how != COVER)
-        continue;
+      if (e[i].how != COVER) continue;
       if (snprintf(path, sizeof(path), "%s/%s", tpath, e[i].name) >= (int)sizeof(path)) {
         errno = ENAMETOOLONG;
         failed(v, "build a path under %s", tpath);
         goto out;
       }
-      if (anchored && anchor_push(v, path) != 0)
-        goto out;
+      if (anchored && anchor_push(v, path) != 0) goto out;
       if (bind_at(v, sim_dir, real_dir, e[i].name, true, tpath) != 0) {
-        if (anchored)
-          anchor_pop(v);
+        if (anchored) anchor_pop(v);
         goto out;
       }
     }
   }
   for (size_t i = 0; i < n; i++) {
-    if (e[i].how != MERGE)
-      continue;
+    if (e[i].how != MERGE) continue;
     if (snprintf(path, sizeof(path), "%s/%s", tpath, e[i].name) >= (int)sizeof(path) ||
         snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e[i].name) >= (int)sizeof(sub)) {
       errno = ENAMETOOLONG;
@@ -388,8 +355,7 @@ int sv_sysview_enter(const char *sim_root, bool private_ns, char *why, size_t wh
   int sim, rc = -1;
   why[0] = '\0';
   if (!private_ns) {
-    if (unshare(CLONE_NEWNS) != 0)
-      return failed(&v, "make a mount namespace (unshare)");
+    if (unshare(CLONE_NEWNS) != 0) return failed(&v, "make a mount namespace (unshare)");
     /* Until this holds, a mount here would show up in every namespace. */
     if (mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0)
       return failed(&v, "keep mounts from propagating out of the new mount namespace");
@@ -401,8 +367,7 @@ int sv_sysview_enter(const char *sim_root, bool private_ns, char *why, size_t wh
   else if (undo(&v) != 0)
     rc = -2;
   close(sim);
-  while (v.nanchors)
-    anchor_pop(&v);
+  while (v.nanchors) anchor_pop(&v);
   free(v.anchors);
   return rc;
 }

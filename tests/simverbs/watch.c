@@ -47,10 +47,10 @@
 #include <unistd.h>
 
 #define WATCH_READY_ENV "SIMVERBS_WATCH_READY_FD"
-#define WATCH_SETTLE_MS 5000    /* interfaces just set up: time for their link state to settle */
-#define WATCH_TICK_MS 500       /* how often the fabric is checked for being gone */
-#define WATCH_START_MS 20000    /* how long `up` waits for the daemon to be ready */
-#define WATCH_MAX_ERRORS 100    /* consecutive receive errors before giving up */
+#define WATCH_SETTLE_MS 5000 /* interfaces just set up: time for their link state to settle */
+#define WATCH_TICK_MS 500    /* how often the fabric is checked for being gone */
+#define WATCH_START_MS 20000 /* how long `up` waits for the daemon to be ready */
+#define WATCH_MAX_ERRORS 100 /* consecutive receive errors before giving up */
 #define WATCH_RCVBUF (1 << 20)
 #define WATCH_MAX_PORTS (SV_MAX_DEVS * SV_MAX_PORTS)
 
@@ -119,21 +119,19 @@ static const char *port_host(const struct watcher *w, const struct wport *p) {
 static void apply_port(struct watcher *w, struct whost *h, struct wport *p) {
   struct sv_port *sp = &w->f->devs[p->dev].ports[p->port - 1];
   bool up = p->seen == 1, cur = atomic_load(&sp->state) == IBV_PORT_ACTIVE;
-  if (up == cur)
-    return;
+  if (up == cur) return;
   if (sv_port_set_state(w->f, p->dev, p->port, up) != 0)
-    wlog("%s:%s:%d %s, but its sysfs files could not be updated", port_host(w, p), w->f->devs[p->dev].name,
-         p->port, up ? "ACTIVE" : "DOWN");
+    wlog("%s:%s:%d %s, but its sysfs files could not be updated", port_host(w, p), w->f->devs[p->dev].name, p->port,
+         up ? "ACTIVE" : "DOWN");
   else
-    wlog("%s:%s:%d %s  (%s in %s: %s)", port_host(w, p), w->f->devs[p->dev].name, p->port,
-         up ? "ACTIVE" : "DOWN", p->ifname, h->ns, p->why);
+    wlog("%s:%s:%d %s  (%s in %s: %s)", port_host(w, p), w->f->devs[p->dev].name, p->port, up ? "ACTIVE" : "DOWN",
+         p->ifname, h->ns, p->why);
 }
 
 static void observe(struct whost *h, struct wport *p, int up, const char *why) {
   p->seen = up;
   snprintf(p->why, sizeof(p->why), "%s", why);
-  if (h->w->apply)
-    apply_port(h->w, h, p);
+  if (h->w->apply) apply_port(h->w, h, p);
 }
 
 /* Up means IFF_UP and IFF_RUNNING; `why` says how the interface looks. */
@@ -171,15 +169,13 @@ static void on_link(struct whost *h, struct rtnl_link *l, bool deleted) {
 
 static void on_object(struct nl_object *obj, void *arg) {
   struct rtnl_link *l = (struct rtnl_link *)obj;
-  if (strcmp(nl_object_get_type(obj), "route/link") != 0 || rtnl_link_get_family(l) == AF_BRIDGE)
-    return;
+  if (strcmp(nl_object_get_type(obj), "route/link") != 0 || rtnl_link_get_family(l) == AF_BRIDGE) return;
   on_link(arg, l, nl_object_get_msgtype(obj) == RTM_DELLINK);
 }
 
 static int on_msg(struct nl_msg *msg, void *arg) {
   int err = nl_msg_parse(msg, on_object, arg);
-  if (err < 0 && err != -NLE_MSGTYPE_NOSUPPORT)
-    wlog("cannot parse a netlink message: %s", nl_geterror(err));
+  if (err < 0 && err != -NLE_MSGTYPE_NOSUPPORT) wlog("cannot parse a netlink message: %s", nl_geterror(err));
   return NL_OK;
 }
 
@@ -237,8 +233,7 @@ static int open_host(struct whost *h, int home) {
   }
   if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || setns(fd, CLONE_NEWNET) != 0) {
     wlog("cannot enter network namespace %s: %s", path, strerror(errno));
-    if (fd >= 0)
-      close(fd);
+    if (fd >= 0) close(fd);
     return -1;
   }
   close(fd);
@@ -263,8 +258,7 @@ static int setup_hosts(struct watcher *w) {
     }
     for (uint32_t d = 0; d < f->ndevs && d < SV_MAX_DEVS; d++) {
       const struct sv_device *dv = &f->devs[d];
-      if (!dv->in_use || dv->host != hi)
-        continue;
+      if (!dv->in_use || dv->host != hi) continue;
       for (uint32_t p = 0; p < dv->nports && p < SV_MAX_PORTS && h->nports < WATCH_MAX_PORTS; p++) {
         struct wport *wp = &h->ports[h->nports++];
         wp->dev = (int)d;
@@ -291,13 +285,11 @@ static int pump(struct watcher *w, int ms) {
   for (uint32_t i = 0; i < w->nhosts; i++)
     fds[i] = (struct pollfd){.fd = nl_socket_get_fd(w->hosts[i].ev), .events = POLLIN};
   n = poll(fds, w->nhosts, ms);
-  if (n < 0)
-    return errno == EINTR ? 0 : -1;
+  if (n < 0) return errno == EINTR ? 0 : -1;
   for (uint32_t i = 0; i < w->nhosts && n > 0; i++) {
     struct whost *h = &w->hosts[i];
     int err;
-    if (!fds[i].revents)
-      continue;
+    if (!fds[i].revents) continue;
     err = nl_recvmsgs_default(h->ev);
     if (err == -NLE_NOMEM) { /* ENOBUFS: notifications were lost, so ask for the whole picture */
       wlog("%s: netlink receive buffer overrun: reading every interface again", h->ns);
@@ -319,8 +311,7 @@ static int pump(struct watcher *w, int ms) {
 static bool all_seen_up(const struct watcher *w) {
   for (uint32_t i = 0; i < w->nhosts; i++)
     for (int j = 0; j < w->hosts[i].nports; j++)
-      if (w->hosts[i].ports[j].seen != 1)
-        return false;
+      if (w->hosts[i].ports[j].seen != 1) return false;
   return true;
 }
 
@@ -330,8 +321,7 @@ static int settle(struct watcher *w) {
   int64_t deadline = now_ms() + WATCH_SETTLE_MS;
   int down = 0;
   while (!stop_signal && !all_seen_up(w) && now_ms() < deadline)
-    if (pump(w, 50) != 0)
-      return -1;
+    if (pump(w, 50) != 0) return -1;
   w->apply = true;
   for (uint32_t i = 0; i < w->nhosts; i++)
     for (int j = 0; j < w->hosts[i].nports; j++) {
@@ -339,8 +329,8 @@ static int settle(struct watcher *w) {
       apply_port(w, &w->hosts[i], p);
       if (p->seen != 1) {
         down++;
-        wlog("%s:%s:%d starts DOWN  (%s in %s: %s)", port_host(w, p), w->f->devs[p->dev].name, p->port,
-             p->ifname, w->hosts[i].ns, p->why);
+        wlog("%s:%s:%d starts DOWN  (%s in %s: %s)", port_host(w, p), w->f->devs[p->dev].name, p->port, p->ifname,
+             w->hosts[i].ns, p->why);
       }
     }
   return down;
@@ -356,7 +346,9 @@ static int attach(struct watcher *w) {
   sv_fabric_path(w->name, w->seg_path, sizeof(w->seg_path));
   if (!(w->f = sv_fabric_attach(w->name))) {
     wlog("cannot attach fabric '%s' (%s): %s", w->name, w->seg_path,
-         errno == ENOENT ? "it is not up" : errno == EPROTO ? "made by another simverbs version" : strerror(errno));
+         errno == ENOENT   ? "it is not up"
+         : errno == EPROTO ? "made by another simverbs version"
+                           : strerror(errno));
     return -1;
   }
   if (stat(w->seg_path, &st) != 0) {
@@ -406,22 +398,18 @@ int sv_watch_main(const char *name) {
   sigaddset(&stop_set, SIGHUP);
   sigprocmask(SIG_UNBLOCK, &stop_set, NULL);
   wlog("fabric '%s': starting (pid %d)", name, (int)getpid());
-  if (attach(w) != 0 || setup_hosts(w) != 0)
-    goto out;
+  if (attach(w) != 0 || setup_hosts(w) != 0) goto out;
   if ((home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
     wlog("cannot open this process's network namespace: %s", strerror(errno));
     goto out;
   }
   for (uint32_t i = 0; i < w->nhosts; i++) {
-    if (open_host(&w->hosts[i], home) != 0)
-      goto out;
+    if (open_host(&w->hosts[i], home) != 0) goto out;
     nports += w->hosts[i].nports;
   }
   for (uint32_t i = 0; i < w->nhosts; i++) /* after every subscription: nothing falls in between */
-    if (dump_host(&w->hosts[i]) != 0)
-      goto out;
-  if ((down = settle(w)) < 0)
-    goto out;
+    if (dump_host(&w->hosts[i]) != 0) goto out;
+  if ((down = settle(w)) < 0) goto out;
   wlog("watching %d port%s of %u host%s (%d down)", nports, nports == 1 ? "" : "s", w->nhosts,
        w->nhosts == 1 ? "" : "s", down);
   if (ready_fd >= 0) {
@@ -430,8 +418,7 @@ int sv_watch_main(const char *name) {
     ready_fd = -1;
   }
   while (!stop_signal) {
-    if (pump(w, WATCH_TICK_MS) != 0)
-      goto out;
+    if (pump(w, WATCH_TICK_MS) != 0) goto out;
     if (!fabric_alive(w)) {
       wlog("fabric '%s' is down or was replaced (%s): exiting", name, w->seg_path);
       rc = 0;
@@ -441,12 +428,9 @@ int sv_watch_main(const char *name) {
   wlog("stopped by signal %d", (int)stop_signal);
   rc = 0;
 out:
-  if (rc)
-    wlog("exiting on the error above: ports no longer follow their interfaces");
-  if (ready_fd >= 0)
-    close(ready_fd);
-  if (home >= 0)
-    close(home);
+  if (rc) wlog("exiting on the error above: ports no longer follow their interfaces");
+  if (ready_fd >= 0) close(ready_fd);
+  if (home >= 0) close(home);
   watcher_free(w);
   return rc;
 }
@@ -459,8 +443,7 @@ static void show_log(const char *path) {
   ssize_t n;
   off_t size;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return;
+  if (fd < 0) return;
   size = lseek(fd, 0, SEEK_END);
   lseek(fd, size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0, SEEK_SET);
   n = read(fd, buf, sizeof(buf) - 1);
@@ -481,22 +464,17 @@ static int await_ready(int fd) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int64_t left = deadline - now_ms();
     ssize_t n;
-    if (left <= 0)
-      return -1;
+    if (left <= 0) return -1;
     if (poll(&pfd, 1, (int)left) < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       return -1;
     }
     n = read(fd, buf + got, sizeof(buf) - 1 - got);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
     got += (size_t)n;
     buf[got] = '\0';
-    if (strchr(buf, '\n'))
-      return sscanf(buf, "ready %d", &down) == 1 && down >= 0 ? down : -1;
+    if (strchr(buf, '\n')) return sscanf(buf, "ready %d", &down) == 1 && down >= 0 ? down : -1;
   }
   return -1;
 }

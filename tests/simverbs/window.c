@@ -73,8 +73,9 @@ static int private_anonymous_query(uintptr_t start, uintptr_t end) {
       ok = errno == ENOENT || errno == ENAMETOOLONG ? 0 : -1; /* a hole or a long (file) name: no */
       break;
     }
-    ok = q.vma_start <= covered && (q.vma_flags & (SV_VMA_READABLE | SV_VMA_WRITABLE | SV_VMA_EXECUTABLE | SV_VMA_SHARED)) ==
-                                       (SV_VMA_READABLE | SV_VMA_WRITABLE) &&
+    ok = q.vma_start <= covered &&
+         (q.vma_flags & (SV_VMA_READABLE | SV_VMA_WRITABLE | SV_VMA_EXECUTABLE | SV_VMA_SHARED)) ==
+             (SV_VMA_READABLE | SV_VMA_WRITABLE) &&
          q.inode == 0 && q.dev_major == 0 && q.dev_minor == 0 && (!name[0] || !strcmp(name, "[heap]"));
     covered = q.vma_end;
   }
