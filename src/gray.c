@@ -40,7 +40,8 @@ void lp_gray_rate_reset(struct lp_gray_rate *r) {
   r->mbps = -1;
 }
 
-int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends) {
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends,
+                            int speed_mbps) {
   if (r->age < INT32_MAX) r->age++;
   int back = bytes < r->bytes || busy_ns < r->busy_ns || resends < r->resends;
   if (r->valid && !back && bytes - r->bytes < LP_GRAY_RATE_MIN_BYTES) return -1;
@@ -53,6 +54,7 @@ int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t bus
   r->resends = resends;
   if (!closes) return -1; /* the first tick, or totals that went back: start over */
   r->mbps = (int64_t)(db * 1000u / dt);
+  if (speed_mbps > 0 && r->mbps > speed_mbps / 8) r->mbps = speed_mbps / 8; /* MB/s: Mb/s over 8 */
   r->age = 0;
   return r->mbps;
 }

@@ -485,7 +485,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     /* Time the port had a message out while this process looked. */
     uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
     busy = busy > unwatched ? busy - unwatched : 0;
-    closed[d] = lp_gray_rate_window(&h->rate[d], bytes, busy, ok ? resends : 0) >= 0;
+    closed[d] = lp_gray_rate_window(&h->rate[d], bytes, busy, ok ? resends : 0, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
     lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,
                       h->rate_at_ns[d], now);

@@ -67,17 +67,17 @@ Test(gray, every_resend_at_most_one_million_ppm) {
 Test(gray_rate, a_window_closes_with_enough_bytes_and_gives_mb_per_s) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  cr_expect_eq(lp_gray_rate_window(&r, 0, 0, 0), -1, "the first tick only opens the window");
+  cr_expect_eq(lp_gray_rate_window(&r, 0, 0, 0, 0), -1, "the first tick only opens the window");
   cr_expect(!lp_gray_rate_fresh(&r));
-  cr_expect_eq(lp_gray_rate_window(&r, 8 * MIB, 10 * MS, 0), -1, "8 MiB are too few: the window stays open");
-  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 40 * MS, 0), 838, "32 MiB in 40 ms busy: 838 MB/s");
+  cr_expect_eq(lp_gray_rate_window(&r, 8 * MIB, 10 * MS, 0, 0), -1, "8 MiB are too few: the window stays open");
+  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 40 * MS, 0, 0), 838, "32 MiB in 40 ms busy: 838 MB/s");
   cr_expect(lp_gray_rate_fresh(&r));
-  cr_expect_eq(lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0), -1, "a quiet tick");
+  cr_expect_eq(lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0, 0), -1, "a quiet tick");
   cr_expect(lp_gray_rate_fresh(&r), "one tick old still counts as now");
-  lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0);
+  lp_gray_rate_window(&r, 33 * MIB, 45 * MS, 0, 0);
   cr_expect(!lp_gray_rate_fresh(&r), "two ticks old does not");
-  cr_expect_eq(lp_gray_rate_window(&r, MIB, 0, 0), -1, "totals that went back (a reset) start over");
-  cr_expect_eq(lp_gray_rate_window(&r, 20 * MIB, 10 * MS, 0), 1992, "and the next window measures from there");
+  cr_expect_eq(lp_gray_rate_window(&r, MIB, 0, 0, 0), -1, "totals that went back (a reset) start over");
+  cr_expect_eq(lp_gray_rate_window(&r, 20 * MIB, 10 * MS, 0, 0), 1992, "and the next window measures from there");
 }
 
 Test(gray_rate, slow_twice_in_a_row_against_the_pool_and_its_speed) {
@@ -112,13 +112,21 @@ Test(gray_rate, nothing_is_slow_without_a_clearly_faster_port) {
 Test(gray_rate, a_window_with_resends_is_the_loss_detectors) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  lp_gray_rate_window(&r, 0, 0, 7);
-  cr_expect_eq(lp_gray_rate_window(&r, 16 * MIB, 80 * MS, 9), 209, "a slow window, two packets resent in it");
+  lp_gray_rate_window(&r, 0, 0, 7, 0);
+  cr_expect_eq(lp_gray_rate_window(&r, 16 * MIB, 80 * MS, 9, 0), 209, "a slow window, two packets resent in it");
   cr_expect(r.lossy);
   for (int i = 0; i < 3; i++) cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "is not judged for its rate");
   cr_expect_eq(r.slow, 0);
-  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 160 * MS, 9), 209, "the next one, without resends");
+  cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 160 * MS, 9, 0), 209, "the next one, without resends");
   cr_expect(!r.lossy);
   cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50));
   cr_expect_eq(r.slow, 1, "is");
+}
+
+Test(gray_rate, no_port_measures_above_its_speed) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  lp_gray_rate_window(&r, 0, 0, 0, 10000);
+  cr_expect_eq(lp_gray_rate_window(&r, 64 * MIB, 20 * MS, 0, 10000), 1250,
+               "64 MiB in 20 ms is 3,355 MB/s: more than a 10 Gb/s port moves, so 1,250");
 }
