@@ -82,8 +82,15 @@ expect_clean_run() {
   grep -q "Wrong elements *: 0 OK" "$tmp/out" || fail "wrong elements"
   # Every move's drain saw each receive of the old path delivered or flushed.
   ! grep -q "neither delivered nor flushed" "$tmp/out" || fail "a drain gave up waiting for the old path's receives"
-  # Only the gray scenarios degrade a port: no other may drain one as degraded.
-  case $name in gray_loss | gray_loss_remote | gray_loss_ring4 | gray_rate | gray_rate_remote | gray_rate_ring4) return ;; esac
+  # Only the gray scenarios degrade a port: no other may drain one as
+  # degraded.  Except lost ACKs: each costs the requester a local ACK
+  # timeout, counted in local_ack_timeout_err as a ConnectX counts it, and a
+  # port that keeps losing them resends as much as a lossy one (seen under
+  # ThreadSanitizer, where fewer packets go out between the losses).
+  case $name in
+  gray_loss | gray_loss_remote | gray_loss_ring4 | gray_rate | gray_rate_remote | gray_rate_ring4) return ;;
+  ack_loss | ack_loss_repeated | ack_loss_idle_receiver) return ;;
+  esac
   ! grep -q "reason=degraded" "$tmp/syslog" || fail "a move for reason degraded, and no port lost packets"
 }
 
