@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -387,17 +388,24 @@ static unsigned drain_degraded(struct lp_health *h, int dev, uint64_t now) {
   return flaps;
 }
 
+/* The port's event line (docs/OPERATIONS.md): what was measured
+ * (`evidence`, key=value fields) between the fields every such line has. */
+static void report_degraded(struct lp_health *h, int dev, const char *evidence, int windows, unsigned flaps) {
+  const struct lp_dev *d = &h->env->devs[dev];
+  char line[320];
+  snprintf(line, sizeof(line), "event=degraded dev=%s port=%d %s windows=%d holddown_ms=%llu flap=%u", d->name, d->port,
+           evidence, windows, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+  lp_report_line(&h->env->syslog, LOG_WARNING, line);
+}
+
 static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now) {
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
   int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
   unsigned flaps = drain_degraded(h, dev, now);
-  char line[320];
-  snprintf(line, sizeof(line),
-           "event=degraded dev=%s port=%d evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d "
-           "better_ppm=%d windows=%d holddown_ms=%llu flap=%u",
-           d->name, d->port, ppm, h->env->cfg.gray_ppm, b->name, b->port, bppm, LP_GRAY_STRIKES,
-           (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
-  lp_report_line(&h->env->syslog, line);
+  char evidence[160];
+  snprintf(evidence, sizeof(evidence), "evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d better_ppm=%d",
+           ppm, h->env->cfg.gray_ppm, b->name, b->port, bppm);
+  report_degraded(h, dev, evidence, LP_GRAY_STRIKES, flaps);
   LP_WARN(
       "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
       "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
@@ -411,13 +419,10 @@ static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typi
   const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
   long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)typical_mbps;
   unsigned flaps = drain_degraded(h, dev, now);
-  char line[320];
-  snprintf(line, sizeof(line),
-           "event=degraded dev=%s port=%d evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d "
-           "speed_mbps=%d windows=%d holddown_ms=%llu flap=%u",
-           d->name, d->port, mbps, tmbps, t->name, t->port, d->speed_mbps, LP_GRAY_RATE_STRIKES,
-           (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
-  lp_report_line(&h->env->syslog, line);
+  char evidence[160];
+  snprintf(evidence, sizeof(evidence), "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d",
+           mbps, tmbps, t->name, t->port, d->speed_mbps);
+  report_degraded(h, dev, evidence, LP_GRAY_RATE_STRIKES, flaps);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
       "its pool), the %d. window in a row under %d%% of that and of its %d Mb/s: connections on it move to other "

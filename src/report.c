@@ -78,11 +78,10 @@ void lp_syslog_close(struct lp_syslog *sl) {
 void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r) {
   char line[512];
   lp_report_format(r, line, sizeof(line));
-  if (sl->enabled) syslog_send(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line);
-  LP_WARN("%s", line);
+  lp_report_line(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line);
 }
 
-void lp_report_line(const struct lp_syslog *sl, const char *line) {
-  if (sl->enabled) syslog_send(sl, LOG_WARNING, line);
+void lp_report_line(const struct lp_syslog *sl, int severity, const char *line) {
+  if (sl->enabled) syslog_send(sl, severity, line);
   LP_WARN("%s", line);
 }

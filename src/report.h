@@ -59,8 +59,8 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 /* Send the line to syslog (when enabled) and to NCCL's log. */
 void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r);
 
-/* A port's event line, already formatted as key=value fields (a port
- * drained as degraded: health.c), the same two ways at LOG_WARNING. */
-void lp_report_line(const struct lp_syslog *sl, const char *line);
+/* Any event line, already formatted as key=value fields (the lines above,
+ * a port drained as degraded: health.c), the same two ways at `severity`. */
+void lp_report_line(const struct lp_syslog *sl, int severity, const char *line);
 
 #endif
