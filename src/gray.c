@@ -6,6 +6,7 @@
 void lp_gray_reset(struct lp_gray *g) {
   memset(g, 0, sizeof(*g));
   g->ppm = -1;
+  g->last_ppm = -1;
 }
 
 int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm) {
@@ -29,7 +30,7 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
     return -1;
   }
   uint64_t ppm = de >= dp ? 1000000u : de * 1000000u / dp;
-  g->ppm = (int32_t)ppm;
+  g->ppm = g->last_ppm = (int32_t)ppm;
   g->strikes = ppm >= threshold_ppm ? g->strikes + 1 : 0;
   g->good = ppm * 4 < threshold_ppm ? g->good + 1 : 0;
   return g->ppm;

@@ -33,7 +33,8 @@
 struct lp_gray {
   int valid;                /* the counters could be read at the last window */
   uint64_t packets, errors; /* their values then */
-  int32_t ppm;              /* the last window's retransmissions per million packets, -1: nothing to judge */
+  int32_t ppm;              /* this tick's closed window's retransmissions per million packets, -1: none closed */
+  int32_t last_ppm;         /* the last window that closed, at whatever tick (-1: none yet) */
   int strikes;              /* windows in a row at or over the threshold */
   int good;                 /* windows in a row under a quarter of it */
   int quiet;                /* ticks since the window opened with too little traffic to close it */
@@ -52,8 +53,11 @@ void lp_gray_reset(struct lp_gray *g);
  * shows now). */
 int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm);
 
-/* A port is degraded when it struck LP_GRAY_STRIKES windows in a row. */
-static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >= LP_GRAY_STRIKES; }
+/* A port is degraded when it struck LP_GRAY_STRIKES windows in a row, the
+ * last closing at this tick.  Strikes from before a quiet spell are old
+ * news: judged against a port that was clean since (when the loss ended
+ * everywhere), they would drain a port that loses no more than the rest. */
+static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >= LP_GRAY_STRIKES && g->ppm >= 0; }
 
 /* Clearly better than a degraded port: measured in its last windows,
  * LP_GRAY_STRIKES in a row, each under a quarter of the threshold (one

@@ -350,7 +350,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
     if (since != 0 && now > since) degraded += now - since;
     md->degraded_seconds = (double)degraded / 1e9;
     md->degraded = atomic_load_explicit(&ds->degraded, rx);
-    md->resend_ratio = h->gray[d].ppm > 0 ? (double)h->gray[d].ppm / 1e6 : 0.0;
+    md->resend_ratio = h->gray[d].last_ppm > 0 ? (double)h->gray[d].last_ppm / 1e6 : 0.0; /* the last window judged */
     md->tx_rate = lp_gray_rate_fresh(&h->rate[d]) ? (double)h->rate[d].mbps * 1e6 : 0.0;
   }
   m.replayed_requests = atomic_load_explicit(&st->replayed, rx);
@@ -400,7 +400,7 @@ static void report_degraded(struct lp_health *h, int dev, const char *evidence, 
 
 static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now) {
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
-  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].ppm;
+  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].last_ppm; /* better: clean in its own last windows */
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[160];
   snprintf(evidence, sizeof(evidence), "evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d better_ppm=%d",

@@ -13,6 +13,8 @@ Test(gray, two_windows_over_the_threshold_strike) {
   cr_expect(!lp_gray_struck(&g));
   cr_expect_eq(lp_gray_window(&g, 1, 1200000, 2000, T), 10000);
   cr_expect(lp_gray_struck(&g), "a second window over it");
+  cr_expect_eq(lp_gray_window(&g, 1, 1201000, 2000, T), -1, "too few packets: the window stays open");
+  cr_expect(!lp_gray_struck(&g), "the strikes are from a window already judged, not news of this tick");
   cr_expect_eq(lp_gray_window(&g, 1, 1300000, 2010, T), 100, "a clean window");
   cr_expect_eq(g.strikes, 0, "clears the strikes");
 }
