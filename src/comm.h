@@ -132,8 +132,9 @@ struct lp_send_comm {
  * (gray.h): smaller ones would time the latency. */
 #define LP_METER_MIN_BYTES (64u << 10)
 /* A gap between two progress calls longer than this, with a timed message
- * out, is time the process did not look (lp_tx_meter.unwatched_ns): a
- * polling proxy thread comes back within microseconds. */
+ * out, is time the process did not look (lp_tx_meter.unwatched_ns, when
+ * none is still out after it: progress.c): a polling proxy thread comes
+ * back within microseconds. */
 #define LP_METER_GAP_NS (100u * 1000)
 
 /* Message m leaves its NIC's transmit meter: with the bytes it moved when

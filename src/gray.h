@@ -93,9 +93,10 @@ void lp_gray_rate_reset(struct lp_gray_rate *r);
  * packets is `lossy`: a lost packet can cost a whole local ACK timeout, so
  * its rate says more about bad luck than about the port's speed, and the
  * resend windows judge such a port.  A rate is at most the port's nominal
- * speed (`speed_mbps`, 0: no limit): the busy time leaves out every gap in
- * which the process did not look, whole, though the wire may have worked
- * through part of it, so a port near its speed can measure above it. */
+ * speed (`speed_mbps`, 0: no limit): the busy time leaves out, whole, each gap
+ * in which the process did not look and its messages all completed, though
+ * the wire may have worked through part of it, so a port near its speed can
+ * measure above it. */
 int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends, int speed_mbps);
 
 /* Whether the last window counts as now (for the port judged, and for the
