@@ -445,8 +445,12 @@ static int64_t rate_now(const struct lp_health *h, int dev, uint64_t now) {
   if (lp_gray_rate_fresh(&h->rate[dev])) return h->rate[dev].mbps;
   const struct lp_dev *d = &h->env->devs[dev];
   uint64_t fresh = (LP_GRAY_RATE_FRESH + 1) * LP_GRAY_WINDOW_NS;
-  return lp_rateboard_read(&h->board, lp_env_nic_of(h->env, dev)->attr.node_guid, d->port,
-                           now > fresh ? now - fresh : 0, now);
+  int64_t r = lp_rateboard_read(&h->board, lp_env_nic_of(h->env, dev)->attr.node_guid, d->port,
+                                now > fresh ? now - fresh : 0, now);
+  /* Every poster caps its rates at the port's speed: a rate above ours
+   * is another port's that shares this GUID (a misconfigured or
+   * simulated host), no evidence about this one. */
+  return d->speed_mbps > 0 && r > d->speed_mbps / 8 ? -1 : r;
 }
 
 /* The typical other port of `dev`'s pool: of those with a rate measured

@@ -13,16 +13,17 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
   /* The NIC before the peer: a request the peer refused completes here
    * with its error before the peer's notice of the flushes that refusal
    * caused it can arrive over TCP, and must decide first (fail, not move). */
-  int dev = c->link.dev;
-  ncclResult_t rc = lp_transport_poll(c, now, lp_fo_on_error);
+  int dev = c->link.dev, drained = 0;
+  ncclResult_t rc = lp_transport_poll(c, now, lp_fo_on_error, &drained);
   /* Between the end of the last call and this one, with timed messages
    * out, nobody looked.  If every one of them has now completed, the port
    * may have finished them anywhere in that gap: the transmit meter must
    * not take the process's absence for the port's slowness, and leaves
-   * the gap out.  If one is still out, the port was at work on it all
-   * along: the gap is the port's time, as the time inside a call is. */
+   * the gap out.  If one is still out though the CQ holds no completion
+   * more, the port was at work on it all along: the gap is the port's
+   * time, as the time inside a call is. */
   if (c->kind == LP_COMM_SEND && c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS &&
-      ((struct lp_send_comm *)c)->metered == 0)
+      (((struct lp_send_comm *)c)->metered == 0 || !drained))
     lp_health_tx_unwatched(c->health, dev, c->progress_end_ns, now);
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);

@@ -9,8 +9,9 @@ ncclResult_t lp_transport_completion(struct lp_comm *comm, const struct ibv_wc *
                                     : lp_recv_completion((struct lp_recv_comm *)comm, wc);
 }
 
-ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error) {
+ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error, int *drained) {
   struct ibv_wc wcs[LP_POLL_BATCH];
+  *drained = 0;
   for (int iter = 0; iter < 4; iter++) {
     int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
@@ -22,7 +23,10 @@ ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_f
           wcs[i].status == IBV_WC_SUCCESS ? lp_transport_completion(comm, &wcs[i]) : on_error(comm, &wcs[i]);
       if (rc != ncclSuccess) return rc;
     }
-    if (n < LP_POLL_BATCH) break;
+    if (n < LP_POLL_BATCH) {
+      *drained = 1;
+      break;
+    }
   }
   return ncclSuccess;
 }

@@ -51,7 +51,7 @@
  * mlx5 extended verbs (ibv_wr_* post API, inline data, DC) that the simulated
  * library does not implement, while for an unknown part it takes its generic
  * path (ibv_create_qp, ibv_post_send, no inline). */
-#define CFG_GUID_BASE 0x0c42a10300000000ull
+#define CFG_GUID_BASE 0x0c42a10000000000ull /* Mellanox's OUI, then the fabric's tag (fabric_tag) */
 #define CFG_VENDOR_ID 0x02c9u
 #define CFG_ECE_DEFAULT 0x30000002u /* the options a ConnectX RoCE NIC reports (NCCL's query_ece lines) */
 #define CFG_VENDOR_PART_ID 0xfff0u
@@ -361,6 +361,16 @@ static void gid_set_ipv4(union ibv_gid *g, uint32_t ipv4) {
   for (int i = 0; i < 4; i++) g->raw[12 + i] = (uint8_t)(ipv4 >> (24 - 8 * i));
 }
 
+/* 16 bits of the fabric's name for its GUIDs.  GUIDs are unique in the
+ * world: two fabrics up on one machine at once (tests run side by side)
+ * must not share them, or consumers that key what they learn by GUID (the
+ * plugin's rate board in /dev/shm) mix up ports of different fabrics. */
+static uint64_t fabric_tag(const char *name) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+  return (h ^ h >> 16) & 0xffffu;
+}
+
 /* RoCE link-local GIDs come from the netdev MAC (EUI-64: ff:fe in the middle,
  * universal/local bit flipped).  The MAC is made of the OUI and the low 24
  * bits of the port GUID, so every port gets a distinct one. */
@@ -498,7 +508,8 @@ static int nic_add(struct cfg *c, const struct cfg_nic *nic) {
    * bits of the port GUIDs.  A single-function ConnectX reports its node
    * GUID as sys_image_guid too; keeping them per nic stops NCCL-style
    * topology code from merging separate NICs into one multi-port NIC. */
-  d->node_guid = CFG_GUID_BASE | ((uint64_t)c->host + 1) << 16 | (uint64_t)c->host_devs << 8;
+  d->node_guid =
+      CFG_GUID_BASE | fabric_tag(f->name) << 24 | ((uint64_t)c->host + 1) << 16 | (uint64_t)c->host_devs << 8;
   d->sys_image_guid = d->node_guid;
   snprintf(d->pci, sizeof(d->pci), "%s", nic->pci);
   d->numa_node = nic->numa;
