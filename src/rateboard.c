@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,15 +28,27 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   }
   snprintf(b->path, sizeof(b->path), "%s", path);
   size_t len = sizeof(struct lp_rb_table);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) goto fail;
   struct stat st;
-  if (fstat(fd, &st) != 0) goto fail_fd;
+  int fd = -1;
+  /* The last one out may unlink the file between our open and our lock:
+   * then the board is the file created after it. */
+  for (int tries = 0; tries < 8 && fd < 0; tries++) {
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) goto fail;
+    if (flock(fd, LOCK_SH) != 0 || fstat(fd, &st) != 0) goto fail_fd;
+    if (st.st_nlink == 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {
+    snprintf(why, why_len, "%s is removed as soon as it is made (another process closing it over and over?)", path);
+    return -1;
+  }
   /* Two processes may both find it empty: both give it the same size. */
   if ((size_t)st.st_size < len && ftruncate(fd, (off_t)len) != 0) goto fail_fd;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) goto fail_fd;
-  close(fd);
   struct lp_rb_table *t = m;
   /* A new file is zeros; whoever comes first writes the header (a second
    * writer writes the same words). */
@@ -47,12 +60,16 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
     snprintf(why, why_len, "%s is not a linkpass rate board of version %d (another version running?)", path,
              LP_RB_VERSION);
     munmap(m, len);
+    close(fd);
     return -1;
   }
   b->t = t;
+  b->fd = fd;
   return 0;
 fail_fd:
+  snprintf(why, why_len, "%s: %s", path, strerror(errno));
   close(fd);
+  return -1;
 fail:
   snprintf(why, why_len, "%s: %s", path, strerror(errno));
   return -1;
@@ -71,14 +88,14 @@ void lp_rateboard_close(struct lp_rateboard *b) {
   if (b->t == NULL) return;
   for (int i = 0; i < LP_RB_MAX_PORTS; i++)
     if (b->held[i] >= 0) atomic_store_explicit(&b->t->slot[b->held[i]].beat_ns, 0, rx); /* free again */
-  uint64_t now = lp_now_ns();
-  int others = 0;
-  for (int i = 0; i < LP_RB_SLOTS && !others; i++) others = alive(&b->t->slot[i], now);
-  /* The last one out removes the file; one that opens it meanwhile keeps
-   * its mapping and, at worst, compares alone until it reopens. */
-  if (!others) unlink(b->path);
   munmap(b->t, sizeof(*b->t));
   b->t = NULL;
+  /* The last one out removes the file: nobody else has it open.  (Losing
+   * the shared lock when the exclusive one is refused does not matter: we
+   * are leaving.) */
+  if (flock(b->fd, LOCK_EX | LOCK_NB) == 0) unlink(b->path);
+  close(b->fd);
+  b->fd = -1;
 }
 
 /* A slot for a new port: one never held, or whose holder is gone. */

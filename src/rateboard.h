@@ -12,10 +12,16 @@
  * also between the simulated hosts of one machine).  A slot is written by
  * its holder's control thread only, under a sequence count, and read by
  * anyone; its holder refreshes it every tick, and a slot not refreshed for
- * LP_RB_STALE_NS is free again (its process ended or hangs).  Whoever
- * closes the board while no other live process holds a slot removes the
- * file.  Nothing here blocks, and a board that cannot be opened only
- * leaves the process to compare its own ports.
+ * LP_RB_STALE_NS is free again (its process ended or hangs).  Every
+ * process keeps the file open under a shared flock; whoever closes it and
+ * then gets the lock exclusively (no other process has it open, crashed
+ * ones included: the kernel dropped their locks with their files and
+ * mappings) removes the file, and one
+ * that opened it meanwhile finds it unlinked once it has its shared lock,
+ * and opens the new one: every process of the host shares one board.
+ * Nothing else blocks (the lock waits at most for a closer's unlink), and
+ * a board that cannot be opened only leaves the process to compare its
+ * own ports.
  */
 #ifndef LP_RATEBOARD_H
 #define LP_RATEBOARD_H
@@ -45,6 +51,7 @@ struct lp_rb_table {
 
 struct lp_rateboard {
   struct lp_rb_table *t; /* NULL: no board */
+  int fd;                /* open while mapped, under a shared flock */
   int pid;
   char path[512];
   int held[LP_RB_MAX_PORTS]; /* slot per device index, -1: none yet */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -49,9 +50,12 @@ Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
   cr_expect_eq(lp_rateboard_read(&a, 0x99, 1, 0, now), -1, "a process that does not exist is nobody's view");
   lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
   cr_expect_lt(a.held[0], LP_RB_MAX_PORTS, "the first slot whose holder is gone is taken over");
-  lp_rateboard_close(&a); /* the only live holder: removes the file */
+  /* A crash: the kernel unmaps the process's memory and closes its files,
+   * and with the last reference to the open file goes its lock. */
+  munmap(dead.t, sizeof(*dead.t));
+  close(dead.fd);
+  lp_rateboard_close(&a); /* the only one with the file open: removes it */
   cr_expect_neq(access(path, F_OK), 0);
-  dead.t = NULL; /* its mapping went with the process, as a crash would leave it */
 }
 
 Test(rateboard, bad_paths_and_none_say_why) {
@@ -69,4 +73,21 @@ Test(rateboard, bad_paths_and_none_say_why) {
   cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
   cr_expect(strstr(why, "is not a linkpass rate board"), "%s", why);
   unlink(path);
+}
+
+Test(rateboard, one_that_opens_while_the_last_closes_joins_the_new_board) {
+  fresh_path();
+  struct lp_rateboard last, early, late;
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(&last, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  cr_assert_eq(lp_rateboard_open(&early, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  lp_rateboard_close(&last);
+  cr_expect_eq(access(path, F_OK), 0, "`early` has the board open: it stays, though `early` holds no slot yet");
+  cr_assert_eq(lp_rateboard_open(&late, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&late, 0, 0x77, 1, 640, now, now);
+  cr_expect_eq(lp_rateboard_read(&early, 0x77, 1, 0, now), 640, "both see one board");
+  lp_rateboard_close(&early);
+  lp_rateboard_close(&late);
+  cr_expect_neq(access(path, F_OK), 0, "the last one out removed the file");
 }
