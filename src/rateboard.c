@@ -29,7 +29,7 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   snprintf(b->path, sizeof(b->path), "%s", path);
   size_t len = sizeof(struct lp_rb_table);
   struct stat st;
-  int fd = -1;
+  int fd = -1, err;
   /* The last one out may unlink the file between our open and our lock:
    * then the board is the file created after it. */
   for (int tries = 0; tries < 8 && fd < 0; tries++) {
@@ -67,9 +67,9 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   b->fd = fd;
   return 0;
 fail_fd:
-  snprintf(why, why_len, "%s: %s", path, strerror(errno));
+  err = errno; /* the failed call's, not close's */
   close(fd);
-  return -1;
+  errno = err;
 fail:
   snprintf(why, why_len, "%s: %s", path, strerror(errno));
   return -1;
