@@ -65,7 +65,7 @@ void lp_comm_destroy(struct lp_comm *comm) {
   if (comm->kind == LP_COMM_RECV) lp_flush_close(&((struct lp_recv_comm *)comm)->flush);
   lp_link_close(&comm->link);
   free(comm->ctrl);
-  if (comm->fd >= 0) close(comm->fd);
+  lp_ctl_close(&comm->ctl);
   comm->magic = 0;
   free(comm);
 }
@@ -107,9 +107,5 @@ int lp_comm_peer_gone(struct lp_comm *comm, int *err) {
   *err = 0;
   if (now < comm->next_peer_check_ns) return 0;
   comm->next_peer_check_ns = now + LP_PEER_CHECK_NS;
-  char b;
-  ssize_t n = recv(comm->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return 0;
-  *err = n == 0 ? 0 : -errno;
-  return 1;
+  return lp_ctl_peer_gone(&comm->ctl, comm->peer, err);
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctlchan.h"
 #include "env.h"
 #include "fifo.h"
 #include "flush.h"
@@ -58,7 +59,7 @@ struct lp_comm {
   /* NICs on which every buffer NCCL used with this connection is
    * registered (bit n: NIC n): the only ones it may move to. */
   uint32_t mr_nics;
-  int fd; /* the out-of-band socket, kept open as the control channel */
+  struct lp_ctl ctl; /* the control channel: the setup socket, kept open, and a second one where there is one */
   uint64_t conn_id;
   int traffic_class;
   struct lp_link link;
@@ -168,8 +169,8 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
 void lp_comm_destroy(struct lp_comm *comm);
 /* 1 while any QP has signaled work outstanding (what the watchdog waits on). */
 int lp_comm_busy(const struct lp_comm *comm);
-/* 1 when the peer's end of the control socket reached end of file or an
- * error (rate-limited to one look per 100 ms; -errno or 0 in *why). */
+/* 1 when the peer closed the control channel or none of its connections
+ * is left (rate-limited to one look per 100 ms; -errno or 0 in *err). */
 int lp_comm_peer_gone(struct lp_comm *comm, int *err);
 /* This comm's registration of an mhandle, on its current NIC.  NULL when invalid. */
 static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle) {

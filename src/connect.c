@@ -11,7 +11,13 @@
  *   send comm ready
  *
  * The TCP socket stays open afterwards: it is the connection's control
- * channel, independent of the RDMA path (failover notices will use it).
+ * channel, independent of the RDMA path.  With failover on, and where the
+ * listener has a second interface (the handle's second address), the
+ * connector also makes a second TCP connection there at the same time and
+ * names the connection in it (JOIN); READY says whether it did, and the
+ * listener waits for that JOIN before the comm is ready.  The control
+ * channel then runs over both (ctlchan.h).  Either end that cannot make or
+ * find the second connection within LP_ALT_SETUP_NS goes on with one.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,10 +36,17 @@
 
 #define LP_LISTEN_MAGIC 0x4c504c69u
 #define LP_MAX_PENDING 16
+/* A connection on a LAN is made in well under a millisecond: a second
+ * interface that does not answer within this is not waited for (each
+ * connection waits at most this long once, and NCCL sets them up side by
+ * side). */
+#define LP_ALT_SETUP_NS (1000ull * 1000 * 1000)
 
 /* ---- connector ----------------------------------------------------------- */
 
 enum { CS_CONNECTING = 1, CS_SEND_HELLO, CS_RECV_ACCEPT, CS_SEND_READY };
+/* The second control connection, beside the states above. */
+enum { ALT_NONE = 0, ALT_CONNECTING, ALT_SEND_JOIN, ALT_JOINED };
 
 struct lp_connect_stage {
   struct lp_connect_stage *next;
@@ -46,6 +59,11 @@ struct lp_connect_stage {
   struct lp_msg_accept accept;
   struct lp_msg_ready ready;
   size_t off;
+  int alt_state;
+  uint64_t alt_deadline_ns;
+  union lp_sockaddr alt_to;
+  struct lp_msg_hello join;
+  size_t alt_off;
 };
 
 /* ---- listener ------------------------------------------------------------ */
@@ -53,16 +71,18 @@ struct lp_connect_stage {
 struct lp_pending {
   int fd; /* -1: free */
   uint64_t since_ns;
+  int complete; /* the hello arrived whole and valid (a JOIN waits here for its connection's READY) */
   size_t off;
   union lp_sockaddr from;
   struct lp_msg_hello hello;
 };
 
-enum { AS_SEND_REPLY = 1, AS_RECV_READY };
+enum { AS_SEND_REPLY = 1, AS_RECV_READY, AS_AWAIT_JOIN };
 
 struct lp_accept_stage {
   int state;
   uint64_t deadline_ns;
+  uint64_t join_deadline_ns;
   struct lp_recv_comm *comm;
   struct lp_msg_accept reply;
   struct lp_msg_ready ready;
@@ -74,9 +94,10 @@ struct lp_listen_comm {
   struct lp_setup *setup;
   int dev;
   int fd;
+  int alt_fd; /* on the second interface; -1: none */
   int traffic_class;
   uint64_t listen_id;
-  union lp_sockaddr addr;
+  union lp_sockaddr addr, alt_addr;
   struct lp_pending pend[LP_MAX_PENDING];
   struct lp_accept_stage *stage;
 };
@@ -108,7 +129,7 @@ static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t 
   c->ctrl_len = ctrl_len;
   c->magic = LP_COMM_MAGIC;
   c->kind = kind;
-  c->fd = -1;
+  lp_ctl_init(&c->ctl);
   c->traffic_class = tc;
   snprintf(c->peer, sizeof(c->peer), "(connecting)");
   return c;
@@ -159,6 +180,71 @@ static int subnet_dev(const struct lp_env *env, int dev, const struct lp_handle 
   return d;
 }
 
+static void handle_addr(union lp_sockaddr *to, uint16_t family, uint16_t port, const uint8_t *addr, uint32_t scope_id) {
+  memset(to, 0, sizeof(*to));
+  to->sa.sa_family = family;
+  if (family == AF_INET) {
+    to->in.sin_port = port;
+    memcpy(&to->in.sin_addr, addr, 4);
+  } else {
+    to->in6.sin6_port = port;
+    memcpy(&to->in6.sin6_addr, addr, 16);
+    to->in6.sin6_scope_id = scope_id;
+  }
+}
+
+static void alt_drop(struct lp_connect_stage *st, int err) {
+  char a[64];
+  struct lp_ctl_path *path = &st->comm->base.ctl.path[1];
+  LP_INFO(NCCL_INIT | NCCL_NET,
+          "connect: no second control connection to %s: %s; connection 0x%llx's control channel has one",
+          lp_sockaddr_str(&st->alt_to, a, sizeof(a)), strerror(-err), (unsigned long long)st->comm->base.conn_id);
+  if (path->fd >= 0) close(path->fd);
+  path->fd = -1;
+  st->alt_state = ALT_NONE;
+}
+
+/* The second control connection, to the listener's second address. */
+static void alt_start(struct lp_connect_stage *st, const struct lp_handle *h) {
+  handle_addr(&st->alt_to, h->alt_family, h->alt_port, h->alt_addr, h->alt_scope_id);
+  st->join = st->hello;
+  st->join.hdr.type = LP_MSG_JOIN;
+  memset(&st->join.link, 0, sizeof(st->join.link));
+  st->alt_state = ALT_CONNECTING;
+  st->alt_deadline_ns = deadline_after(LP_ALT_SETUP_NS);
+  int fd = lp_sock_connect_start(&st->alt_to);
+  if (fd < 0) {
+    alt_drop(st, fd);
+    return;
+  }
+  st->comm->base.ctl.path[1].fd = fd;
+}
+
+static void alt_step(struct lp_connect_stage *st) {
+  int fd = st->comm->base.ctl.path[1].fd, r = 0;
+  switch (st->alt_state) {
+  case ALT_CONNECTING:
+    r = lp_sock_connect_check(fd);
+    if (r < 0) {
+      alt_drop(st, r);
+      return;
+    }
+    if (r == 0) break;
+    st->alt_state = ALT_SEND_JOIN;
+    /* fall through */
+  case ALT_SEND_JOIN:
+    r = lp_sock_send_progress(fd, &st->join, sizeof(st->join), &st->alt_off);
+    if (r < 0) {
+      alt_drop(st, r);
+      return;
+    }
+    if (r == 1) st->alt_state = ALT_JOINED;
+    break;
+  default: return;
+  }
+  if (st->alt_state != ALT_JOINED && expired(st->alt_deadline_ns)) alt_drop(st, -ETIMEDOUT);
+}
+
 static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp_handle *h,
                                   struct lp_connect_stage **out) {
   ncclResult_t rc = ncclSystemError;
@@ -177,16 +263,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   rc = lp_comm_link_open(&s->base.link, &s->base, dev, p->env->cfg.qps_per_conn, 0);
   if (rc != ncclSuccess) goto fail;
 
-  memset(&st->to, 0, sizeof(st->to));
-  st->to.sa.sa_family = h->family;
-  if (h->family == AF_INET) {
-    st->to.in.sin_port = h->port;
-    memcpy(&st->to.in.sin_addr, h->addr, 4);
-  } else {
-    st->to.in6.sin6_port = h->port;
-    memcpy(&st->to.in6.sin6_addr, h->addr, 16);
-    st->to.in6.sin6_scope_id = h->scope_id;
-  }
+  handle_addr(&st->to, h->family, h->port, h->addr, h->scope_id);
   int fd = lp_sock_connect_start(&st->to);
   if (fd < 0) {
     char a[64];
@@ -194,7 +271,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
     rc = ncclRemoteError;
     goto fail;
   }
-  s->base.fd = fd;
+  s->base.ctl.path[0].fd = fd;
   lp_msg_hdr_init(&st->hello.hdr, LP_MSG_HELLO, sizeof(st->hello));
   st->hello.listen_id = h->listen_id;
   st->hello.conn_id = s->base.conn_id;
@@ -202,6 +279,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   st->hello.link = s->base.link.local;
   st->state = CS_CONNECTING;
   st->deadline_ns = deadline_after(p->env->cfg.ns.setup_timeout_ns);
+  if (p->health != NULL && h->alt_family != 0) alt_start(st, h);
 
   pthread_mutex_lock(&p->lock);
   st->token = ++p->next_token;
@@ -221,10 +299,11 @@ fail:
  * caller frees the stage. */
 static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st, int *done) {
   struct lp_send_comm *s = st->comm;
-  int fd = s->base.fd;
+  int fd = s->base.ctl.path[0].fd;
   char a[64];
   int r;
   *done = 0;
+  alt_step(st);
   for (;;) {
     switch (st->state) {
     case CS_CONNECTING:
@@ -270,11 +349,16 @@ static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st
       break;
     }
     case CS_SEND_READY:
+      if (st->off == 0) { /* READY says whether the second connection is there: settle it first */
+        if (st->alt_state == ALT_CONNECTING || st->alt_state == ALT_SEND_JOIN) goto again;
+        st->ready.joined = st->alt_state == ALT_JOINED;
+      }
       r = lp_sock_send_progress(fd, &st->ready, sizeof(st->ready), &st->off);
       if (r < 0) goto sock_fail;
       if (r == 0) goto again;
-      LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s)", (unsigned long long)s->base.conn_id,
-              s->base.link.local.dev_name, s->base.link.local.port, s->base.peer, s->base.link.nqps);
+      LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u -> %s, %d QP(s), %d control connection(s)",
+              (unsigned long long)s->base.conn_id, s->base.link.local.dev_name, s->base.link.local.port, s->base.peer,
+              s->base.link.nqps, 1 + st->ready.joined);
       *done = 1;
       return ncclSuccess;
     }
@@ -349,6 +433,18 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
     free(l);
     return ncclSystemError;
   }
+  l->alt_fd = -1;
+  if (p->health != NULL && p->env->oob_alt_ifname[0] != '\0') {
+    l->alt_fd = lp_sock_listen(&p->env->oob_alt_addr, &l->alt_addr);
+    if (l->alt_fd < 0) {
+      char a[64];
+      LP_WARN(
+          "listen: cannot listen on the second control interface %s (%s): %s; connections to this listener have "
+          "one control connection",
+          lp_sockaddr_str(&p->env->oob_alt_addr, a, sizeof(a)), p->env->oob_alt_ifname, strerror(-l->alt_fd));
+      l->alt_fd = -1;
+    }
+  }
   struct lp_handle h;
   memset(&h, 0, sizeof(h));
   h.magic = LP_HANDLE_MAGIC;
@@ -366,6 +462,15 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
     memcpy(h.addr, &l->addr.in6.sin6_addr, 16);
     h.scope_id = l->addr.in6.sin6_scope_id;
   }
+  if (l->alt_fd >= 0) {
+    h.alt_family = l->alt_addr.sa.sa_family;
+    h.alt_port = h.alt_family == AF_INET ? l->alt_addr.in.sin_port : l->alt_addr.in6.sin6_port;
+    h.alt_scope_id = h.alt_family == AF_INET ? 0 : l->alt_addr.in6.sin6_scope_id;
+    if (h.alt_family == AF_INET)
+      memcpy(h.alt_addr, &l->alt_addr.in.sin_addr, 4);
+    else
+      memcpy(h.alt_addr, &l->alt_addr.in6.sin6_addr, 16);
+  }
   memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   *listenComm = l;
@@ -376,6 +481,7 @@ static void pending_drop(struct lp_pending *pd) {
   if (pd->fd >= 0) close(pd->fd);
   pd->fd = -1;
   pd->off = 0;
+  pd->complete = 0;
 }
 
 static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *why) {
@@ -385,11 +491,9 @@ static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *
   pending_drop(pd);
 }
 
-/* Take new TCP connections and read hellos; returns the first pending
- * connection with a complete, valid hello, or NULL. */
-static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
+static void take_new(struct lp_listen_comm *l, int lfd) {
   for (;;) {
-    int fd = lp_sock_accept(l->fd);
+    int fd = lp_sock_accept(lfd);
     if (fd <= 0) break;
     int slot = -1;
     for (int i = 0; i < LP_MAX_PENDING && slot < 0; i++)
@@ -408,31 +512,53 @@ static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
     socklen_t alen = sizeof(pd->from);
     if (getpeername(fd, &pd->from.sa, &alen) != 0) pd->from.sa.sa_family = AF_UNSPEC;
   }
+}
+
+/* Take new TCP connections (on both interfaces) and read hellos; returns
+ * the first pending connection with a complete, valid HELLO, or NULL.  A
+ * complete JOIN stays pending until its connection's READY (find_join). */
+static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
+  take_new(l, l->fd);
+  if (l->alt_fd >= 0) take_new(l, l->alt_fd);
   for (int i = 0; i < LP_MAX_PENDING; i++) {
     struct lp_pending *pd = &l->pend[i];
     if (pd->fd < 0) continue;
-    int r = lp_sock_recv_progress(pd->fd, &pd->hello, sizeof(pd->hello), &pd->off);
     char why[160];
-    if (pd->off >= sizeof(struct lp_msg_hdr) &&
-        lp_msg_hdr_check(&pd->hello.hdr, LP_MSG_HELLO, sizeof(pd->hello), why, sizeof(why)) != 0) {
-      reject(l, pd, why);
-      continue;
+    if (!pd->complete) {
+      int r = lp_sock_recv_progress(pd->fd, &pd->hello, sizeof(pd->hello), &pd->off);
+      enum lp_msg_type type = pd->hello.hdr.type == LP_MSG_JOIN ? LP_MSG_JOIN : LP_MSG_HELLO;
+      if (pd->off >= sizeof(struct lp_msg_hdr) &&
+          lp_msg_hdr_check(&pd->hello.hdr, type, sizeof(pd->hello), why, sizeof(why)) != 0) {
+        reject(l, pd, why);
+        continue;
+      }
+      if (r < 0) {
+        snprintf(why, sizeof(why), "closed before a complete hello (%zu bytes): %s", pd->off, sock_err(r));
+        reject(l, pd, why);
+        continue;
+      }
+      if (r == 1 && lp_msg_hello_check(&pd->hello, l->listen_id, why, sizeof(why)) != 0) {
+        reject(l, pd, why);
+        continue;
+      }
+      pd->complete = r == 1;
     }
-    if (r < 0) {
-      snprintf(why, sizeof(why), "closed before a complete hello (%zu bytes): %s", pd->off, sock_err(r));
-      reject(l, pd, why);
-      continue;
-    }
-    if (r == 0) {
-      uint64_t limit = p->env->cfg.ns.setup_timeout_ns;
-      if (limit > 0 && lp_now_ns() - pd->since_ns > limit) reject(l, pd, "no hello within LINKPASS_SETUP_TIMEOUT_MS");
-      continue;
-    }
-    if (lp_msg_hello_check(&pd->hello, l->listen_id, why, sizeof(why)) != 0) {
-      reject(l, pd, why);
-      continue;
-    }
-    return pd;
+    if (pd->complete && pd->hello.hdr.type == LP_MSG_HELLO) return pd;
+    uint64_t limit = p->env->cfg.ns.setup_timeout_ns;
+    if (limit > 0 && lp_now_ns() - pd->since_ns > limit)
+      reject(l, pd,
+             pd->complete ? "a second control connection (JOIN) for no connection set up here within "
+                            "LINKPASS_SETUP_TIMEOUT_MS"
+                          : "no hello within LINKPASS_SETUP_TIMEOUT_MS");
+  }
+  return NULL;
+}
+
+/* The JOIN of connection `conn_id`, arrived whole, or NULL. */
+static struct lp_pending *find_join(struct lp_listen_comm *l, uint64_t conn_id) {
+  for (int i = 0; i < LP_MAX_PENDING; i++) {
+    struct lp_pending *pd = &l->pend[i];
+    if (pd->fd >= 0 && pd->complete && pd->hello.hdr.type == LP_MSG_JOIN && pd->hello.conn_id == conn_id) return pd;
   }
   return NULL;
 }
@@ -453,7 +579,7 @@ static ncclResult_t accept_start(struct lp_setup *p, struct lp_listen_comm *l, s
   r->tail = 1;
   r->oldest = 1;
   r->base.conn_id = pd->hello.conn_id;
-  r->base.fd = pd->fd;
+  r->base.ctl.path[0].fd = pd->fd;
   pd->fd = -1;
   describe_peer(r->base.peer, sizeof(r->base.peer), pd->hello.host, &pd->from, &pd->hello.link);
   /* The receiver uses the sender's QP count: both ends must pair QPs 1:1. */
@@ -479,9 +605,10 @@ fail:
   return rc;
 }
 
-static ncclResult_t accept_step(struct lp_setup *p, struct lp_accept_stage *st, int *done) {
+static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, struct lp_accept_stage *st, int *done) {
   struct lp_recv_comm *r = st->comm;
-  int fd = r->base.fd;
+  int fd = r->base.ctl.path[0].fd;
+  struct lp_pending *pd;
   int rc;
   char why[160];
   *done = 0;
@@ -502,12 +629,36 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_accept_stage *st, 
         LP_WARN("accept: invalid message from %s: %s", r->base.peer, why);
         return ncclRemoteError;
       }
-      LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s)", (unsigned long long)r->base.conn_id,
-              r->base.link.local.dev_name, r->base.link.local.port, r->base.peer, r->base.link.nqps);
-      *done = 1;
-      return ncclSuccess;
+      if (!st->ready.joined || l->alt_fd < 0) goto ready;
+      st->state = AS_AWAIT_JOIN;
+      st->join_deadline_ns = deadline_after(LP_ALT_SETUP_NS);
+      break;
+    case AS_AWAIT_JOIN:
+      /* Sent before READY, on another connection: it may still be on its way. */
+      pd = find_join(l, r->base.conn_id);
+      if (pd == NULL) {
+        gather(p, l);
+        pd = find_join(l, r->base.conn_id);
+      }
+      if (pd != NULL) {
+        r->base.ctl.path[1].fd = pd->fd;
+        pd->fd = -1;
+        pending_drop(pd);
+        goto ready;
+      }
+      if (!expired(st->join_deadline_ns)) goto again;
+      LP_INFO(NCCL_INIT | NCCL_NET,
+              "accept: the second control connection of connection 0x%llx did not arrive; its control channel has one",
+              (unsigned long long)r->base.conn_id);
+      goto ready;
     }
   }
+ready:
+  LP_INFO(NCCL_INIT | NCCL_NET, "connection 0x%llx: %s:%u <- %s, %d QP(s), %d control connection(s)",
+          (unsigned long long)r->base.conn_id, r->base.link.local.dev_name, r->base.link.local.port, r->base.peer,
+          r->base.link.nqps, 1 + (r->base.ctl.path[1].fd >= 0));
+  *done = 1;
+  return ncclSuccess;
 again:
   if (expired(st->deadline_ns)) {
     LP_WARN("accept: %s did not finish connection setup within LINKPASS_SETUP_TIMEOUT_MS=%d", r->base.peer,
@@ -536,7 +687,7 @@ ncclResult_t lp_accept(void *listenComm, void **recvComm, ncclNetDeviceHandle_v1
     if (rc != ncclSuccess) return rc;
   }
   int done = 0;
-  ncclResult_t rc = accept_step(p, l->stage, &done);
+  ncclResult_t rc = accept_step(p, l, l->stage, &done);
   if (rc != ncclSuccess || done) {
     struct lp_accept_stage *st = l->stage;
     l->stage = NULL;
@@ -563,6 +714,7 @@ ncclResult_t lp_close_listen(void *listenComm) {
     free(l->stage);
   }
   close(l->fd);
+  if (l->alt_fd >= 0) close(l->alt_fd);
   l->magic = 0;
   free(l);
   return ncclSuccess;

@@ -37,6 +37,10 @@ struct lp_env {
   int pool[LP_MAX_DEVS][LP_MAX_DEVS];
   union lp_sockaddr oob_addr;
   char oob_ifname[IF_NAMESIZE + 1];
+  /* A second interface for the control channel's second connection
+   * (ctlchan.h); oob_alt_ifname empty: none, or failover is off. */
+  union lp_sockaddr oob_alt_addr;
+  char oob_alt_ifname[IF_NAMESIZE + 1];
   char hostname[LP_HOST_MAX];
   struct lp_syslog syslog;
 };

@@ -43,25 +43,21 @@ static void set_state(struct lp_comm *c, enum lp_fo_state st) {
 /* A control socket ends closed (EPIPE) whether the peer closed it or TCP
  * gave up on a silent host (keepalive, TCP_USER_TIMEOUT: sock.c). */
 static const char *channel_err(int rc) {
+  if (rc == -ENOBUFS) return "its backlog is full: the peer does not read it";
+  if (rc == -EBADMSG || rc == -EPROTO) return "the peer sent garbage on it (the WARN before says what)";
   return rc == -EPIPE ? "it was closed or timed out: the peer process or host is gone" : strerror(-rc);
 }
 
 static ncclResult_t flush_tx(struct lp_comm *c) {
-  struct lp_fo *fo = c->fo;
-  if (fo->tx_off == fo->tx_len) return ncclSuccess;
-  int rc = lp_sock_send_progress(c->fd, fo->tx, fo->tx_len, &fo->tx_off);
+  int rc = lp_ctl_flush(&c->ctl, c->peer);
   if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
-  if (rc == 1) fo->tx_len = fo->tx_off = 0;
   return ncclSuccess;
 }
 
-static ncclResult_t send_msg(struct lp_comm *c, const void *msg, size_t len) {
-  struct lp_fo *fo = c->fo;
-  if (fo->tx_len + len > sizeof(fo->tx))
-    return lp_comm_fail(c, ncclInternalError, "control channel backlog full (peer not reading?)");
-  memcpy(fo->tx + fo->tx_len, msg, len);
-  fo->tx_len += len;
-  return flush_tx(c);
+static ncclResult_t send_msg(struct lp_comm *c, void *msg, size_t len) {
+  int rc = lp_ctl_send(&c->ctl, c->peer, msg, len);
+  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
+  return ncclSuccess;
 }
 
 static void hdr(struct lp_msg_hdr *h, int type, size_t len) { lp_msg_hdr_init(h, (enum lp_msg_type)type, len); }
@@ -634,15 +630,9 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
 static ncclResult_t read_messages(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   for (;;) {
-    size_t want = sizeof(struct lp_msg_hdr);
-    if (fo->rx_off >= want) {
-      const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)fo->rx;
-      if (h->magic != LP_MSG_MAGIC || h->length < want || h->length > sizeof(fo->rx))
-        return lp_comm_fail(c, ncclRemoteError, "garbage on the control channel (magic 0x%x, length %u)", h->magic,
-                            h->length);
-      want = h->length;
-    }
-    int rc = lp_sock_recv_progress(c->fd, fo->rx, want, &fo->rx_off);
+    const void *msg;
+    size_t len;
+    int rc = lp_ctl_recv(&c->ctl, c->peer, &msg, &len);
     if (rc == 0) return ncclSuccess;
     if (rc < 0) {
       /* Mid-move a vanished peer leaves no path.  Otherwise the data path
@@ -654,9 +644,7 @@ static ncclResult_t read_messages(struct lp_comm *c) {
       fo->peer_closed = 1;
       return ncclSuccess;
     }
-    if (want == sizeof(struct lp_msg_hdr) && ((const struct lp_msg_hdr *)fo->rx)->length > want) continue;
-    fo->rx_off = 0;
-    ncclResult_t r = on_message(c, fo->rx, want);
+    ncclResult_t r = on_message(c, msg, len);
     if (r != ncclSuccess) return r;
   }
 }
@@ -769,6 +757,11 @@ void lp_fo_init(struct lp_comm *c) {
   if (c->health == NULL) return; /* failover is off */
   struct lp_fo *fo = calloc(1, sizeof(*fo));
   if (fo == NULL) {
+    LP_WARN("out of memory: the connection to %s works without failover", c->peer);
+    return;
+  }
+  if (lp_ctl_start(&c->ctl) != 0) {
+    free(fo);
     LP_WARN("out of memory: the connection to %s works without failover", c->peer);
     return;
   }

@@ -20,6 +20,14 @@ static void wake(struct lp_idle_watch *w) {
     LP_WARN("cannot wake the idle-receiver watch: %s", strerror(errno));
 }
 
+/* The control connections to watch (bit i: path i): a connection given up
+ * stays disarmed.  Read only while the comm is held. */
+static unsigned live_paths(const struct lp_comm *c) {
+  unsigned m = 0;
+  for (int i = 0; i < LP_CTL_PATHS; i++) m |= (unsigned)lp_ctl_path_live(&c->ctl, i) << i;
+  return m;
+}
+
 /* One progress call on a comm whose control socket is ready, if NCCL is
  * not calling it and has not for LP_IDLE_NS.  Under w->mu. */
 static void answer(struct lp_comm *c, uint64_t now) {
@@ -30,7 +38,8 @@ static void answer(struct lp_comm *c, uint64_t now) {
   } else {
     /* An error stays in the comm: NCCL's next call reports it. */
     lp_comm_progress(c);
-    c->fo->watch_tx = c->fo->tx_off != c->fo->tx_len; /* an answer the socket did not take whole */
+    c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl); /* an answer a socket did not take whole */
+    c->fo->watch_paths = live_paths(c);
   }
   /* A closed peer or a failed comm keeps the socket readable for good:
    * nothing more to answer there. */
@@ -38,13 +47,18 @@ static void answer(struct lp_comm *c, uint64_t now) {
   lp_comm_leave(c);
 }
 
-/* Watch c's socket for one event (EPOLLONESHOT: it is disarmed once it
- * fires, until answered and its idle period is over).  Under w->mu. */
+/* Watch c's control sockets for one event each (EPOLLONESHOT: a socket is
+ * disarmed once it fires, until answered and its idle period is over).
+ * Their fds stay open until the comm is freed, after it left the watch.
+ * Under w->mu. */
 static void arm(struct lp_idle_watch *w, struct lp_comm *c, int op) {
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (c->fo->watch_tx ? EPOLLOUT : 0u), .data.ptr = c};
-  if (epoll_ctl(w->epfd, op, c->fd, &ev) != 0)
-    LP_WARN("idle-receiver watch: cannot watch the control socket to %s: %s (it answers moves at NCCL's next call)",
-            c->peer, strerror(errno));
+  for (int i = 0; i < LP_CTL_PATHS; i++) {
+    if (!(c->fo->watch_paths >> i & 1u)) continue;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (c->fo->watch_tx ? EPOLLOUT : 0u), .data.ptr = c};
+    if (epoll_ctl(w->epfd, op, c->ctl.path[i].fd, &ev) != 0)
+      LP_WARN("idle-receiver watch: cannot watch the control socket to %s: %s (it answers moves at NCCL's next call)",
+              c->peer, strerror(errno));
+  }
 }
 
 /* c is still on the list (the list changed while the thread waited). */
@@ -62,6 +76,7 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     struct lp_comm *c = w->later[i];
     if (c->fo->watch_skip_until_ns <= now) {
       arm(w, c, EPOLL_CTL_MOD);
+      c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
     } else {
       if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
@@ -95,8 +110,12 @@ static void *watch_main(void *arg) {
       }
       if (w->gen != gen && !listed(w, c)) continue; /* removed (and maybe freed) while we waited */
       answer(c, now);
-      /* A closed peer or a failed comm stays disarmed: nothing more to answer. */
-      if (!c->fo->watch_off) w->later[w->nlater++] = c;
+      /* A closed peer or a failed comm stays disarmed: nothing more to answer.
+       * With two control sockets both may fire before they are armed again. */
+      if (!c->fo->watch_off && !c->fo->watch_queued) {
+        c->fo->watch_queued = 1;
+        w->later[w->nlater++] = c;
+      }
     }
   }
   pthread_mutex_unlock(&w->mu);
@@ -163,6 +182,8 @@ void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c) {
   c->fo->watch_skip_until_ns = 0;
   c->fo->watch_off = 0;
   c->fo->watch_tx = 0;
+  c->fo->watch_queued = 0;
+  c->fo->watch_paths = live_paths(c);
   w->comms[w->n++] = c;
   w->gen++;
   arm(w, c, EPOLL_CTL_ADD);
@@ -180,7 +201,8 @@ void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c) {
     /* Before its fd closes (a closed fd leaves the set by itself, but not
      * while another copy of it is open).  An event already taken is
      * dropped by the generation. */
-    epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    for (int k = 0; k < LP_CTL_PATHS; k++)
+      if (c->ctl.path[k].fd >= 0) epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->ctl.path[k].fd, NULL);
     w->gen++;
     break;
   }

@@ -167,6 +167,15 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   char a[64];
   LP_INFO(NCCL_INIT | NCCL_NET, "using %s%s, out-of-band interface %s %s", p->env.ibv.path,
           p->env.relaxed_ordering ? " [RO]" : "", p->env.oob_ifname, lp_sockaddr_str(&p->env.oob_addr, a, sizeof(a)));
+  /* Moves need the control channel most when an interface fails: with a
+   * second one, each connection's channel also has a connection there. */
+  if (p->env.cfg.failover && lp_oob_pick_second(&p->env.cfg, &avoid, p->env.oob_ifname, &p->env.oob_alt_addr,
+                                                p->env.oob_alt_ifname, sizeof(p->env.oob_alt_ifname)) == 0)
+    LP_INFO(NCCL_INIT | NCCL_NET, "control channel: a second connection per connection over %s %s",
+            p->env.oob_alt_ifname, lp_sockaddr_str(&p->env.oob_alt_addr, a, sizeof(a)));
+  else
+    LP_INFO(NCCL_INIT | NCCL_NET, "control channel: over %s only (%s)", p->env.oob_ifname,
+            p->env.cfg.failover ? "no second usable interface" : "failover is off");
   for (int i = 0; i < p->env.ndevs; i++) {
     const struct lp_dev *d = &p->env.devs[i];
     char g[64];

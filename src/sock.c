@@ -52,7 +52,8 @@ static int usable(const struct ifaddrs *ifa) {
 struct pick {
   const struct lp_config *cfg;
   const struct lp_oob_avoid *avoid;
-  int backed; /* 1: RDMA-backed interfaces only, 0: the others only, -1: either */
+  int backed;          /* 1: RDMA-backed interfaces only, 0: the others only, -1: either */
+  const char *exclude; /* never this interface; NULL: none */
 };
 typedef int (*if_accept_fn)(const struct pick *p, const char *name);
 
@@ -68,6 +69,11 @@ static int pass(const struct pick *p, struct ifaddrs *all, if_accept_fn accept, 
     for (struct ifaddrs *ifa = all; ifa; ifa = ifa->ifa_next) {
       if (!usable(ifa) || ifa->ifa_addr->sa_family != want || !family_ok(p->cfg, want)) continue;
       if (p->backed >= 0 && is_backed(p->avoid, ifa->ifa_name) != p->backed) continue;
+      /* A second interface is never loopback, where a peer on another
+       * host would reach its own, nor docker*. */
+      if (p->exclude != NULL && (strcmp(p->exclude, ifa->ifa_name) == 0 || strncmp(ifa->ifa_name, "lo", 2) == 0 ||
+                                 strncmp(ifa->ifa_name, "docker", 6) == 0))
+        continue;
       if (!accept(p, ifa->ifa_name)) continue;
       memset(addr, 0, sizeof(*addr));
       memcpy(addr, ifa->ifa_addr, want == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
@@ -96,11 +102,14 @@ static int by_lo(const struct pick *p, const char *name) {
   return strncmp(name, "lo", 2) == 0;
 }
 
-int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, union lp_sockaddr *addr, char *ifname,
-                size_t iflen, int *backed) {
+/* The search of both picks: NCCL's order, interfaces no RDMA NIC backs
+ * first.  With `exclude` (the second pick) pass() skips it, loopback and
+ * docker*, so the last two steps find nothing there. */
+static int search(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, const char *exclude,
+                  union lp_sockaddr *addr, char *ifname, size_t iflen) {
   struct ifaddrs *all = NULL;
   if (getifaddrs(&all) != 0) return -1;
-  struct pick free_only = {cfg, avoid, 0}, any = {cfg, avoid, -1};
+  struct pick free_only = {cfg, avoid, 0, exclude}, any = {cfg, avoid, -1, exclude};
   int rc;
   if (cfg->ifname.set) {
     rc = pass(&any, all, by_user, addr, ifname, iflen);
@@ -113,14 +122,21 @@ int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, u
     if (rc != 0) rc = pass(&any, all, by_lo, addr, ifname, iflen);
   }
   freeifaddrs(all);
-  if (rc == 0) {
-    *backed = is_backed(avoid, ifname);
-    if (addr->sa.sa_family == AF_INET)
-      addr->in.sin_port = 0;
-    else
-      addr->in6.sin6_port = 0;
-  }
+  if (rc == 0 && addr->sa.sa_family == AF_INET) addr->in.sin_port = 0;
+  if (rc == 0 && addr->sa.sa_family == AF_INET6) addr->in6.sin6_port = 0;
   return rc;
+}
+
+int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, union lp_sockaddr *addr, char *ifname,
+                size_t iflen, int *backed) {
+  int rc = search(cfg, avoid, NULL, addr, ifname, iflen);
+  if (rc == 0) *backed = is_backed(avoid, ifname);
+  return rc;
+}
+
+int lp_oob_pick_second(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, const char *primary,
+                       union lp_sockaddr *addr, char *ifname, size_t iflen) {
+  return search(cfg, avoid, primary, addr, ifname, iflen);
 }
 
 /* A peer host that freezes or loses power closes nothing: without these,

@@ -38,6 +38,13 @@ struct lp_oob_avoid {
 int lp_oob_pick(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, union lp_sockaddr *addr, char *ifname,
                 size_t iflen, int *backed);
 
+/* A second interface for the control channel (ctlchan.h), never
+ * `primary`, loopback or docker*: with NCCL_SOCKET_IFNAME among those it
+ * names, else in lp_oob_pick's order, interfaces no RDMA NIC backs first.
+ * Returns 0, or -1 when there is none. */
+int lp_oob_pick_second(const struct lp_config *cfg, const struct lp_oob_avoid *avoid, const char *primary,
+                       union lp_sockaddr *addr, char *ifname, size_t iflen);
+
 /* Non-blocking listening socket on `local` (port 0: any); `bound` gets the
  * real address.  Returns the fd or -errno. */
 int lp_sock_listen(const union lp_sockaddr *local, union lp_sockaddr *bound);

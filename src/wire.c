@@ -34,6 +34,10 @@ int lp_handle_check(const void *handle, char *why, size_t whylen) {
     snprintf(why, whylen, "listen id 0");
     return -1;
   }
+  if (h.alt_family != 0 && ((h.alt_family != AF_INET && h.alt_family != AF_INET6) || h.alt_port == 0)) {
+    snprintf(why, whylen, "second address of family %u, port %u", h.alt_family, h.alt_port);
+    return -1;
+  }
   return 0;
 }
 
@@ -114,7 +118,8 @@ int lp_link_info_check(const struct lp_link_info *l, int nqps_expect, char *why,
 }
 
 int lp_msg_hello_check(const struct lp_msg_hello *m, uint64_t listen_id, char *why, size_t whylen) {
-  if (lp_msg_hdr_check(&m->hdr, LP_MSG_HELLO, sizeof(*m), why, whylen) != 0) return -1;
+  enum lp_msg_type type = m->hdr.type == LP_MSG_JOIN ? LP_MSG_JOIN : LP_MSG_HELLO;
+  if (lp_msg_hdr_check(&m->hdr, type, sizeof(*m), why, whylen) != 0) return -1;
   if (m->listen_id != listen_id) {
     snprintf(why, whylen, "connection meant for another listener (id 0x%llx)", (unsigned long long)m->listen_id);
     return -1;
@@ -127,7 +132,7 @@ int lp_msg_hello_check(const struct lp_msg_hello *m, uint64_t listen_id, char *w
     snprintf(why, whylen, "unterminated host name");
     return -1;
   }
-  return lp_link_info_check(&m->link, 0, why, whylen);
+  return type == LP_MSG_JOIN ? 0 : lp_link_info_check(&m->link, 0, why, whylen);
 }
 
 int lp_msg_accept_check(const struct lp_msg_accept *m, uint64_t conn_id, int nqps, char *why, size_t whylen) {
@@ -149,6 +154,10 @@ int lp_msg_ready_check(const struct lp_msg_ready *m, uint64_t conn_id, char *why
   if (m->conn_id != conn_id) {
     snprintf(why, whylen, "ready for connection 0x%llx, expected 0x%llx", (unsigned long long)m->conn_id,
              (unsigned long long)conn_id);
+    return -1;
+  }
+  if (m->joined > 1) {
+    snprintf(why, whylen, "ready with joined = %u", m->joined);
     return -1;
   }
   return 0;

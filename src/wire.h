@@ -17,7 +17,8 @@
 #include "config.h"
 #include "linkpass/nccl_net.h"
 
-#define LP_PROTO_VERSION 4 /* 4: ECE in lp_link_info; 3: standby paths (fo_wire.h); 2: a move ends with READY */
+#define LP_PROTO_VERSION \
+  5 /* 5: a second control connection (JOIN, numbered control messages); 4: ECE in lp_link_info; 3: standby paths (fo_wire.h); 2: a move ends with READY */
 #define LP_HANDLE_MAGIC 0x5353415050b14e4cull /* arbitrary, unlikely in garbage */
 #define LP_MSG_MAGIC 0x4d32504cu              /* "LP2M" */
 
@@ -43,7 +44,13 @@ struct lp_handle {
   /* NCCL_IB_SUBNET_AWARE_ROUTING: the GID of the listener's RoCE device, so
    * that the connector can pick a device on the same subnet; zero otherwise. */
   uint8_t listen_gid[16];
-  uint8_t reserved[32];
+  /* The listener's address on a second interface, for the control
+   * channel's second connection (ctlchan.h); alt_family 0: none. */
+  uint16_t alt_family;
+  uint16_t alt_port; /* network byte order */
+  uint32_t alt_scope_id;
+  uint8_t alt_addr[16];
+  uint8_t reserved[8];
 };
 
 /* 0 when the handle can be connected to, else -1 with a reason. */
@@ -54,6 +61,8 @@ enum lp_msg_type {
   LP_MSG_HELLO = 1,  /* connector -> listener: who I am, my QPs and my CTS FIFO */
   LP_MSG_ACCEPT = 2, /* listener -> connector: my QPs and my completion records */
   LP_MSG_READY = 3,  /* connector -> listener: my QPs are ready to receive */
+  LP_MSG_JOIN = 4,   /* connector -> listener, on the second connection: the connection it joins
+                        (a struct lp_msg_hello whose link is not used) */
 };
 
 struct lp_msg_hdr {
@@ -102,6 +111,8 @@ struct lp_msg_accept {
 struct lp_msg_ready {
   struct lp_msg_hdr hdr;
   uint64_t conn_id;
+  uint32_t joined; /* 1: the second connection is made and its JOIN sent */
+  uint32_t reserved;
 };
 
 void lp_msg_hdr_init(struct lp_msg_hdr *h, enum lp_msg_type type, size_t len);
@@ -109,7 +120,8 @@ void lp_msg_hdr_init(struct lp_msg_hdr *h, enum lp_msg_type type, size_t len);
 int lp_msg_hdr_check(const struct lp_msg_hdr *h, enum lp_msg_type type, size_t len, char *why, size_t whylen);
 /* Validate a peer's link description; `nqps_expect` 0 accepts any count. */
 int lp_link_info_check(const struct lp_link_info *l, int nqps_expect, char *why, size_t whylen);
-/* Validate a complete message of each kind. */
+/* Validate a complete message of each kind (a HELLO or a JOIN for the
+ * first). */
 int lp_msg_hello_check(const struct lp_msg_hello *m, uint64_t listen_id, char *why, size_t whylen);
 int lp_msg_accept_check(const struct lp_msg_accept *m, uint64_t conn_id, int nqps, char *why, size_t whylen);
 int lp_msg_ready_check(const struct lp_msg_ready *m, uint64_t conn_id, char *why, size_t whylen);

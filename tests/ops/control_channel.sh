@@ -14,12 +14,23 @@
 #            that its control channel rides on an RDMA NIC's interface; the
 #            same pull then holds the move until the cable returns (the
 #            longest pause is printed: the figure of docs/PERFORMANCE.md).
-# Both must end with every element right.  Needs root and network
+# The control channel cut (issue 12): ib3 also gets an address, so each
+# rank's control channel has a second connection, over ib3 (mgmt0 first).
+# node0's management cable is cut, and while it is, mlx5_0's cable is
+# pulled for PULL_S seconds: the moves and failbacks must go over ib3, and
+# no rank pauses for 1 s or more.
+#   cut_host    mgmt0 down in node0 for the pull and 1 s more: shorter than
+#               TCP's 10 s, so the first connection lives on and its late
+#               copies of the messages arrive once it is back (dropped).
+#   cut_switch  node0's port on the management switch down for 14 s: TCP
+#               gives the first connections up, each end says so and goes
+#               on over the second.
+# Each must end with every element right.  Needs root and network
 # namespaces: skipped (exit 77) where they cannot be made.
-# usage: control_channel.sh default|pinned   (env: SIMVERBS PERF PLUGIN SINK CONFS)
+# usage: control_channel.sh default|pinned|cut_host|cut_switch   (env: SIMVERBS PERF PLUGIN SINK CONFS)
 source "$(dirname "$0")/lib.sh"
 : "${SINK:?}"
-case_=${1:?usage: control_channel.sh default|pinned}
+case_=${1:?usage: control_channel.sh default|pinned|cut_host|cut_switch}
 pull=${PULL_S:-3}
 
 require_netns
@@ -29,6 +40,7 @@ ns0="sv-$SIMVERBS_FABRIC-node0"
 # IPoIB on mlx5_0 of each host: ib0 is on rail 0's bridge.
 ip -n "$ns0" addr add 198.19.0.1/24 dev ib0
 ip -n "sv-$SIMVERBS_FABRIC-node1" addr add 198.19.0.2/24 dev ib0
+sw="sv-$SIMVERBS_FABRIC-sw"
 addr=$("$SIMVERBS" host-addr node0)
 ns_prefix=(ip netns exec "$ns0")
 perf_opts=(--rendezvous-addr "$addr" --gap-log "$tmp/gaps")
@@ -36,8 +48,57 @@ export NCCL_DEBUG=INFO
 case $case_ in
 default) unset NCCL_SOCKET_IFNAME ;;
 pinned) export NCCL_SOCKET_IFNAME=ib0 ;;
+cut_host | cut_switch)
+  unset NCCL_SOCKET_IFNAME
+  # ib0 is the cable pulled: IPoIB on mlx5_3 carries the second connections.
+  ip -n "$ns0" addr del 198.19.0.1/24 dev ib0
+  ip -n "sv-$SIMVERBS_FABRIC-node1" addr del 198.19.0.2/24 dev ib0
+  ip -n "$ns0" addr add 198.19.3.1/24 dev ib3
+  ip -n "sv-$SIMVERBS_FABRIC-node1" addr add 198.19.3.2/24 dev ib3
+  on_exit+=("ip -n $ns0 link set mgmt0 up 2>/dev/null" "ip -n $sw link set h0m up 2>/dev/null")
+  # The driver's own rendezvous (a gather every iteration) must not cross
+  # the cut: no plugin can help a job whose launcher is cut off.
+  perf_opts=(--rendezvous-addr 198.19.3.1 --gap-log "$tmp/gaps")
+  ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
+
+if [ "${case_#cut_}" != "$case_" ]; then
+  cut=$([ "$case_" = cut_host ] && echo $((pull + 1)) || echo 14)
+  run_perf 1M $((cut + 8))
+  n=$(count_lines 'control channel: a second connection per connection over ib3 ' "$tmp/out")
+  ((n == 2)) || fail "expected both ranks to make second control connections over ib3, $n do"
+  n=$(count_lines ', 2 control connection\(s\)' "$tmp/out")
+  ((n >= 2)) || fail "expected connections with 2 control connections, found $n"
+  : >"$tmp/gaps"
+  if [ "$case_" = cut_host ]; then
+    ip -n "$ns0" link set mgmt0 down
+  else
+    ip -n "$sw" link set h0m down
+  fi
+  t0=$SECONDS
+  ip -n "$ns0" link set ib0 down
+  sleep "$pull" # the outage itself
+  ip -n "$ns0" link set ib0 up
+  sleep $((cut - pull)) # the rest of the cut
+  ip -n "$ns0" link set mgmt0 up
+  ip -n "$sw" link set h0m up
+  expect_clean_run
+  grep -q 'event=failover .* dev=mlx5_0 ' "$tmp/syslog" || fail "no connection moved off mlx5_0"
+  grep -q 'event=failback ' "$tmp/syslog" || fail "no connection came back to mlx5_0"
+  given_up=$(count_lines 'control connection to .* failed: .*go on over 198\.19\.3\.' "$tmp/out")
+  if [ "$case_" = cut_switch ]; then
+    ((given_up > 0)) || fail "no control connection over the cut management network was given up"
+  else
+    ((given_up == 0)) || fail "$given_up control connections given up during a cut shorter than TCP's timeout"
+  fi
+  longest=$(awk '{ d = $3 - $2; if (d > m) m = d } END { printf "%.3f", m + 0 }' "$tmp/gaps")
+  echo "longest pause of a rank with the control network cut and mlx5_0 pulled: ${longest} s ($case_;" \
+    "$given_up control connections given up)"
+  awk -v m="$longest" 'BEGIN { exit !(m < 1.0) }' || fail "a rank paused ${longest} s: the move waited for the control channel"
+  echo "PASS control_channel $case_"
+  exit 0
+fi
 
 run_perf 1M $((pull + 8))
 if [ "$case_" = default ]; then

@@ -37,6 +37,15 @@ Test(handle, rejects_garbage) {
   h.family = AF_UNIX;
   cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1);
   h = good_handle();
+  h.alt_family = AF_INET;
+  h.alt_port = 99;
+  cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), 0, "%s", why);
+  h.alt_port = 0;
+  cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1, "second address with port 0 accepted");
+  h.alt_family = AF_UNIX;
+  h.alt_port = 99;
+  cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1, "second address of family AF_UNIX accepted");
+  h = good_handle();
   h.port = 0;
   cr_expect_eq(lp_handle_check(&h, why, sizeof(why)), -1);
   h = good_handle();
@@ -74,6 +83,13 @@ Test(messages, hello_roundtrip) {
   char why[160];
   cr_expect_eq(lp_msg_hello_check(&m, 42, why, sizeof(why)), 0, "%s", why);
   cr_expect_eq(lp_msg_hello_check(&m, 43, why, sizeof(why)), -1, "hello for another listener accepted");
+  /* A JOIN names the connection; its link is not used, and not checked. */
+  m.hdr.type = LP_MSG_JOIN;
+  memset(&m.link, 0, sizeof(m.link));
+  cr_expect_eq(lp_msg_hello_check(&m, 42, why, sizeof(why)), 0, "%s", why);
+  cr_expect_eq(lp_msg_hello_check(&m, 43, why, sizeof(why)), -1, "join for another listener accepted");
+  m.hdr.type = LP_MSG_HELLO;
+  cr_expect_eq(lp_msg_hello_check(&m, 42, why, sizeof(why)), -1, "hello without a link accepted");
 }
 
 Test(messages, header_garbage) {
@@ -141,8 +157,13 @@ Test(messages, accept_and_ready) {
   memset(a.host, 'h', sizeof(a.host));
   cr_expect_eq(lp_msg_accept_check(&a, 9, 2, why, sizeof(why)), -1);
   struct lp_msg_ready r;
+  memset(&r, 0, sizeof(r));
   lp_msg_hdr_init(&r.hdr, LP_MSG_READY, sizeof(r));
   r.conn_id = 9;
   cr_expect_eq(lp_msg_ready_check(&r, 9, why, sizeof(why)), 0);
   cr_expect_eq(lp_msg_ready_check(&r, 10, why, sizeof(why)), -1);
+  r.joined = 1;
+  cr_expect_eq(lp_msg_ready_check(&r, 9, why, sizeof(why)), 0);
+  r.joined = 2;
+  cr_expect_eq(lp_msg_ready_check(&r, 9, why, sizeof(why)), -1, "joined = 2 accepted");
 }

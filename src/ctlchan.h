@@ -1,0 +1,73 @@
+/*
+ * A connection's control channel: the control messages of its moves
+ * (fo_wire.h) over one or two TCP connections to the peer.
+ *
+ * The first is the setup connection (connect.c).  The second is made at
+ * setup over another interface, where the listener has one (the handle's
+ * second address, sock.h lp_oob_pick_second): a fault a move is for may
+ * also take the first one's interface (IPoIB on the failing HCA, its RoCE
+ * netdev, a management port that fails with it), and TCP notices a cable cut
+ * on the far side only after its user timeout (10 s), while the move waits.
+ *
+ * Every message goes out on every connection still in use, numbered (the
+ * header's `reserved` field), and is delivered once: each connection keeps
+ * its order, so the first copy of message n always arrives after message
+ * n - 1 was delivered, and every later copy is dropped.  A connection that
+ * fails (an error, garbage, a backlog it does not take) is given up and the
+ * channel goes on over the other; only when none is left does the channel
+ * fail.  A connection given up is not made again: the listener that made it
+ * is gone once NCCL has its comm (docs/FAILOVER.md, "The control channel").
+ */
+#ifndef LP_CTLCHAN_H
+#define LP_CTLCHAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LP_CTL_PATHS 2
+
+struct lp_ctl_path {
+  int fd;     /* -1: none */
+  int failed; /* given up; its fd stays open until lp_ctl_close (the idle watch may still have it) */
+  size_t rx_off, tx_len, tx_off;
+  uint8_t *rx, *tx; /* lp_ctl_start: one message, and a backlog of two */
+};
+
+struct lp_ctl {
+  struct lp_ctl_path path[LP_CTL_PATHS];
+  uint32_t tx_seq; /* the next message's number */
+  uint32_t rx_seq; /* the next number to deliver */
+  int last_err;    /* -errno of the last connection given up */
+};
+
+/* No connection yet (every fd -1). */
+void lp_ctl_init(struct lp_ctl *ch);
+/* Buffers for the connections set up (failover on); 0 or -ENOMEM. */
+int lp_ctl_start(struct lp_ctl *ch);
+/* Close every fd, free the buffers. */
+void lp_ctl_close(struct lp_ctl *ch);
+/* Connections set up and not given up. */
+int lp_ctl_live(const struct lp_ctl *ch);
+/* 1 when path i is set up and not given up (the idle watch arms it). */
+static inline int lp_ctl_path_live(const struct lp_ctl *ch, int i) {
+  return ch->path[i].fd >= 0 && !ch->path[i].failed;
+}
+
+/* Queue a message (its header's `reserved` gets its number) on every live
+ * connection and send what the sockets take now.  0, or -errno once no
+ * connection is left.  `who` names the peer in the WARN of a connection
+ * given up. */
+int lp_ctl_send(struct lp_ctl *ch, const char *who, void *msg, size_t len);
+/* Send what is queued; 0 or -errno as above. */
+int lp_ctl_flush(struct lp_ctl *ch, const char *who);
+/* 1 while some live connection has bytes queued. */
+int lp_ctl_tx_pending(const struct lp_ctl *ch);
+/* The next message: 1 with *msg and *len (valid until the next call), 0 when
+ * none has arrived whole, -errno once no connection is left. */
+int lp_ctl_recv(struct lp_ctl *ch, const char *who, const void **msg, size_t *len);
+/* Without reading: 1 when the peer closed a connection (*err 0; it closes
+ * all of them at once) or none is left (*err its error); connections that
+ * failed on their own are given up on the way. */
+int lp_ctl_peer_gone(struct lp_ctl *ch, const char *who, int *err);
+
+#endif

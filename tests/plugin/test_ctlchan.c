@@ -1,0 +1,191 @@
+/* The control channel over two connections (ctlchan.h): every message is
+ * delivered once and in order, whichever connection brings it, and the
+ * channel goes on when one connection fails. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ctlchan.h"
+#include "fo_wire.h"
+
+/* A sender and a receiver joined by one or two socket pairs. */
+struct ends {
+  struct lp_ctl tx, rx;
+  int far[LP_CTL_PATHS]; /* the sender's fds, also kept here to cut them */
+};
+
+/* A TCP connection over loopback: unlike a socket pair, it can be reset. */
+static void tcp_pair(int sv[2]) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof(a);
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert(l >= 0);
+  cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+  cr_assert_eq(listen(l, 1), 0);
+  cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+  sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_eq(connect(sv[0], (struct sockaddr *)&a, sizeof(a)), 0);
+  sv[1] = accept(l, NULL, NULL);
+  cr_assert(sv[1] >= 0);
+  close(l);
+}
+
+/* Close with a reset, as a host whose TCP gave the connection up. */
+static void reset(int *fd) {
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(*fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  close(*fd);
+  *fd = -1;
+}
+
+static void setup(struct ends *e, int paths) {
+  lp_ctl_init(&e->tx);
+  lp_ctl_init(&e->rx);
+  for (int i = 0; i < paths; i++) {
+    int sv[2];
+    tcp_pair(sv);
+    e->tx.path[i].fd = e->far[i] = sv[0];
+    e->rx.path[i].fd = sv[1];
+  }
+  cr_assert_eq(lp_ctl_start(&e->tx), 0);
+  cr_assert_eq(lp_ctl_start(&e->rx), 0);
+}
+
+static void teardown(struct ends *e) {
+  lp_ctl_close(&e->tx);
+  lp_ctl_close(&e->rx);
+}
+
+static int send_notice(struct ends *e, uint32_t epoch) {
+  struct lp_fo_notice n;
+  memset(&n, 0, sizeof(n));
+  lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(n));
+  n.conn_id = 7;
+  n.epoch = epoch;
+  return lp_ctl_send(&e->tx, "peer", &n, sizeof(n));
+}
+
+/* Every message the receiver has now: their epochs in *epochs; returns
+ * how many, or the channel's error. */
+static int receive_all(struct ends *e, uint32_t *epochs, int max) {
+  int n = 0;
+  for (;;) {
+    const void *msg;
+    size_t len;
+    int rc = lp_ctl_recv(&e->rx, "peer", &msg, &len);
+    if (rc < 0) return rc;
+    if (rc == 0) return n;
+    cr_assert_eq(len, sizeof(struct lp_fo_notice));
+    cr_assert_lt(n, max, "more messages than were sent");
+    epochs[n++] = ((const struct lp_fo_notice *)msg)->epoch;
+  }
+}
+
+Test(ctlchan, every_message_once_over_two_connections) {
+  struct ends e;
+  setup(&e, 2);
+  for (uint32_t i = 0; i < 10; i++) cr_assert_eq(send_notice(&e, i), 0);
+  uint32_t got[20];
+  cr_assert_eq(receive_all(&e, got, 20), 10, "each message must be delivered once");
+  for (uint32_t i = 0; i < 10; i++) cr_expect_eq(got[i], i, "message %u out of order", i);
+  cr_expect_eq(lp_ctl_live(&e.rx), 2);
+  teardown(&e);
+}
+
+Test(ctlchan, the_sender_goes_on_when_one_connection_fails) {
+  struct ends e;
+  setup(&e, 2);
+  for (uint32_t i = 0; i < 3; i++) cr_assert_eq(send_notice(&e, i), 0);
+  reset(&e.rx.path[0].fd); /* the first connection dies, reset by the receiving host */
+  for (uint32_t i = 3; i < 6; i++) cr_assert_eq(send_notice(&e, i), 0, "a channel with one connection left failed");
+  cr_expect_eq(lp_ctl_live(&e.tx), 1, "the sender still uses the dead connection");
+  uint32_t got[20];
+  cr_assert_eq(receive_all(&e, got, 20), 6);
+  for (uint32_t i = 0; i < 6; i++) cr_expect_eq(got[i], i);
+  teardown(&e);
+}
+
+Test(ctlchan, the_receiver_goes_on_when_one_connection_fails) {
+  struct ends e;
+  setup(&e, 2);
+  for (uint32_t i = 0; i < 3; i++) cr_assert_eq(send_notice(&e, i), 0);
+  reset(&e.tx.path[0].fd); /* reset by the sending host */
+  int err;
+  cr_expect_eq(lp_ctl_peer_gone(&e.rx, "peer", &err), 0, "one connection left is not a peer gone");
+  for (uint32_t i = 3; i < 6; i++) cr_assert_eq(send_notice(&e, i), 0);
+  uint32_t got[20];
+  cr_assert_eq(receive_all(&e, got, 20), 6);
+  for (uint32_t i = 0; i < 6; i++) cr_expect_eq(got[i], i);
+  cr_expect_eq(lp_ctl_live(&e.rx), 1, "the receiver still reads the dead connection");
+  cr_expect_eq(lp_ctl_peer_gone(&e.rx, "peer", &err), 0, "one connection left is not a peer gone");
+  teardown(&e);
+}
+
+Test(ctlchan, the_peer_closing_one_connection_ends_the_channel) {
+  struct ends e;
+  setup(&e, 2);
+  close(e.far[0]); /* a peer closes only when its comm goes: all of them */
+  e.tx.path[0].fd = -1;
+  int err = 1;
+  cr_expect_eq(lp_ctl_peer_gone(&e.rx, "peer", &err), 1);
+  cr_expect_eq(err, 0, "a close is no error");
+  cr_expect_eq(lp_ctl_live(&e.rx), 0);
+  teardown(&e);
+}
+
+Test(ctlchan, garbage_or_a_gap_gives_one_connection_up) {
+  struct ends e;
+  setup(&e, 2);
+  struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
+  cr_assert_eq(write(e.far[0], &junk, sizeof(junk)), (ssize_t)sizeof(junk));
+  struct lp_fo_notice ahead;
+  memset(&ahead, 0, sizeof(ahead));
+  lp_msg_hdr_init(&ahead.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(ahead));
+  ahead.hdr.reserved = 5; /* message 5 where 0 is due: the connection lost some */
+  cr_assert_eq(write(e.far[1], &ahead, sizeof(ahead)), (ssize_t)sizeof(ahead));
+  uint32_t got[4];
+  cr_expect_eq(receive_all(&e, got, 4), -EPROTO, "the channel must fail once both connections are given up");
+  cr_expect_eq(lp_ctl_live(&e.rx), 0);
+  int err;
+  cr_expect_eq(lp_ctl_peer_gone(&e.rx, "peer", &err), 1);
+  teardown(&e);
+}
+
+Test(ctlchan, the_last_connection_closed_is_the_peer_gone) {
+  struct ends e;
+  setup(&e, 1);
+  cr_assert_eq(send_notice(&e, 1), 0);
+  close(e.far[0]);
+  e.tx.path[0].fd = -1;
+  int err = 1;
+  cr_expect_eq(lp_ctl_peer_gone(&e.rx, "peer", &err), 0, "a message still to read is no peer gone");
+  uint32_t got[4];
+  cr_expect_eq(receive_all(&e, got, 4), -EPIPE, "the message, then the end");
+  cr_expect_eq(got[0], 1u);
+  teardown(&e);
+}
+
+Test(ctlchan, a_connection_that_takes_nothing_is_given_up) {
+  struct ends e;
+  setup(&e, 2);
+  /* The receiver never reads the first connection; the test reads the
+   * second, as a live peer would. */
+  static uint8_t ack[LP_FO_MSG_MAX];
+  memset(ack, 0, sizeof(ack));
+  lp_msg_hdr_init((struct lp_msg_hdr *)ack, (enum lp_msg_type)LP_MSG_FO_ACK, sizeof(ack));
+  int sends = 0;
+  while (lp_ctl_path_live(&e.tx, 0) && sends < 1000) {
+    cr_assert_eq(lp_ctl_send(&e.tx, "peer", ack, sizeof(ack)), 0);
+    sends++;
+    static uint8_t sink[LP_FO_MSG_MAX];
+    while (recv(e.rx.path[1].fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {}
+  }
+  cr_expect(!lp_ctl_path_live(&e.tx, 0), "a connection whose peer never reads was kept for %d messages", sends);
+  cr_expect(lp_ctl_path_live(&e.tx, 1));
+  cr_expect_eq(e.tx.last_err, -ENOBUFS);
+  teardown(&e);
+}
