@@ -22,8 +22,8 @@
 #include "xfer.h"
 
 struct child {
-  pid_t pid;      /* 0 once reaped */
-  int status;     /* from waitpid */
+  pid_t pid;  /* 0 once reaped */
+  int status; /* from waitpid */
   int exited;
   const char *host;
   int local_rank;
@@ -37,11 +37,16 @@ int perf_expand_env(const char *tmpl, int rank, int local_rank, const char *host
     const char *add = buf;
     if (*p == '%' && p[1]) {
       p++;
-      if (*p == 'r') snprintf(buf, sizeof(buf), "%d", rank);
-      else if (*p == 'l') snprintf(buf, sizeof(buf), "%d", local_rank);
-      else if (*p == 'h') add = host ? host : "";
-      else if (*p == '%') snprintf(buf, sizeof(buf), "%%");
-      else return -1;
+      if (*p == 'r')
+        snprintf(buf, sizeof(buf), "%d", rank);
+      else if (*p == 'l')
+        snprintf(buf, sizeof(buf), "%d", local_rank);
+      else if (*p == 'h')
+        add = host ? host : "";
+      else if (*p == '%')
+        snprintf(buf, sizeof(buf), "%%");
+      else
+        return -1;
     } else {
       buf[0] = *p;
       buf[1] = '\0';
@@ -89,7 +94,9 @@ static void describe_status(int status, char *out, size_t len) {
   if (WIFEXITED(status)) {
     int c = WEXITSTATUS(status);
     snprintf(out, len, "exited with code %d%s", c,
-             c == PERF_EXIT_WRONG ? " (wrong data)" : c == 127 ? " (could not start: see above)" : "");
+             c == PERF_EXIT_WRONG ? " (wrong data)"
+             : c == 127           ? " (could not start: see above)"
+                                  : "");
   } else if (WIFSIGNALED(status)) {
     snprintf(out, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
   } else {
@@ -120,6 +127,16 @@ static int alive(const struct child *kids, int n) {
 
 /* Each rank leads its own process group (simverbs run and the rank it
  * starts): signal the whole group, politely first. */
+/* Give the ranks up to `secs` to end by themselves: when one failed, the
+ * others may be failing of the same cause (a refusal from the failed one
+ * on its way to them) and say so, where being stopped says nothing. */
+static void settle(struct child *kids, int n, double secs) {
+  for (double until = xfer_now() + secs; alive(kids, n) && xfer_now() < until;) {
+    reap(kids, n, 0);
+    usleep(10 * 1000);
+  }
+}
+
 static void kill_all(struct child *kids, int n) {
   for (int r = 0; r < n; r++)
     if (kids[r].pid > 0) kill(-kids[r].pid, SIGTERM);
@@ -185,8 +202,10 @@ static pid_t spawn(const struct perf_opts *o, int argc, char **argv, int rank, s
       }
       setenv(name, val, 1);
     }
-    if (strchr(cargv[0], '/')) execv(cargv[0], cargv);
-    else execvp(cargv[0], cargv);
+    if (strchr(cargv[0], '/'))
+      execv(cargv[0], cargv);
+    else
+      execvp(cargv[0], cargv);
     fprintf(stderr, "linkpass-perf: rank %d: cannot start %s: %s\n", rank, cargv[0], strerror(errno));
     _exit(127);
   }
@@ -281,6 +300,7 @@ int perf_launch(const struct perf_opts *o, int argc, char **argv) {
       char why[128];
       describe_status(st, why, sizeof(why));
       fprintf(stderr, "linkpass-perf: rank %d (host %s) %s: stopping all ranks\n", r, kids[r].host, why);
+      settle(kids, n, 1.0);
       kill_all(kids, n);
       code = PERF_EXIT_ERROR;
       goto out;
@@ -295,10 +315,13 @@ int perf_launch(const struct perf_opts *o, int argc, char **argv) {
     for (int r = 0; r < n; r++) {
       if (kids[r].pid <= 0 || oob_server_state(srv, r, NULL) != OOB_LOST) continue;
       /* give the process a moment to exit: its status says more */
-      if (kids[r].lost_at == 0) kids[r].lost_at = now;
+      if (kids[r].lost_at == 0)
+        kids[r].lost_at = now;
       else if (now - kids[r].lost_at > 3) {
-        fprintf(stderr, "linkpass-perf: rank %d (host %s) closed its rendezvous connection without finishing: "
-                        "stopping all ranks\n", r, kids[r].host);
+        fprintf(stderr,
+                "linkpass-perf: rank %d (host %s) closed its rendezvous connection without finishing: "
+                "stopping all ranks\n",
+                r, kids[r].host);
         kill_all(kids, n);
         code = PERF_EXIT_ERROR;
         goto out;

@@ -382,6 +382,36 @@ access_error)
     fail "no error saying the access error is not a path failure"
   ! grep -q "event=failover" "$tmp/syslog" || fail "a connection moved on an access error"
   ;;
+receiver_fails_during_move)
+  # The receiver's own end fails while it answers a move: node1's other NICs
+  # refuse their next receive post (simverbs' recv-post-fail: ENOMEM), then
+  # node0:mlx5_0's cable is pulled.  node1's receiver, re-posting the
+  # receives of the messages in flight on its new path, fails that
+  # connection naming the call, and refuses the move (NACK, cause
+  # "failed"); the sender fails at once with the peer's refusal instead of
+  # trying every NIC until the move's deadline.  An error, soon, never a hang.
+  run_perf 1M 30 2 all_reduce --channels 1
+  wait_for '^ +1\.0 ' "$tmp/out"
+  for n in 1 2 3; do sv fault "node1:mlx5_$n" recv-post-fail 1; done
+  t0=$SECONDS
+  sv link node0:mlx5_0 down
+  rc=0
+  wait "$perf" || rc=$?
+  ((rc != 0)) || fail "the run succeeded though a receiver could not post its receives"
+  (((SECONDS - t0) <= 15)) || fail "the failed receiver ended the run only after $((SECONDS - t0)) s"
+  # Mostly the move has receives to re-post; when it had none (5 runs of
+  # 16 here), the move succeeds and the receiver's next irecv fails
+  # instead: a clear error too, but no refusal to check.
+  if grep -q "ibv_post_recv on the new path failed: Cannot allocate memory" "$tmp/out"; then
+    grep -q "the peer's end failed while moving; its log says why" "$tmp/out" ||
+      fail "the sender did not fail on the receiver's refusal"
+    echo "the receiver refused the move; the run ended with an error $((SECONDS - t0)) s after the pull"
+  elif grep -q "ibv_post_recv on qp 0x[0-9a-f]* failed: Cannot allocate memory" "$tmp/out"; then
+    echo "the move had no receive to re-post; the next one failed, $((SECONDS - t0)) s after the pull"
+  else
+    fail "no error naming the receive post that failed"
+  fi
+  ;;
 qp_fatal)
   run_perf 1M 4
   wait_for '^ +1\.0 ' "$tmp/out"

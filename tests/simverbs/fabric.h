@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  11 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written */
+  12 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -62,10 +62,11 @@ struct sv_port {
   /* Faults.  A blackholed port stays ACTIVE but drops everything (a broken
    * switch path): no event anywhere, only retries that run out. */
   _Atomic uint32_t blackhole;
-  _Atomic uint32_t ack_loss;      /* next N requests: data lands, the ACK never comes back */
-  _Atomic uint32_t partial_write; /* next N writes: half the payload lands, then the link dies */
-  _Atomic uint32_t delay_us;      /* extra delay on every work request */
-  _Atomic uint32_t access_error;  /* next N requests: the responder refuses them (REM_ACCESS_ERR), as for a bad rkey */
+  _Atomic uint32_t ack_loss;       /* next N requests: data lands, the ACK never comes back */
+  _Atomic uint32_t partial_write;  /* next N writes: half the payload lands, then the link dies */
+  _Atomic uint32_t delay_us;       /* extra delay on every work request */
+  _Atomic uint32_t access_error;   /* next N requests: the responder refuses them (REM_ACCESS_ERR), as for a bad rkey */
+  _Atomic uint32_t recv_post_fail; /* next N ibv_post_recv calls on its QPs: ENOMEM, nothing posted */
   /* Gray failures: the port stays ACTIVE and reports its full rate, as a
    * link that degraded under it (a lane down, errors corrected by
    * retransmission) does not say so in its attributes. */

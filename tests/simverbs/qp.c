@@ -384,6 +384,14 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
     *bad = wr;
     return EINVAL;
   }
+  /* The recv-post-fail fault: the call fails as for a full receive queue,
+   * so that a consumer's error path can be tried. */
+  _Atomic uint32_t *fail = &fab()->devs[q->dev].ports[q->port - 1].recv_post_fail;
+  uint32_t left = atomic_load(fail);
+  if (left && atomic_compare_exchange_strong(fail, &left, left - 1)) {
+    *bad = wr;
+    return ENOMEM;
+  }
   pthread_mutex_lock(&lq->recv_lock);
   for (; wr; wr = wr->next) {
     if (q->rq_tail - q->rq_head_seen >= q->rq_size - 1)

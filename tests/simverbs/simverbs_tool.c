@@ -74,7 +74,7 @@ static const struct cmd_help helps[] = {
      "follow.\n"},
     {"fault",
      "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|access-error [N]|delay US|\n"
-     "                               rate PERCENT|loss PERCENT|clear\n"
+     "                               rate PERCENT|loss PERCENT|recv-post-fail [N]|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
      "simverbs fault qp QPN fatal",
      "Port faults (on the sending port): blackhole drops everything while the\n"
@@ -87,8 +87,10 @@ static const struct cmd_help helps[] = {
      "attributes unchanged: rate makes it move data at PERCENT (1-100) of its\n"
      "rate; loss drops PERCENT (0-100, up to 4 decimals) of the packets it sends\n"
      "or receives (a packet before a message's last: a NAK and a resend one round\n"
-     "trip later; the last: a local ACK timeout, then the resend).  clear removes\n"
-     "them all.  device-fatal\n"
+     "trip later; the last: a local ACK timeout, then the resend).  recv-post-fail\n"
+     "makes the next N ibv_post_recv calls on the port's QPs fail with ENOMEM\n"
+     "(a consumer's error path, on this host).  clear removes them all.\n"
+     "device-fatal\n"
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
      "device-recover lets it be opened again.  qp QPN fatal moves one QP\n"
      "(decimal or 0x hex) to the error state with IBV_EVENT_QP_FATAL.\n"},
@@ -803,8 +805,8 @@ static int parse_ppm(const char *s, uint32_t *out) {
 }
 
 static bool is_port_fault(const char *what) {
-  static const char *const names[] = {"blackhole", "ack-loss", "partial-write", "access-error",
-                                      "delay",     "rate",     "loss",          "clear"};
+  static const char *const names[] = {"blackhole", "ack-loss", "partial-write",  "access-error", "delay",
+                                      "rate",      "loss",     "recv-post-fail", "clear"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(what, names[i]) == 0) return true;
   return false;
@@ -818,10 +820,12 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     if (a->npos != 3 || (strcmp(a->pos[2], "on") != 0 && strcmp(a->pos[2], "off") != 0))
       return bad_usage(a->cmd, "blackhole takes on or off");
     atomic_store(&p->blackhole, strcmp(a->pos[2], "on") == 0);
-  } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0 || strcmp(what, "access-error") == 0) {
+  } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0 || strcmp(what, "access-error") == 0 ||
+             strcmp(what, "recv-post-fail") == 0) {
     if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0) return rc;
     atomic_store(strcmp(what, "ack-loss") == 0 ? &p->ack_loss
                  : what[0] == 'p'              ? &p->partial_write
+                 : what[0] == 'r'              ? &p->recv_post_fail
                                                : &p->access_error,
                  v);
   } else if (strcmp(what, "delay") == 0) {
@@ -841,6 +845,7 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     atomic_store(&p->ack_loss, 0);
     atomic_store(&p->partial_write, 0);
     atomic_store(&p->access_error, 0);
+    atomic_store(&p->recv_post_fail, 0);
     atomic_store(&p->delay_us, 0);
     atomic_store(&p->rate_pct, 0);
     atomic_store(&p->loss_ppm, 0);
@@ -855,7 +860,7 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
     return bad_usage(
         a->cmd,
         "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, "
-        "rate PERCENT, loss PERCENT, clear, "
+        "rate PERCENT, loss PERCENT, recv-post-fail [N], clear, "
         "device-fatal or device-recover",
         a->pos[1]);
   if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) return 1;
@@ -865,10 +870,10 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
   uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
   printf(
       "%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
-      "%u.%04u%%\n",
+      "%u.%04u%%, recv-post-fail %u\n",
       f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
       atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
-      atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000);
+      atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000, atomic_load(&p->recv_post_fail));
   return 0;
 }
 
@@ -899,7 +904,7 @@ static const char *ibv_qp_state_name(uint32_t s) {
 static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint32_t port) {
   uint32_t bh = atomic_load(&p->blackhole), al = atomic_load(&p->ack_loss);
   uint32_t pw = atomic_load(&p->partial_write), dl = atomic_load(&p->delay_us), ae = atomic_load(&p->access_error);
-  uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
+  uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm), rpf = atomic_load(&p->recv_post_fail);
   printf("      port %u  %-6s", port, atomic_load(&p->state) == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN");
   if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && f->netns)
     printf("  lid %u  if %s", p->lid, p->netdev);
@@ -911,7 +916,7 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
   printf("  tx %llu B %llu WRs  rx %llu B %llu WRs  faults:", (unsigned long long)atomic_load(&p->tx_bytes),
          (unsigned long long)atomic_load(&p->tx_wrs), (unsigned long long)atomic_load(&p->rx_bytes),
          (unsigned long long)atomic_load(&p->rx_wrs));
-  if (!bh && !al && !pw && !dl && !ae && !pct && !ppm) printf(" none");
+  if (!bh && !al && !pw && !dl && !ae && !pct && !ppm && !rpf) printf(" none");
   if (bh) printf(" blackhole");
   if (al) printf(" ack-loss %u", al);
   if (pw) printf(" partial-write %u", pw);
@@ -919,6 +924,7 @@ static void print_port(const struct sv_fabric *f, const struct sv_port *p, uint3
   if (dl) printf(" delay %u us", dl);
   if (pct) printf(" rate %u%%", pct);
   if (ppm) printf(" loss %u.%04u%%", ppm / 10000, ppm % 10000);
+  if (rpf) printf(" recv-post-fail %u", rpf);
   putchar('\n');
   printf(
       "        counters: tx %llu packets  rx %llu packets  packet_seq_err %llu  out_of_sequence %llu  "
