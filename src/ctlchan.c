@@ -14,23 +14,46 @@
 #include "sock.h"
 
 #define RX_LEN LP_FO_MSG_MAX
-#define TX_LEN (2 * LP_FO_MSG_MAX)
+#define TX_LEN (4 * LP_FO_MSG_MAX)
+#define REMAKE_FIRST_NS 1000000000ull /* 1 s after the failure */
+#define REMAKE_MAX_NS 30000000000ull  /* 30 s between two attempts, at most */
+
+static void remake_clear(struct lp_ctl_remake *rm) {
+  rm->path = -1;
+  rm->fd = rm->conn = -1;
+  rm->off = 0;
+  rm->connected = 0;
+}
 
 void lp_ctl_init(struct lp_ctl *ch) {
   memset(ch, 0, sizeof(*ch));
   for (int i = 0; i < LP_CTL_PATHS; i++) ch->path[i].fd = -1;
   ch->last_err = -EPIPE;
+  remake_clear(&ch->rm);
+  ch->rm.backoff_ns = REMAKE_FIRST_NS;
 }
 
-int lp_ctl_start(struct lp_ctl *ch) {
+int lp_ctl_start(struct lp_ctl *ch, int listens) {
+  ch->listens = listens;
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
     if (p->fd < 0) continue;
     p->rx = malloc(RX_LEN);
     p->tx = malloc(TX_LEN);
     if (p->rx == NULL || p->tx == NULL) return -ENOMEM;
+    socklen_t alen = sizeof(p->local);
+    if (getsockname(p->fd, &p->local.sa, &alen) != 0) p->local.sa.sa_family = AF_UNSPEC; /* not made again */
   }
   return 0;
+}
+
+/* Closed with a reset: the dialing end must not read an end of file, which
+ * means that the peer closed its comm (peer_closed). */
+static void abort_fd(int fd) {
+  if (fd < 0) return;
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  close(fd);
 }
 
 void lp_ctl_close(struct lp_ctl *ch) {
@@ -40,6 +63,9 @@ void lp_ctl_close(struct lp_ctl *ch) {
     free(p->rx);
     free(p->tx);
   }
+  for (int i = 0; i < ch->nspent; i++) close(ch->spent[i]);
+  abort_fd(ch->rm.fd);
+  abort_fd(ch->rm.conn);
   lp_ctl_init(ch);
 }
 
@@ -61,6 +87,7 @@ static const char *where(const struct lp_ctl_path *p, char *buf, size_t len) {
 static void give_up(struct lp_ctl *ch, int i, const char *who, int err, const char *why) {
   struct lp_ctl_path *p = &ch->path[i];
   p->failed = 1;
+  p->told = 0; /* lp_ctl_tick sends the DROP */
   ch->last_err = err;
   for (int j = 0; j < LP_CTL_PATHS; j++) {
     if (!lp_ctl_path_live(ch, j)) continue;
@@ -74,7 +101,7 @@ static void give_up(struct lp_ctl *ch, int i, const char *who, int err, const ch
 /* The peer closes every connection at once (it never closes one it gave
  * up): the first end of file ends the channel, without a word. */
 static void peer_closed(struct lp_ctl *ch) {
-  for (int j = 0; j < LP_CTL_PATHS; j++) ch->path[j].failed = 1;
+  for (int j = 0; j < LP_CTL_PATHS; j++) ch->path[j].failed = ch->path[j].told = 1;
   ch->last_err = -EPIPE;
 }
 
@@ -93,8 +120,8 @@ int lp_ctl_flush(struct lp_ctl *ch, const char *who) {
   return lp_ctl_live(ch) > 0 ? 0 : ch->last_err;
 }
 
-int lp_ctl_send(struct lp_ctl *ch, const char *who, void *msg, size_t len) {
-  ((struct lp_msg_hdr *)msg)->reserved = ch->tx_seq++;
+/* Queue msg on every live connection. */
+static void queue_all(struct lp_ctl *ch, const char *who, const void *msg, size_t len) {
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
     if (!lp_ctl_path_live(ch, i)) continue;
@@ -106,6 +133,11 @@ int lp_ctl_send(struct lp_ctl *ch, const char *who, void *msg, size_t len) {
     p->tx_len += len;
     flush_path(ch, i, who);
   }
+}
+
+int lp_ctl_send(struct lp_ctl *ch, const char *who, void *msg, size_t len) {
+  ((struct lp_msg_hdr *)msg)->reserved = ch->tx_seq++;
+  queue_all(ch, who, msg, len);
   return lp_ctl_live(ch) > 0 ? 0 : ch->last_err;
 }
 
@@ -148,23 +180,264 @@ static int read_path(struct lp_ctl *ch, int i, const char *who, size_t *len) {
   }
 }
 
+/* ---- making a connection again ---- */
+
+static void remake_attempt_failed(struct lp_ctl *ch, const char *who, uint64_t now, int err) {
+  struct lp_ctl_remake *rm = &ch->rm;
+  char a[64];
+  if (ch->listens) {
+    rm->backoff_ns = rm->backoff_ns * 2 > REMAKE_MAX_NS ? REMAKE_MAX_NS : rm->backoff_ns * 2;
+    rm->next_ns = now + rm->backoff_ns;
+    LP_INFO(NCCL_NET, "control connection to %s over %s: making it again failed: %s; next try in %llu s", who,
+            lp_sockaddr_str(&ch->path[rm->path].local, a, sizeof(a)), strerror(-err),
+            (unsigned long long)(rm->backoff_ns / 1000000000ull));
+  } else {
+    LP_INFO(NCCL_NET, "control connection %d to %s: making it again failed: %s (the peer offers it again)", rm->path,
+            who, strerror(-err));
+  }
+  abort_fd(rm->fd);
+  abort_fd(rm->conn);
+  remake_clear(rm);
+}
+
+/* Connection i is made again on fd: both ends send on it from here on.  The
+ * old fd joins the spent ones. */
+static void install(struct lp_ctl *ch, const char *who, int i, int fd) {
+  struct lp_ctl_path *p = &ch->path[i];
+  ch->spent[ch->nspent++] = p->fd;
+  p->fd = fd;
+  p->failed = p->told = 0;
+  p->gen++;
+  p->rx_off = p->tx_len = p->tx_off = 0;
+  char a[64];
+  LP_INFO(NCCL_NET, "control connection to %s over %s made again (%d of %d connections in use)", who,
+          where(p, a, sizeof(a)), lp_ctl_live(ch), LP_CTL_PATHS);
+  remake_clear(&ch->rm);
+  ch->rm.backoff_ns = REMAKE_FIRST_NS;
+  ch->rm.next_ns = 0;
+}
+
+/* The given-up connection to make again (the lowest), or -1. */
+static int given_up_path(const struct lp_ctl *ch) {
+  for (int i = 0; i < LP_CTL_PATHS; i++)
+    if (ch->path[i].fd >= 0 && ch->path[i].failed && ch->path[i].local.sa.sa_family != AF_UNSPEC) return i;
+  return -1;
+}
+
+/* Listening end: listen where connection i was accepted, and offer it. */
+static void offer(struct lp_ctl *ch, const char *who, int i, uint64_t now) {
+  struct lp_ctl_remake *rm = &ch->rm;
+  union lp_sockaddr local = ch->path[i].local, bound;
+  if (local.sa.sa_family == AF_INET)
+    local.in.sin_port = 0;
+  else
+    local.in6.sin6_port = 0;
+  rm->path = i;
+  rm->fd = lp_sock_listen(&local, &bound);
+  if (rm->fd < 0) {
+    int err = rm->fd;
+    rm->fd = -1;
+    remake_attempt_failed(ch, who, now, err);
+    return;
+  }
+  rm->deadline_ns = now + LP_CTL_REMAKE_WAIT_NS;
+  struct lp_ctl_offer m;
+  memset(&m, 0, sizeof(m));
+  lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_CTL_OFFER, sizeof(m));
+  m.path = (uint32_t)i;
+  m.gen = ch->path[i].gen + 1;
+  m.nonce = (uint32_t)(now ^ (now >> 32)) ^ ((uint32_t)rm->fd * 2654435761u);
+  m.family = bound.sa.sa_family;
+  if (m.family == AF_INET) {
+    m.port = bound.in.sin_port;
+    memcpy(m.addr, &bound.in.sin_addr, 4);
+  } else {
+    m.port = bound.in6.sin6_port;
+    memcpy(m.addr, &bound.in6.sin6_addr, 16);
+    m.scope_id = bound.in6.sin6_scope_id;
+  }
+  rm->rejoin.path = m.path;
+  rm->rejoin.gen = m.gen;
+  rm->rejoin.nonce = m.nonce;
+  queue_all(ch, who, &m, sizeof(m));
+}
+
+static void listen_step(struct lp_ctl *ch, const char *who, uint64_t now) {
+  struct lp_ctl_remake *rm = &ch->rm;
+  if (rm->path < 0) {
+    int i = given_up_path(ch);
+    if (i < 0 || ch->nspent == LP_CTL_SPENT) return;
+    if (rm->next_ns == 0) rm->next_ns = now + rm->backoff_ns;
+    if (now >= rm->next_ns) offer(ch, who, i, now);
+    return;
+  }
+  if (rm->conn < 0) {
+    int fd = lp_sock_accept(rm->fd);
+    if (fd < 0) {
+      remake_attempt_failed(ch, who, now, fd);
+      return;
+    }
+    if (fd > 0) rm->conn = fd;
+  }
+  if (rm->conn >= 0) {
+    int r = lp_sock_recv_progress(rm->conn, &rm->in, sizeof(rm->in), &rm->off);
+    if (r == 1) {
+      const struct lp_ctl_rejoin *a = &rm->in, *b = &rm->rejoin;
+      if (a->hdr.magic == LP_MSG_MAGIC && a->hdr.type == LP_MSG_CTL_REJOIN && a->hdr.length == sizeof(*a) &&
+          a->path == b->path && a->gen == b->gen && a->nonce == b->nonce) {
+        int fd = rm->conn;
+        rm->conn = -1;
+        abort_fd(rm->fd);
+        install(ch, who, (int)b->path, fd);
+        return;
+      }
+      r = -EPROTO;
+    }
+    if (r < 0) {
+      remake_attempt_failed(ch, who, now, r);
+      return;
+    }
+  }
+  if (now >= rm->deadline_ns) remake_attempt_failed(ch, who, now, -ETIMEDOUT);
+}
+
+/* Dialing end: connect to the offer and send the REJOIN first. */
+static void dial_step(struct lp_ctl *ch, const char *who, uint64_t now) {
+  struct lp_ctl_remake *rm = &ch->rm;
+  if (rm->offered && rm->path < 0) {
+    const struct lp_ctl_offer *o = &rm->offer;
+    union lp_sockaddr to;
+    memset(&to, 0, sizeof(to));
+    to.sa.sa_family = o->family;
+    if (o->family == AF_INET) {
+      to.in.sin_port = o->port;
+      memcpy(&to.in.sin_addr, o->addr, 4);
+    } else {
+      to.in6.sin6_port = o->port;
+      memcpy(&to.in6.sin6_addr, o->addr, 16);
+      to.in6.sin6_scope_id = o->scope_id;
+    }
+    rm->offered = 0;
+    rm->path = (int)o->path;
+    memset(&rm->rejoin, 0, sizeof(rm->rejoin));
+    lp_msg_hdr_init(&rm->rejoin.hdr, (enum lp_msg_type)LP_MSG_CTL_REJOIN, sizeof(rm->rejoin));
+    rm->rejoin.path = o->path;
+    rm->rejoin.gen = o->gen;
+    rm->rejoin.nonce = o->nonce;
+    rm->deadline_ns = now + LP_CTL_REMAKE_WAIT_NS;
+    rm->fd = lp_sock_connect_start(&to);
+    if (rm->fd < 0) {
+      int err = rm->fd;
+      rm->fd = -1;
+      remake_attempt_failed(ch, who, now, err);
+      return;
+    }
+  }
+  if (rm->path < 0) return;
+  int r = rm->connected ? 1 : lp_sock_connect_check(rm->fd);
+  if (r == 1) {
+    rm->connected = 1;
+    r = lp_sock_send_progress(rm->fd, &rm->rejoin, sizeof(rm->rejoin), &rm->off);
+    if (r == 1) {
+      install(ch, who, rm->path, rm->fd);
+      return;
+    }
+  }
+  if (r < 0)
+    remake_attempt_failed(ch, who, now, r);
+  else if (now >= rm->deadline_ns)
+    remake_attempt_failed(ch, who, now, -ETIMEDOUT);
+}
+
+void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now) {
+  if (lp_ctl_live(ch) == 0) return; /* the channel failed: nothing left to make one again over */
+  for (int i = 0; i < LP_CTL_PATHS; i++) {
+    struct lp_ctl_path *p = &ch->path[i];
+    if (p->fd < 0 || !p->failed || p->told) continue;
+    struct lp_ctl_drop m;
+    memset(&m, 0, sizeof(m));
+    lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_CTL_DROP, sizeof(m));
+    m.path = (uint32_t)i;
+    m.gen = p->gen;
+    p->told = 1;
+    queue_all(ch, who, &m, sizeof(m));
+  }
+  if (ch->listens)
+    listen_step(ch, who, now);
+  else
+    dial_step(ch, who, now);
+}
+
+/* ---- receiving ---- */
+
+/* The channel's own message, whole in path i's buffer: DROP or OFFER.
+ * Returns 0, or -1 after giving path i up for a malformed one. */
+static int own_message(struct lp_ctl *ch, int i, const char *who) {
+  const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)ch->path[i].rx;
+  size_t want = h->type == LP_MSG_CTL_DROP ? sizeof(struct lp_ctl_drop) : sizeof(struct lp_ctl_offer);
+  const struct lp_ctl_offer *o = (const struct lp_ctl_offer *)h; /* path and gen lead both */
+  const char *bad = NULL;
+  if (h->version != LP_PROTO_VERSION || h->length != want)
+    bad = "a control connection message of the wrong version or size";
+  else if (o->path >= LP_CTL_PATHS)
+    bad = "a control connection message for a connection that does not exist";
+  else if (h->type == LP_MSG_CTL_OFFER && (ch->listens || (o->family != AF_INET && o->family != AF_INET6)))
+    bad = "an offer the listening end cannot get, or of an unknown address family";
+  if (bad != NULL) {
+    give_up(ch, i, who, -EPROTO, bad);
+    return -1;
+  }
+  struct lp_ctl_path *p = &ch->path[o->path];
+  if (h->type == LP_MSG_CTL_DROP) {
+    if (o->gen == p->gen && lp_ctl_path_live(ch, (int)o->path)) {
+      p->failed = p->told = 1; /* the peer said why in its log */
+      LP_INFO(NCCL_NET, "control connection %u to %s: the peer gave it up", o->path, who);
+    }
+    return 0;
+  }
+  /* An offer for the next one: stale otherwise, or beyond what we keep. */
+  if (o->gen != p->gen + 1 || p->fd < 0 || ch->nspent == LP_CTL_SPENT) return 0;
+  p->failed = p->told = 1; /* the peer gave it up: it offers it again */
+  if (ch->rm.path >= 0) {  /* an attempt of ours it no longer waits for */
+    abort_fd(ch->rm.fd);
+    remake_clear(&ch->rm);
+  }
+  ch->rm.offer = *o;
+  ch->rm.offered = 1;
+  return 0;
+}
+
 int lp_ctl_recv(struct lp_ctl *ch, const char *who, const void **msg, size_t *len) {
+  int held = 0; /* connections whose next message is ahead of the one due */
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
     while (lp_ctl_path_live(ch, i) && read_path(ch, i, who, len) == 1) {
-      uint32_t seq = ((const struct lp_msg_hdr *)p->rx)->reserved;
+      const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)p->rx;
+      if (h->type == LP_MSG_CTL_DROP || h->type == LP_MSG_CTL_OFFER) {
+        if (own_message(ch, i, who) == 0) p->rx_off = 0;
+        continue;
+      }
+      uint32_t seq = h->reserved;
+      if ((int32_t)(seq - ch->rx_seq) > 0) { /* a connection made again: the others bring the ones before */
+        held++;
+        break;
+      }
       p->rx_off = 0;
       if (seq == ch->rx_seq) {
         ch->rx_seq++;
         *msg = p->rx;
         return 1;
       }
-      if ((int32_t)(seq - ch->rx_seq) > 0) { /* a gap: this connection lost a message */
-        char why[96];
-        snprintf(why, sizeof(why), "message %u arrived where %u was due", seq, ch->rx_seq);
-        give_up(ch, i, who, -EPROTO, why);
-      }
-      /* else a copy of one the other connection delivered */
+      /* else a copy of one another connection delivered */
+    }
+  }
+  if (held > 0 && held == lp_ctl_live(ch)) { /* every connection is ahead: the ones due were lost */
+    for (int i = 0; i < LP_CTL_PATHS; i++) {
+      if (!lp_ctl_path_live(ch, i)) continue;
+      char why[96];
+      snprintf(why, sizeof(why), "message %u arrived where %u was due",
+               ((const struct lp_msg_hdr *)ch->path[i].rx)->reserved, ch->rx_seq);
+      give_up(ch, i, who, -EPROTO, why);
     }
   }
   return lp_ctl_live(ch) > 0 ? 0 : ch->last_err;

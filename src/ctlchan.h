@@ -15,8 +15,20 @@
  * n - 1 was delivered, and every later copy is dropped.  A connection that
  * fails (an error, garbage, a backlog it does not take) is given up and the
  * channel goes on over the other; only when none is left does the channel
- * fail.  A connection given up is not made again: the listener that made it
- * is gone once NCCL has its comm (docs/FAILOVER.md, "The control channel").
+ * fail.
+ *
+ * A connection given up is made again, over the same interfaces, once they
+ * carry it (docs/FAILOVER.md, "The control channel"): otherwise a long job
+ * loses one connection per fault, and the channel dies at the second.  The
+ * end that gave it up says so (DROP) over the others; the listening end
+ * (the receiver: it accepted both at setup) opens a listener on the
+ * address it had for it and OFFERs it; the dialing end connects and sends
+ * REJOIN first; both then send on it.  An attempt not done within
+ * LP_CTL_REMAKE_WAIT_NS is dropped and made again later, 1 s after the
+ * failure at first, then twice as long each time up to 30 s.  A connection
+ * made again joins the sequence where it stands: its first message may be
+ * ahead of the next one due, and waits until the others delivered the ones
+ * before it.
  */
 #ifndef LP_CTLCHAN_H
 #define LP_CTLCHAN_H
@@ -24,13 +36,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fo_wire.h"
+#include "sock.h"
+
 #define LP_CTL_PATHS 2
+/* Connections given up and made again in a comm's life, at most: their fds
+ * stay open until lp_ctl_close (below), so that the idle watch never arms
+ * a number the kernel handed out again. */
+#define LP_CTL_SPENT 16
+#define LP_CTL_REMAKE_WAIT_NS 2000000000ull /* 2 s for an attempt */
 
 struct lp_ctl_path {
-  int fd;     /* -1: none */
-  int failed; /* given up; its fd stays open until lp_ctl_close (the idle watch may still have it) */
+  int fd;                  /* -1: none */
+  int failed;              /* given up; its fd stays open until lp_ctl_close (the idle watch may still have it) */
+  int told;                /* the peer knows it was given up: its DROP came, or ours went */
+  uint32_t gen;            /* times it was made again */
+  union lp_sockaddr local; /* listening end: the address it was accepted on, to listen there again */
   size_t rx_off, tx_len, tx_off;
-  uint8_t *rx, *tx; /* lp_ctl_start: one message, and a backlog of two */
+  uint8_t *rx, *tx; /* lp_ctl_start: one message, and a backlog of four */
+};
+
+/* A connection being made again: at most one at a time. */
+struct lp_ctl_remake {
+  int path;                    /* -1: none under way */
+  int fd;                      /* listening end: the listener; dialing end: the socket connecting */
+  int conn;                    /* listening end: the accepted socket, until its REJOIN is whole */
+  int connected;               /* dialing end: the connect completed; the REJOIN goes out */
+  size_t off;                  /* bytes of `rejoin` moved */
+  struct lp_ctl_rejoin rejoin; /* listening end: the one awaited; dialing end: the one to send */
+  struct lp_ctl_rejoin in;     /* listening end: the one arriving */
+  uint64_t deadline_ns;
+  uint64_t next_ns;    /* listening end: the next attempt (0: to be set from the next tick's clock) */
+  uint64_t backoff_ns; /* the wait before that */
+  int offered;         /* dialing end: `offer` waits to be tried */
+  struct lp_ctl_offer offer;
 };
 
 struct lp_ctl {
@@ -38,12 +77,20 @@ struct lp_ctl {
   uint32_t tx_seq; /* the next message's number */
   uint32_t rx_seq; /* the next number to deliver */
   int last_err;    /* -errno of the last connection given up */
+  int listens;     /* this end accepted the connections: it makes them again */
+  struct lp_ctl_remake rm;
+  int spent[LP_CTL_SPENT]; /* fds of connections made again */
+  int nspent;
 };
 
 /* No connection yet (every fd -1). */
 void lp_ctl_init(struct lp_ctl *ch);
-/* Buffers for the connections set up (failover on); 0 or -ENOMEM. */
-int lp_ctl_start(struct lp_ctl *ch);
+/* Buffers for the connections set up (failover on); `listens`: this end
+ * accepted them.  0 or -ENOMEM. */
+int lp_ctl_start(struct lp_ctl *ch, int listens);
+/* Make given-up connections again, and tell the peer of those given up;
+ * call it often (every progress call: it costs nothing while none is). */
+void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now);
 /* Close every fd, free the buffers. */
 void lp_ctl_close(struct lp_ctl *ch);
 /* Connections set up and not given up. */

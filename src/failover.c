@@ -710,6 +710,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   if (rc == ncclSuccess && !fo->peer_closed && (fo->state != LP_FO_IDLE || now >= fo->next_read_ns)) {
     fo->next_read_ns = now + LP_FO_READ_EVERY_NS;
     rc = read_messages(c);
+    lp_ctl_tick(&c->ctl, c->peer, now); /* control connections given up: tell the peer, make them again */
   }
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
@@ -760,7 +761,7 @@ void lp_fo_init(struct lp_comm *c) {
     LP_WARN("out of memory: the connection to %s works without failover", c->peer);
     return;
   }
-  if (lp_ctl_start(&c->ctl) != 0) {
+  if (lp_ctl_start(&c->ctl, c->kind == LP_COMM_RECV) != 0) {
     free(fo);
     LP_WARN("out of memory: the connection to %s works without failover", c->peer);
     return;

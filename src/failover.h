@@ -72,10 +72,11 @@ struct lp_fo {
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;
-  int watch_off;        /* the peer closed or the comm failed: nothing to answer */
-  int watch_tx;         /* an answer is still queued for a socket */
-  int watch_queued;     /* on the watch's list of comms to arm again */
-  unsigned watch_paths; /* the control sockets to arm (bit i: c->ctl.path[i]) */
+  int watch_off;              /* the peer closed or the comm failed: nothing to answer */
+  int watch_tx;               /* an answer is still queued for a socket */
+  int watch_queued;           /* on the watch's list of comms to arm again */
+  unsigned watch_paths;       /* the control sockets to arm (bit i: c->ctl.path[i]) */
+  int watch_fd[LP_CTL_PATHS]; /* their fds when last looked at: a connection made again has a new one */
 };
 
 /* Set up once the connection is established on its primary device, when

@@ -50,6 +50,10 @@ enum lp_fo_msg_type {
   LP_MSG_FO_READY = 20,
   LP_MSG_FO_SB_OFFER = 21,
   LP_MSG_FO_SB_ANSWER = 22,
+  /* The control channel's own (ctlchan.h): never numbered, never handed up. */
+  LP_MSG_CTL_DROP = 23,   /* either side: "I gave connection `path` up" */
+  LP_MSG_CTL_OFFER = 24,  /* listening side: "make connection `path` again: connect here" */
+  LP_MSG_CTL_REJOIN = 25, /* dialing side, first on the new connection: "this is the one you offered" */
 };
 
 /* Why a connection moves (also the syslog reason= value). */
@@ -149,6 +153,34 @@ struct lp_fo_sb_answer {
   uint32_t primary_down; /* with ok 0, for a failback: the primary is not usable here yet (a NOTICE says when) */
   uint32_t reserved;
   struct lp_link_info link;
+};
+
+/* A control connection given up, or to be made again (ctlchan.h).  `gen`
+ * counts the times connection `path` was made again: a DROP or an OFFER
+ * about an older one is stale and ignored. */
+struct lp_ctl_drop {
+  struct lp_msg_hdr hdr;
+  uint32_t path;
+  uint32_t gen; /* the connection given up */
+};
+
+struct lp_ctl_offer {
+  struct lp_msg_hdr hdr;
+  uint32_t path;
+  uint32_t gen;    /* the connection to be made: one more than the one given up */
+  uint32_t nonce;  /* the REJOIN repeats it */
+  uint16_t family; /* AF_INET or AF_INET6 */
+  uint16_t port;   /* network order */
+  uint32_t scope_id;
+  uint8_t addr[16];
+};
+
+struct lp_ctl_rejoin {
+  struct lp_msg_hdr hdr;
+  uint32_t path;
+  uint32_t gen;
+  uint32_t nonce;
+  uint32_t reserved;
 };
 
 /* Largest control message: the receive buffer size. */

@@ -20,12 +20,16 @@ static void wake(struct lp_idle_watch *w) {
     LP_WARN("cannot wake the idle-receiver watch: %s", strerror(errno));
 }
 
-/* The control connections to watch (bit i: path i): a connection given up
- * stays disarmed.  Read only while the comm is held. */
-static unsigned live_paths(const struct lp_comm *c) {
+/* Note the control connections to watch (bit i: path i) and their fds: a
+ * connection given up stays disarmed, one made again is armed on its new
+ * fd.  Only while the comm is held: the watch reads the copies. */
+static void note_paths(struct lp_comm *c) {
   unsigned m = 0;
-  for (int i = 0; i < LP_CTL_PATHS; i++) m |= (unsigned)lp_ctl_path_live(&c->ctl, i) << i;
-  return m;
+  for (int i = 0; i < LP_CTL_PATHS; i++) {
+    m |= (unsigned)lp_ctl_path_live(&c->ctl, i) << i;
+    c->fo->watch_fd[i] = c->ctl.path[i].fd;
+  }
+  c->fo->watch_paths = m;
 }
 
 /* One progress call on a comm whose control socket is ready, if NCCL is
@@ -39,8 +43,8 @@ static void answer(struct lp_comm *c, uint64_t now) {
     /* An error stays in the comm: NCCL's next call reports it. */
     lp_comm_progress(c);
     c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl); /* an answer a socket did not take whole */
-    c->fo->watch_paths = live_paths(c);
   }
+  note_paths(c);
   /* A closed peer or a failed comm keeps the socket readable for good:
    * nothing more to answer there. */
   c->fo->watch_off = c->error != ncclSuccess || c->fo->peer_closed;
@@ -49,13 +53,16 @@ static void answer(struct lp_comm *c, uint64_t now) {
 
 /* Watch c's control sockets for one event each (EPOLLONESHOT: a socket is
  * disarmed once it fires, until answered and its idle period is over).
- * Their fds stay open until the comm is freed, after it left the watch.
- * Under w->mu. */
-static void arm(struct lp_idle_watch *w, struct lp_comm *c, int op) {
+ * Their fds stay open until the comm is freed, after it left the watch
+ * (ctlchan.h keeps those of connections made again).  A connection made
+ * again is not in the set yet: added.  Under w->mu. */
+static void arm(struct lp_idle_watch *w, struct lp_comm *c) {
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     if (!(c->fo->watch_paths >> i & 1u)) continue;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (c->fo->watch_tx ? EPOLLOUT : 0u), .data.ptr = c};
-    if (epoll_ctl(w->epfd, op, c->ctl.path[i].fd, &ev) != 0)
+    int fd = c->fo->watch_fd[i];
+    if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 &&
+        (errno != ENOENT || epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
       LP_WARN("idle-receiver watch: cannot watch the control socket to %s: %s (it answers moves at NCCL's next call)",
               c->peer, strerror(errno));
   }
@@ -75,7 +82,7 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
   for (int i = 0; i < w->nlater;) {
     struct lp_comm *c = w->later[i];
     if (c->fo->watch_skip_until_ns <= now) {
-      arm(w, c, EPOLL_CTL_MOD);
+      arm(w, c);
       c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
     } else {
@@ -183,10 +190,10 @@ void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c) {
   c->fo->watch_off = 0;
   c->fo->watch_tx = 0;
   c->fo->watch_queued = 0;
-  c->fo->watch_paths = live_paths(c);
+  note_paths(c);
   w->comms[w->n++] = c;
   w->gen++;
-  arm(w, c, EPOLL_CTL_ADD);
+  arm(w, c);
   pthread_mutex_unlock(&w->mu);
 }
 

@@ -25,12 +25,17 @@
 #   cut_switch  node0's port on the management switch down for 14 s: TCP
 #               gives the first connections up, each end says so and goes
 #               on over the second.
+#   cut_twice   cut_switch, then, once the first connections are made again
+#               over mgmt0, ib3 (the second connections' interface, and
+#               mlx5_3's cable) goes down and mlx5_0 is pulled once more:
+#               the moves go over the connections made again.  Without
+#               them no control connection is left that works.
 # Each must end with every element right.  Needs root and network
 # namespaces: skipped (exit 77) where they cannot be made.
-# usage: control_channel.sh default|pinned|cut_host|cut_switch   (env: SIMVERBS PERF PLUGIN SINK CONFS)
+# usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice   (env: SIMVERBS PERF PLUGIN SINK CONFS)
 source "$(dirname "$0")/lib.sh"
 : "${SINK:?}"
-case_=${1:?usage: control_channel.sh default|pinned|cut_host|cut_switch}
+case_=${1:?usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice}
 pull=${PULL_S:-3}
 
 require_netns
@@ -48,24 +53,39 @@ export NCCL_DEBUG=INFO
 case $case_ in
 default) unset NCCL_SOCKET_IFNAME ;;
 pinned) export NCCL_SOCKET_IFNAME=ib0 ;;
-cut_host | cut_switch)
+cut_host | cut_switch | cut_twice)
   unset NCCL_SOCKET_IFNAME
   # ib0 is the cable pulled: IPoIB on mlx5_3 carries the second connections.
   ip -n "$ns0" addr del 198.19.0.1/24 dev ib0
   ip -n "sv-$SIMVERBS_FABRIC-node1" addr del 198.19.0.2/24 dev ib0
   ip -n "$ns0" addr add 198.19.3.1/24 dev ib3
   ip -n "sv-$SIMVERBS_FABRIC-node1" addr add 198.19.3.2/24 dev ib3
-  on_exit+=("ip -n $ns0 link set mgmt0 up 2>/dev/null" "ip -n $sw link set h0m up 2>/dev/null")
+  on_exit+=("ip -n $ns0 link set mgmt0 up 2>/dev/null" "ip -n $sw link set h0m up 2>/dev/null"
+    "ip -n $ns0 link set ib3 up 2>/dev/null")
   # The driver's own rendezvous (a gather every iteration) must not cross
   # the cut: no plugin can help a job whose launcher is cut off.
   perf_opts=(--rendezvous-addr 198.19.3.1 --gap-log "$tmp/gaps")
+  if [ "$case_" = cut_twice ]; then
+    # ib3 is cut too: the rendezvous gets a link of its own, named docker0,
+    # which the control channel takes last and never as its second.
+    ns1="sv-$SIMVERBS_FABRIC-node1"
+    ip link add lprv0 netns "$ns0" type veth peer name lprv1 netns "$ns1"
+    ip -n "$ns0" link set lprv0 name docker0
+    ip -n "$ns1" link set lprv1 name docker0
+    ip -n "$ns0" addr add 198.19.9.1/24 dev docker0
+    ip -n "$ns1" addr add 198.19.9.2/24 dev docker0
+    ip -n "$ns0" link set docker0 up
+    ip -n "$ns1" link set docker0 up
+    perf_opts=(--rendezvous-addr 198.19.9.1 --gap-log "$tmp/gaps")
+  fi
   ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 
 if [ "${case_#cut_}" != "$case_" ]; then
   cut=$([ "$case_" = cut_host ] && echo $((pull + 1)) || echo 14)
-  run_perf 1M $((cut + 8))
+  rest=$([ "$case_" = cut_twice ] && echo 30 || echo 8) # cut_twice: the connections made again, the second pull
+  run_perf 1M $((cut + rest))
   n=$(count_lines 'control channel: a second connection per connection over ib3 ' "$tmp/out")
   ((n == 2)) || fail "expected both ranks to make second control connections over ib3, $n do"
   n=$(count_lines ', 2 control connection\(s\)' "$tmp/out")
@@ -83,11 +103,25 @@ if [ "${case_#cut_}" != "$case_" ]; then
   sleep $((cut - pull)) # the rest of the cut
   ip -n "$ns0" link set mgmt0 up
   ip -n "$sw" link set h0m up
+  if [ "$case_" = cut_twice ]; then
+    # Each end gave its first connections up (below); each makes them
+    # again 1-4 s after the cut (its attempts back off from 1 s).
+    given=$(count_lines 'control connection to .* failed: .*go on over 198\.19\.3\.' "$tmp/out")
+    ((given > 0)) || fail "no control connection over the cut management network was given up"
+    wait_until 20 "the control connections made again" at_least 'control connection to .* made again \(2 of 2' \
+      "$tmp/out" "$given"
+    : >"$tmp/gaps"
+    ip -n "$ns0" link set ib3 down # the second connections' interface, and mlx5_3
+    ip -n "$ns0" link set ib0 down
+    sleep "$pull" # the second outage
+    ip -n "$ns0" link set ib0 up
+    ip -n "$ns0" link set ib3 up
+  fi
   expect_clean_run
   grep -q 'event=failover .* dev=mlx5_0 ' "$tmp/syslog" || fail "no connection moved off mlx5_0"
   grep -q 'event=failback ' "$tmp/syslog" || fail "no connection came back to mlx5_0"
   given_up=$(count_lines 'control connection to .* failed: .*go on over 198\.19\.3\.' "$tmp/out")
-  if [ "$case_" = cut_switch ]; then
+  if [ "$case_" != cut_host ]; then
     ((given_up > 0)) || fail "no control connection over the cut management network was given up"
   else
     ((given_up == 0)) || fail "$given_up control connections given up during a cut shorter than TCP's timeout"

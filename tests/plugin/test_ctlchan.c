@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,6 +34,10 @@ static void tcp_pair(int sv[2]) {
   sv[1] = accept(l, NULL, NULL);
   cr_assert(sv[1] >= 0);
   close(l);
+  /* As the plugin's (sock.c): small messages go out at once, not after a
+   * delayed ACK. */
+  int one = 1;
+  for (int i = 0; i < 2; i++) setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 /* Close with a reset, as a host whose TCP gave the connection up. */
@@ -51,8 +57,8 @@ static void setup(struct ends *e, int paths) {
     e->tx.path[i].fd = e->far[i] = sv[0];
     e->rx.path[i].fd = sv[1];
   }
-  cr_assert_eq(lp_ctl_start(&e->tx), 0);
-  cr_assert_eq(lp_ctl_start(&e->rx), 0);
+  cr_assert_eq(lp_ctl_start(&e->tx, 0), 0);
+  cr_assert_eq(lp_ctl_start(&e->rx, 1), 0);
 }
 
 static void teardown(struct ends *e) {
@@ -187,5 +193,121 @@ Test(ctlchan, a_connection_that_takes_nothing_is_given_up) {
   cr_expect(!lp_ctl_path_live(&e.tx, 0), "a connection whose peer never reads was kept for %d messages", sends);
   cr_expect(lp_ctl_path_live(&e.tx, 1));
   cr_expect_eq(e.tx.last_err, -ENOBUFS);
+  teardown(&e);
+}
+
+/* ---- connections made again ---- */
+
+#define STEP_NS 100000000ull /* 100 ms of the channel's clock a round */
+
+/* Both ends read what came (the receiver's messages into got[], counted in
+ * *ngot) and tick, `rounds` times, the clock going on by STEP_NS a round;
+ * stops early once both ends use `want` connections. */
+static void pump(struct ends *e, uint64_t *now, int rounds, int want, uint32_t *got, int *ngot, int max) {
+  for (int k = 0; k < rounds; k++) {
+    const void *msg;
+    size_t len;
+    while (lp_ctl_recv(&e->tx, "peer", &msg, &len) == 1) cr_assert_fail("the sender got a message");
+    while (lp_ctl_recv(&e->rx, "peer", &msg, &len) == 1) {
+      cr_assert_lt(*ngot, max, "more messages than were sent");
+      got[(*ngot)++] = ((const struct lp_fo_notice *)msg)->epoch;
+    }
+    lp_ctl_tick(&e->tx, "peer", *now);
+    lp_ctl_tick(&e->rx, "peer", *now);
+    if (lp_ctl_live(&e->tx) == want && lp_ctl_live(&e->rx) == want) return;
+    *now += STEP_NS;
+  }
+}
+
+static void garbage_on(int fd) {
+  struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
+  cr_assert_eq(write(fd, &junk, sizeof(junk)), (ssize_t)sizeof(junk));
+}
+
+Test(ctlchan, a_connection_given_up_is_made_again_and_carries_the_channel) {
+  struct ends e;
+  setup(&e, 2);
+  uint64_t now = 1000 * STEP_NS;
+  uint32_t got[32];
+  int n = 0;
+  for (uint32_t i = 0; i < 3; i++) cr_assert_eq(send_notice(&e, i), 0);
+  garbage_on(e.far[0]); /* the receiver gives the first connection up */
+  pump(&e, &now, 1, 2, got, &n, 32);
+  cr_assert_eq(lp_ctl_live(&e.rx), 1);
+  pump(&e, &now, 5, 1, got, &n, 32);
+  cr_expect_eq(lp_ctl_live(&e.tx), 1, "the sender must give it up on the receiver's DROP");
+  uint64_t t0 = now;
+  pump(&e, &now, 100, 2, got, &n, 32);
+  cr_assert_eq(lp_ctl_live(&e.tx), 2, "the sender did not make the connection again");
+  cr_assert_eq(lp_ctl_live(&e.rx), 2, "the receiver did not make the connection again");
+  cr_expect_leq(now - t0, 12 * STEP_NS, "made again %llu ms after the failure, not about 1 s",
+                (unsigned long long)((now - t0) / 1000000ull));
+  cr_expect_eq(e.tx.path[0].gen, 1u);
+  cr_expect_eq(e.rx.path[0].gen, 1u);
+  cr_expect_eq(e.tx.nspent, 1);
+  cr_expect_neq(e.tx.path[0].fd, e.far[0], "still the old connection");
+  /* A stale DROP (about the connection given up) changes nothing. */
+  struct lp_ctl_drop d;
+  memset(&d, 0, sizeof(d));
+  lp_msg_hdr_init(&d.hdr, (enum lp_msg_type)LP_MSG_CTL_DROP, sizeof(d));
+  d.path = 0;
+  d.gen = 0;
+  cr_assert_eq(write(e.far[1], &d, sizeof(d)), (ssize_t)sizeof(d));
+  for (uint32_t i = 3; i < 6; i++) cr_assert_eq(send_notice(&e, i), 0);
+  pump(&e, &now, 3, 3, got, &n, 32);
+  cr_expect_eq(lp_ctl_live(&e.rx), 2, "a stale DROP gave a connection made again up");
+  garbage_on(e.far[1]); /* now the second one: the one made again must carry the channel */
+  for (uint32_t i = 6; i < 9; i++) cr_assert_eq(send_notice(&e, i), 0);
+  pump(&e, &now, 5, 3, got, &n, 32);
+  cr_assert_eq(n, 9, "each message must be delivered once, %d were", n);
+  for (uint32_t i = 0; i < 9; i++) cr_expect_eq(got[i], i, "message %u out of order", i);
+  cr_expect_eq(lp_ctl_live(&e.rx), 1);
+  cr_expect(lp_ctl_path_live(&e.rx, 0), "the connection made again was given up");
+  teardown(&e);
+}
+
+Test(ctlchan, an_offer_not_taken_is_made_again_later) {
+  struct ends e;
+  setup(&e, 2);
+  uint64_t now = 1000 * STEP_NS;
+  garbage_on(e.far[0]);
+  const void *msg;
+  size_t len;
+  cr_assert_eq(lp_ctl_recv(&e.rx, "peer", &msg, &len), 0);
+  /* The sender is not called (NCCL computes): the offer goes unanswered. */
+  for (int k = 0; k < 40; k++, now += STEP_NS) lp_ctl_tick(&e.rx, "peer", now);
+  cr_expect_eq(lp_ctl_live(&e.rx), 1);
+  cr_expect_eq(e.rx.rm.path, -1, "an attempt is still open past its %llu ms",
+               (unsigned long long)(LP_CTL_REMAKE_WAIT_NS / 1000000ull));
+  cr_expect_eq(e.rx.rm.backoff_ns, 2000000000ull, "the next try must wait twice as long");
+  uint32_t got[4];
+  int n = 0;
+  pump(&e, &now, 100, 2, got, &n, 4);
+  cr_expect_eq(lp_ctl_live(&e.tx), 2, "made again once the sender answers");
+  cr_expect_eq(lp_ctl_live(&e.rx), 2);
+  teardown(&e);
+}
+
+Test(ctlchan, a_message_ahead_on_one_connection_waits_for_the_other) {
+  struct ends e;
+  setup(&e, 2);
+  struct lp_fo_notice m;
+  memset(&m, 0, sizeof(m));
+  lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(m));
+  m.conn_id = 7;
+  /* A connection made again starts where its sender stands: message 1. */
+  m.hdr.reserved = m.epoch = 1;
+  cr_assert_eq(write(e.far[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+  uint32_t got[4];
+  cr_assert_eq(receive_all(&e, got, 4), 0, "message 1 must wait for message 0");
+  cr_expect_eq(lp_ctl_live(&e.rx), 2, "a message ahead gave its connection up");
+  for (uint32_t s = 0; s < 2; s++) {
+    m.hdr.reserved = m.epoch = s;
+    cr_assert_eq(write(e.far[0], &m, sizeof(m)), (ssize_t)sizeof(m));
+  }
+  cr_assert_eq(receive_all(&e, got, 4), 2);
+  cr_expect_eq(got[0], 0u);
+  cr_expect_eq(got[1], 1u);
+  cr_expect_eq(lp_ctl_live(&e.rx), 2);
   teardown(&e);
 }
