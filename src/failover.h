@@ -66,6 +66,7 @@ struct lp_fo {
   int peer_primary_ok;    /* sender: the receiver's primary NIC can be used */
   int peer_closed;        /* the control channel reached end of file */
   uint64_t next_read_ns;  /* when to look at the control channel again */
+  uint64_t next_watch_ns; /* the watchdog's next look (lp_fo_watchdog) */
   struct lp_link next;    /* sender: the path offered to the peer, until it answers */
   struct lp_standby sb;   /* the standby path (standby.h) */
   struct lp_link retired; /* the path the last move left, destroyed once no move of the process is under way */
