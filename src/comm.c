@@ -96,7 +96,7 @@ ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum
                         link->qps[q]->qp_num, strerror(err));
   link->sq_free[q]--;
   link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
-  if (signal && was_idle && lp_watchdog_on(&c->wd)) lp_watchdog_armed(&c->wd, lp_now_ns());
+  if (signal && was_idle && lp_watchdog_on(&c->wd)) lp_watchdog_armed(&c->wd);
   return ncclSuccess;
 }
 

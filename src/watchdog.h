@@ -40,10 +40,16 @@ static inline void lp_watchdog_init(struct lp_watchdog *w, uint64_t limit_ns, ui
 
 static inline int lp_watchdog_on(const struct lp_watchdog *w) { return w->limit_ns != 0; }
 
-/* A signaled WR went out while none was outstanding: its clock starts now.
- * The last completion may be long ago when NCCL left the comm alone, and
- * that idle time is no stall. */
-static inline void lp_watchdog_armed(struct lp_watchdog *w, uint64_t now) { w->since_ns = now; }
+/* since_ns of work whose clock starts at the next check. */
+#define LP_WATCHDOG_UNTIMED UINT64_MAX
+
+/* A signaled WR went out while none was outstanding: its clock starts at
+ * the next check, a millisecond later at most (failover.c), not here: a
+ * post is on the critical path of every message, and reading the clock
+ * there was a tenth of an 8-byte message's cost.  The last completion may
+ * be long ago when NCCL left the comm alone, and that idle time is no
+ * stall. */
+static inline void lp_watchdog_armed(struct lp_watchdog *w) { w->since_ns = LP_WATCHDOG_UNTIMED; }
 
 /* A completion arrived: the path moves. */
 static inline void lp_watchdog_fed(struct lp_watchdog *w, uint64_t now) { w->last_cqe_ns = now; }
@@ -58,6 +64,7 @@ static inline uint64_t lp_watchdog_limit(const struct lp_watchdog *w) { return w
  * loop for ever, so each such stall doubles the limit, up to
  * LP_WATCHDOG_BACKOFF_MAX times; a quiet spell of ten limits resets it. */
 static inline enum lp_watchdog_verdict lp_watchdog_check(struct lp_watchdog *w, uint64_t now, int outstanding) {
+  if (w->since_ns == LP_WATCHDOG_UNTIMED) w->since_ns = now;
   uint64_t limit = lp_watchdog_limit(w);
   if (limit == 0 || !outstanding) w->since_ns = now; /* idle: nothing to wait for */
   uint64_t since = w->since_ns > w->last_cqe_ns ? w->since_ns : w->last_cqe_ns;

@@ -17,18 +17,20 @@ Test(watchdog, stalls_only_with_work_outstanding_past_the_limit) {
   lp_watchdog_init(&w, 50 * MS, 0);
   cr_assert_eq(lp_watchdog_check(&w, 40 * MS, 1), LP_WATCHDOG_OK);
   cr_assert_eq(lp_watchdog_check(&w, 1000 * MS, 0), LP_WATCHDOG_OK, "nothing outstanding: idle, no stall");
-  lp_watchdog_armed(&w, 1000 * MS); /* the first signaled WR after the idle spell */
+  lp_watchdog_armed(&w); /* the first signaled WR after the idle spell */
   cr_assert_eq(lp_watchdog_check(&w, 1040 * MS, 1), LP_WATCHDOG_OK, "the idle second before does not count");
   lp_watchdog_fed(&w, 1040 * MS);
   cr_assert_eq(lp_watchdog_check(&w, 1080 * MS, 1), LP_WATCHDOG_OK, "a completion restarts the wait");
   cr_assert_eq(lp_watchdog_check(&w, 1091 * MS, 1), LP_WATCHDOG_STALL);
 }
 
-Test(watchdog, work_posted_after_the_call_began_is_no_stall) {
+Test(watchdog, armed_work_is_timed_from_the_next_check) {
   struct lp_watchdog w;
   lp_watchdog_init(&w, 50 * MS, 0);
-  lp_watchdog_armed(&w, 200 * MS); /* a replay posted during this progress call */
-  cr_assert_eq(lp_watchdog_check(&w, 190 * MS, 1), LP_WATCHDOG_OK);
+  lp_watchdog_armed(&w); /* posted long after the last completion (at 0) */
+  cr_assert_eq(lp_watchdog_check(&w, 5000 * MS, 1), LP_WATCHDOG_OK, "the idle spell before the post is no stall");
+  cr_assert_eq(lp_watchdog_check(&w, 5049 * MS, 1), LP_WATCHDOG_OK);
+  cr_assert_eq(lp_watchdog_check(&w, 5051 * MS, 1), LP_WATCHDOG_STALL, "timed from the first check after the post");
 }
 
 Test(watchdog, stalls_in_a_row_double_the_limit_up_to_the_cap) {
