@@ -68,8 +68,7 @@ struct lp_comm {
   ncclResult_t error;          /* sticky: once a comm fails every call reports it */
   char peer[160];              /* "host addr dev:port" for messages */
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
-  uint64_t progress_ns;        /* the last clock read of a progress call (progress.c call_time) */
-  int clock_skips;             /* progress calls since that read (LP_CLOCK_EVERY) */
+  uint64_t progress_ns;        /* when the last progress call began: one clock read per test() */
   uint64_t progress_end_ns;    /* when the last one ended, while a timed message is out (progress.c) */
   char peer_id[160];           /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
@@ -138,8 +137,6 @@ struct lp_send_comm {
  * none is still out after it: progress.c): a polling proxy thread comes
  * back within microseconds. */
 #define LP_METER_GAP_NS (100u * 1000)
-/* A progress call reads the clock at least every this many calls (progress.c). */
-#define LP_CLOCK_EVERY 8
 
 /* Message m leaves its NIC's transmit meter: with the bytes it moved when
  * it `finished` on the NIC it started on, without them otherwise (written

@@ -709,7 +709,6 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
    * latency").  A socket that did not take a whole message is flushed then;
    * paced chores wait as long. */
   if (fo->state == LP_FO_IDLE && now < fo->next_read_ns && lp_health_gen(c->health) == fo->seen_gen) return ncclSuccess;
-  now = lp_now_ns(); /* the call's time may be a few calls old (progress.c) */
   ncclResult_t rc = flush_tx(c);
   /* Reading the socket is a system call: between moves, look at most every
    * LP_FO_READ_EVERY_NS (far below any failover time) rather than on every
@@ -736,7 +735,6 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
   /* Its limit is LINKPASS_WATCHDOG_MS: a look a millisecond is plenty, and
    * test() is a spin loop (lp_fo_progress). */
   if (now < fo->next_watch_ns) return ncclSuccess;
-  now = lp_now_ns(); /* as in lp_fo_progress */
   fo->next_watch_ns = now + LP_FO_READ_EVERY_NS;
   enum lp_watchdog_verdict v = lp_watchdog_check(&c->wd, now, lp_comm_busy(c));
   if (v == LP_WATCHDOG_OK) return ncclSuccess;

@@ -7,26 +7,9 @@
 #include "failover.h"
 #include "transport.h"
 
-/* test() is NCCL's spin loop, and reading the clock (about 30 ns on these
- * machines) was the largest cost of an idle call: between completions it
- * is read every LP_CLOCK_EVERY-th call (comm.h), and the calls in between take the
- * last time read, a few microseconds old.  Nothing compared with it here
- * is finer than a millisecond; what needs the exact time reads it itself
- * (failover's and the watchdog's work once due), and while a timed message
- * is out (the meter's gap below) every call reads it; so does the call
- * after one that found completions. */
-
-static uint64_t call_time(struct lp_comm *c) {
-  if (c->progress_end_ns != 0 || c->progress_ns == 0 || ++c->clock_skips >= LP_CLOCK_EVERY) {
-    c->clock_skips = 0;
-    c->progress_ns = lp_now_ns();
-  }
-  return c->progress_ns;
-}
-
 ncclResult_t lp_comm_progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
-  uint64_t now = call_time(c);
+  uint64_t now = c->progress_ns = lp_now_ns();
   /* The NIC before the peer: a request the peer refused completes here
    * with its error before the peer's notice of the flushes that refusal
    * caused it can arrive over TCP, and must decide first (fail, not move). */

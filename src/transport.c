@@ -15,10 +15,7 @@ ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_f
   for (int iter = 0; iter < 4; iter++) {
     int n = ibv_poll_cq(comm->link.cq, LP_POLL_BATCH, wcs);
     if (n < 0) return lp_comm_fail(comm, ncclSystemError, "ibv_poll_cq failed (%d)", n);
-    if (n > 0) {
-      lp_watchdog_fed(&comm->wd, now);
-      comm->clock_skips = LP_CLOCK_EVERY; /* the next progress call reads the clock */
-    }
+    if (n > 0) lp_watchdog_fed(&comm->wd, now);
     for (int i = 0; i < n; i++) {
       if (lp_wrid_kind(wcs[i].wr_id) == LP_WR_RECV) comm->link.rq_owed--; /* delivered or flushed */
       /* An error: later completions of its QP are flushes caused by it. */
