@@ -44,7 +44,8 @@ static inline int lp_watchdog_on(const struct lp_watchdog *w) { return w->limit_
 #define LP_WATCHDOG_UNTIMED UINT64_MAX
 
 /* A signaled WR went out while none was outstanding: its clock starts at
- * the next check, a millisecond later at most (failover.c), not here: a
+ * the next check (once a millisecond while NCCL calls: failover.c), not
+ * here: a
  * post is on the critical path of every message, and reading the clock
  * there was a tenth of an 8-byte message's cost.  The last completion may
  * be long ago when NCCL left the comm alone, and that idle time is no
