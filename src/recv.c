@@ -164,7 +164,7 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   struct lp_comm *c = &r->base;
   struct lp_link *link = &c->link;
   if (!lp_watchdog_on(&c->wd) || c->paused || link->unsignaled[0] == 0 || lp_comm_signaled_outstanding(c, 0) > 0 ||
-      link->sq_free[0] < 1 || now < c->wd.last_cqe_ns + LP_PROBE_AFTER_NS)
+      link->sq_free[0] < 1 || now - c->wd.last_cqe_ns < LP_PROBE_AFTER_NS)
     return c->error;
   struct ibv_send_wr wr;
   memset(&wr, 0, sizeof(wr));
