@@ -180,19 +180,6 @@ static int subnet_dev(const struct lp_env *env, int dev, const struct lp_handle 
   return d;
 }
 
-static void handle_addr(union lp_sockaddr *to, uint16_t family, uint16_t port, const uint8_t *addr, uint32_t scope_id) {
-  memset(to, 0, sizeof(*to));
-  to->sa.sa_family = family;
-  if (family == AF_INET) {
-    to->in.sin_port = port;
-    memcpy(&to->in.sin_addr, addr, 4);
-  } else {
-    to->in6.sin6_port = port;
-    memcpy(&to->in6.sin6_addr, addr, 16);
-    to->in6.sin6_scope_id = scope_id;
-  }
-}
-
 static void alt_drop(struct lp_connect_stage *st, int err) {
   char a[64];
   struct lp_ctl_path *path = &st->comm->base.ctl.path[1];
@@ -206,7 +193,7 @@ static void alt_drop(struct lp_connect_stage *st, int err) {
 
 /* The second control connection, to the listener's second address. */
 static void alt_start(struct lp_connect_stage *st, const struct lp_handle *h) {
-  handle_addr(&st->alt_to, h->alt_family, h->alt_port, h->alt_addr, h->alt_scope_id);
+  lp_sockaddr_from_wire(&st->alt_to, h->alt_family, h->alt_port, h->alt_scope_id, h->alt_addr);
   st->join = st->hello;
   st->join.hdr.type = LP_MSG_JOIN;
   memset(&st->join.link, 0, sizeof(st->join.link));
@@ -263,7 +250,7 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   rc = lp_comm_link_open(&s->base.link, &s->base, dev, p->env->cfg.qps_per_conn, 0);
   if (rc != ncclSuccess) goto fail;
 
-  handle_addr(&st->to, h->family, h->port, h->addr, h->scope_id);
+  lp_sockaddr_from_wire(&st->to, h->family, h->port, h->scope_id, h->addr);
   int fd = lp_sock_connect_start(&st->to);
   if (fd < 0) {
     char a[64];
@@ -449,28 +436,12 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
   memset(&h, 0, sizeof(h));
   h.magic = LP_HANDLE_MAGIC;
   h.version = LP_PROTO_VERSION;
-  h.family = l->addr.sa.sa_family;
   h.dev = dev;
   h.listen_id = l->listen_id;
   if (p->env->cfg.subnet_routing && p->env->devs[dev].link_layer == IBV_LINK_LAYER_ETHERNET)
     memcpy(h.listen_gid, p->env->devs[dev].gid.raw, sizeof(h.listen_gid));
-  if (h.family == AF_INET) {
-    h.port = l->addr.in.sin_port;
-    memcpy(h.addr, &l->addr.in.sin_addr, 4);
-  } else {
-    h.port = l->addr.in6.sin6_port;
-    memcpy(h.addr, &l->addr.in6.sin6_addr, 16);
-    h.scope_id = l->addr.in6.sin6_scope_id;
-  }
-  if (l->alt_fd >= 0) {
-    h.alt_family = l->alt_addr.sa.sa_family;
-    h.alt_port = h.alt_family == AF_INET ? l->alt_addr.in.sin_port : l->alt_addr.in6.sin6_port;
-    h.alt_scope_id = h.alt_family == AF_INET ? 0 : l->alt_addr.in6.sin6_scope_id;
-    if (h.alt_family == AF_INET)
-      memcpy(h.alt_addr, &l->alt_addr.in.sin_addr, 4);
-    else
-      memcpy(h.alt_addr, &l->alt_addr.in6.sin6_addr, 16);
-  }
+  lp_sockaddr_to_wire(&l->addr, &h.family, &h.port, &h.scope_id, h.addr);
+  if (l->alt_fd >= 0) lp_sockaddr_to_wire(&l->alt_addr, &h.alt_family, &h.alt_port, &h.alt_scope_id, h.alt_addr);
   memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   *listenComm = l;

@@ -247,15 +247,7 @@ static void offer(struct lp_ctl *ch, const char *who, int i, uint64_t now) {
   m.path = (uint32_t)i;
   m.gen = ch->path[i].gen + 1;
   m.nonce = (uint32_t)(now ^ (now >> 32)) ^ ((uint32_t)rm->fd * 2654435761u);
-  m.family = bound.sa.sa_family;
-  if (m.family == AF_INET) {
-    m.port = bound.in.sin_port;
-    memcpy(m.addr, &bound.in.sin_addr, 4);
-  } else {
-    m.port = bound.in6.sin6_port;
-    memcpy(m.addr, &bound.in6.sin6_addr, 16);
-    m.scope_id = bound.in6.sin6_scope_id;
-  }
+  lp_sockaddr_to_wire(&bound, &m.family, &m.port, &m.scope_id, m.addr);
   rm->rejoin.path = m.path;
   rm->rejoin.gen = m.gen;
   rm->rejoin.nonce = m.nonce;
@@ -307,16 +299,7 @@ static void dial_step(struct lp_ctl *ch, const char *who, uint64_t now) {
   if (rm->offered && rm->path < 0) {
     const struct lp_ctl_offer *o = &rm->offer;
     union lp_sockaddr to;
-    memset(&to, 0, sizeof(to));
-    to.sa.sa_family = o->family;
-    if (o->family == AF_INET) {
-      to.in.sin_port = o->port;
-      memcpy(&to.in.sin_addr, o->addr, 4);
-    } else {
-      to.in6.sin6_port = o->port;
-      memcpy(&to.in6.sin6_addr, o->addr, 16);
-      to.in6.sin6_scope_id = o->scope_id;
-    }
+    lp_sockaddr_from_wire(&to, o->family, o->port, o->scope_id, o->addr);
     rm->offered = 0;
     rm->path = (int)o->path;
     memset(&rm->rejoin, 0, sizeof(rm->rejoin));

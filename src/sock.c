@@ -16,6 +16,34 @@ socklen_t lp_sockaddr_len(const union lp_sockaddr *a) {
   return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
+void lp_sockaddr_to_wire(const union lp_sockaddr *a, uint16_t *family, uint16_t *port, uint32_t *scope_id,
+                         uint8_t addr[16]) {
+  *family = a->sa.sa_family;
+  if (*family == AF_INET) {
+    *port = a->in.sin_port;
+    *scope_id = 0;
+    memcpy(addr, &a->in.sin_addr, 4);
+  } else {
+    *port = a->in6.sin6_port;
+    *scope_id = a->in6.sin6_scope_id;
+    memcpy(addr, &a->in6.sin6_addr, 16);
+  }
+}
+
+void lp_sockaddr_from_wire(union lp_sockaddr *a, uint16_t family, uint16_t port, uint32_t scope_id,
+                           const uint8_t addr[16]) {
+  memset(a, 0, sizeof(*a));
+  a->sa.sa_family = family;
+  if (family == AF_INET) {
+    a->in.sin_port = port;
+    memcpy(&a->in.sin_addr, addr, 4);
+  } else {
+    a->in6.sin6_port = port;
+    memcpy(&a->in6.sin6_addr, addr, 16);
+    a->in6.sin6_scope_id = scope_id;
+  }
+}
+
 const char *lp_sockaddr_str(const union lp_sockaddr *a, char *buf, size_t len) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (a->sa.sa_family == AF_INET) {

@@ -59,6 +59,14 @@ int lp_sock_accept(int lfd);
 int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off);
 int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off);
 
+/* An address as the wire carries it (the handle, CTL_OFFER): the family,
+ * the port in network order, the IPv6 scope, and 16 address bytes of which
+ * IPv4 uses 4. */
+void lp_sockaddr_to_wire(const union lp_sockaddr *a, uint16_t *family, uint16_t *port, uint32_t *scope_id,
+                         uint8_t addr[16]);
+void lp_sockaddr_from_wire(union lp_sockaddr *a, uint16_t family, uint16_t port, uint32_t scope_id,
+                           const uint8_t addr[16]);
+
 const char *lp_sockaddr_str(const union lp_sockaddr *a, char *buf, size_t len);
 socklen_t lp_sockaddr_len(const union lp_sockaddr *a);
 
