@@ -357,7 +357,8 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
   m.replayed_bytes = atomic_load_explicit(&st->replayed_bytes, rx);
   m.paths_lost = atomic_load_explicit(&st->paths_lost, rx);
   m.ring_overflows = lp_ring_overflows(&h->ring);
-  m.last_failover_seconds = (double)atomic_load_explicit(&st->last_failover_ns, rx) / 1e9;
+  /* In whole microseconds, as the event line's duration_us: the two agree. */
+  m.last_failover_seconds = (double)(atomic_load_explicit(&st->last_failover_ns, rx) / 1000) / 1e6;
   m.running = running;
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
