@@ -60,7 +60,7 @@ static void ring_init_or_die(struct lp_event_ring *r, uint32_t capacity) {
 static double round_trip(uint32_t capacity, uint64_t n) {
   struct lp_event_ring r;
   ring_init_or_die(&r, capacity);
-  struct lp_event e = {.type = LP_EV_CONN_MOVED}, out;
+  struct lp_event e = {.type = LP_EV_PORT_UP}, out;
   uint64_t sum = 0;
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < n; i++) {

@@ -224,8 +224,11 @@ uint64_t lp_ring_overflows(const struct lp_event_ring *r) {
 
 const char *lp_event_type_name(uint32_t type) {
   static const char *const names[LP_EV_TYPE_COUNT] = {
-      [LP_EV_NONE] = "none",       [LP_EV_ASYNC] = "async",           [LP_EV_PORT_DOWN] = "port_down",
-      [LP_EV_PORT_UP] = "port_up", [LP_EV_CONN_MOVED] = "conn_moved", [LP_EV_SILENT_FAULT] = "silent_fault",
+      [LP_EV_NONE] = "none",
+      [LP_EV_ASYNC] = "async",
+      [LP_EV_PORT_DOWN] = "port_down",
+      [LP_EV_PORT_UP] = "port_up",
+      [LP_EV_SILENT_FAULT] = "silent_fault",
       [LP_EV_STOP] = "stop",
   };
   return type < LP_EV_TYPE_COUNT ? names[type] : "unknown";

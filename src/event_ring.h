@@ -27,7 +27,6 @@ enum lp_event_type {
   LP_EV_ASYNC, /* a NIC's async event (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL...): nic, port, status = ibv_event_type */
   LP_EV_PORT_DOWN,    /* a device's RoCE interface lost its link (netwatch.c): dev */
   LP_EV_PORT_UP,      /* it has its link again: dev */
-  LP_EV_CONN_MOVED,   /* a connection end moved or lost its path: the metrics file is rewritten at once */
   LP_EV_SILENT_FAULT, /* a connection left a device whose port is up (stall, error completion): dev, status = reason */
   LP_EV_STOP,         /* the control thread is asked to finish */
   LP_EV_TYPE_COUNT

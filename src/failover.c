@@ -275,7 +275,6 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
   }
   atomic_fetch_add_explicit(&st->replayed, (uint64_t)replayed, rx);
   atomic_fetch_add_explicit(&st->replayed_bytes, bytes, rx);
-  lp_health_conn_moved(c->health, new_dev, kind, c->conn_id); /* the metrics file follows at once */
 }
 
 static ncclResult_t path_lost(struct lp_comm *c, const char *why) {

@@ -22,16 +22,6 @@
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
 
-void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id) {
-  if (!h->running) return;
-  struct lp_event e = {.type = LP_EV_CONN_MOVED,
-                       .dev = dev >= 0 ? (uint32_t)dev : LP_EV_NO_DEV,
-                       .status = kind,
-                       .comm_id = comm_id,
-                       .time_ns = lp_now_ns()};
-  lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
-}
-
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id) {
   if (!h->running || dev < 0) return;
   struct lp_event e = {
@@ -220,7 +210,6 @@ static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) 
   }
   if (e->type != LP_EV_ASYNC) {
     if (e->type == LP_EV_PORT_DOWN || e->type == LP_EV_PORT_UP) port_event(h, e, now);
-    if (e->type == LP_EV_CONN_MOVED) h->metrics.dirty = 1; /* the moved connection already acted */
     return;
   }
   int nic = (int)e->nic;
@@ -520,9 +509,16 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   }
 }
 
+/* Every move counted so far, whatever its kind. */
+static uint64_t moves_counted(struct lp_fo_stats *st) {
+  const memory_order rx = memory_order_relaxed;
+  return atomic_load_explicit(&st->failovers, rx) + atomic_load_explicit(&st->failbacks, rx) +
+         atomic_load_explicit(&st->paths_lost, rx);
+}
+
 static void *control_main(void *arg) {
   struct lp_health *h = arg;
-  uint64_t reported_overflows = 0;
+  uint64_t reported_overflows = 0, moves_written = 0;
   int metrics = lp_metrics_file_on(&h->metrics);
   for (;;) {
     uint64_t now = lp_now_ns(), next = now + LP_POLL_DOWN_NS;
@@ -566,6 +562,15 @@ static void *control_main(void *arg) {
     if (lost != reported_overflows) {
       LP_WARN("event ring overflowed: %llu events lost so far (ports are still polled)", (unsigned long long)lost);
       reported_overflows = lost;
+      h->metrics.dirty = 1;
+    }
+    /* A connection end that moved changed the counters: the file follows
+     * within this thread's longest wait (LP_POLL_DOWN_NS).  Moves do not
+     * wake the thread: a thousand of them in one sweep would rewrite the
+     * file a thousand times, on the cores the moves need. */
+    uint64_t moves = moves_counted(&h->stats);
+    if (moves != moves_written) {
+      moves_written = moves;
       h->metrics.dirty = 1;
     }
     now = lp_now_ns();

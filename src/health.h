@@ -124,10 +124,6 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env);
 /* Stop and join every thread (finalize / unload). */
 void lp_health_stop(struct lp_health *h);
 
-/* Tell the control thread that a connection end moved (it rewrites the
- * metrics file at once); never blocks. */
-void lp_health_conn_moved(struct lp_health *h, int dev, int kind, uint64_t comm_id);
-
 /* A connection end left `dev` for a silent fault (`reason`, enum
  * lp_fo_reason): the device becomes suspect (lp_health_trusted); never
  * blocks. */

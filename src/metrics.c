@@ -153,7 +153,7 @@ int lp_metrics_file_open(struct lp_metrics_file *f, const char *pattern, int pid
     goto fail;
   }
   f->dirty = 1; /* the first write comes at once */
-  LP_INFO(NCCL_INIT | NCCL_NET, "metrics file: %s (rewritten every second and on every change)", f->path);
+  LP_INFO(NCCL_INIT | NCCL_NET, "metrics file: %s (rewritten every second and within 0.1 s of a change)", f->path);
   return 0;
 fail:
   f->path[0] = '\0';

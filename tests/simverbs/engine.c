@@ -972,9 +972,17 @@ static int deliver_device_events(struct sv_ctx *ctx) {
   return progress;
 }
 
+/* Overruns and channel notices of this process's CQs.  A process can own
+ * thousands of CQs (linkpass's standby paths): they are looked at only
+ * when sv_cq_push said one has something, not on every engine pass, where
+ * walking them all took a fifth of a core per process from the moves of
+ * a thousand connections (docs/SIMVERBS.md). */
 static int deliver_cq_events(void) {
   struct sv_fabric *f = fab();
   int progress = 0;
+  uint32_t events = atomic_load(&f->procs[sv_lib.proc].cq_events);
+  if (events == sv_lib.seen_cq_events) return 0;
+  sv_lib.seen_cq_events = events;
   for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next) {
     struct sv_cq *q = &f->cqs[lc->index];
     if (atomic_exchange(&q->overrun, 0)) {

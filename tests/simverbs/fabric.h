@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  12 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail */
+  13 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -127,7 +127,8 @@ struct sv_proc {
   pid_t pid;
   uint64_t start_time; /* /proc/<pid>/stat field 22: tells a reused pid apart */
   uint32_t host;
-  _Atomic uint32_t doorbell; /* futex word: bumped to wake the owner's engine */
+  _Atomic uint32_t doorbell;  /* futex word: bumped to wake the owner's engine */
+  _Atomic uint32_t cq_events; /* bumped after a CQ of the owner overran or owes its channel a notice */
 };
 
 /* Receive work request as stored in a shared receive queue ring. */

@@ -297,7 +297,11 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
     atomic_fetch_add(&q->notify_pending, 1);
     wake = 1;
   }
-  if (wake) sv_proc_wake(f, q->owner);
+  if (wake) {
+    /* After the flags: the engine looks at its CQs only when this moved. */
+    if (q->owner >= 0 && q->owner < SV_MAX_PROCS) atomic_fetch_add(&f->procs[q->owner].cq_events, 1);
+    sv_proc_wake(f, q->owner);
+  }
   return rc;
 }
 

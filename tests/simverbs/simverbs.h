@@ -152,6 +152,7 @@ struct sv_lib {
   int scan_all; /* a QP could not be listed (out of memory): the next pass looks at every QP */
   uint64_t last_full_scan_ns;
   uint64_t seen_fault_gen;     /* the fabric's fault_gen at the last pass */
+  uint32_t seen_cq_events;     /* our sv_proc.cq_events when the engine last looked at the CQs */
   unsigned pass_turn;          /* where the next pass over the active QPs starts (engine.c) */
   pthread_mutex_t window_lock; /* the tables below */
   struct sv_window *windows;   /* our registered memory, shared with peers */
