@@ -15,8 +15,8 @@
 #        standby path, default 0), FAILBACK_AFTER (s
 #        after the pull to plug the cable back in, with a 500 ms hold-down:
 #        the failback columns; unset: the cable stays out), BOUND_MS (exit 1 when a run's longest pause with the pull is
-#        above it: the ctest uses this), KEEP (a folder: each run's syslog
-#        lines are copied there as syslog.K.pull, for a closer look)
+#        above it: the ctest uses this), KEEP (a folder: each run's syslog lines and output
+#        are copied there as syslog.K.PULL and out.K.PULL, for a closer look)
 set -euo pipefail
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
@@ -82,7 +82,7 @@ run() {
   wait "$p" || rc=$?
   "$sv" down >/dev/null 2>&1 || true
   sleep 0.2 # the last datagrams
-  [ -z "${KEEP:-}" ] || cp "$tmp/syslog" "$KEEP/syslog.$k.$pull"
+  if [ -n "${KEEP:-}" ]; then cp "$tmp/syslog" "$KEEP/syslog.$k.$pull" && cp "$tmp/out" "$KEEP/out.$k.$pull"; fi
   local gap moved pct wrong back
   gap=$(awk '{ g = $3 - $2; if (g > w) w = g } END { printf "%.3f", w }' "$tmp/gaps" 2>/dev/null || echo "?")
   moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
