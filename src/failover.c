@@ -24,16 +24,25 @@
 #define LP_SB_AFTER_MOVE_NS 100000000ull /* 100 ms */
 #define LP_SB_RETRY_NS 1000000000ull     /* 1 s */
 #define LP_SB_PACE_NS 2000000ull         /* 2 ms between two pieces of such work in a process */
+#define LP_SWEEP_QUIET_NS 100000000ull   /* 100 ms without a move before paced work resumes (set_state) */
 #define LP_SB_ANSWER_NS 10000000000ull   /* 10 s: a standby offer not answered by then is made again */
 
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
 static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
 
 /* Every state change goes through here: the transport holds new work
- * while a move is agreed. */
+ * while a move is agreed.  A move that starts or ends also holds back the
+ * process's paced work (standbys built, old paths destroyed) for
+ * LP_SWEEP_QUIET_NS: in a sweep the ends of one process learn of the fault
+ * one after another (a peer's ends only as its messages arrive), so the
+ * count of moves under way alone drops to 0 between them, and the paced
+ * work took a third of the thread the rest of the sweep needed. */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
   int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
-  if (was_idle != idle) lp_health_moving_add(c->health, idle ? -1 : 1);
+  if (was_idle != idle) {
+    lp_health_moving_add(c->health, idle ? -1 : 1);
+    lp_health_paced_after(c->health, lp_now_ns() + LP_SWEEP_QUIET_NS);
+  }
   c->fo->state = st;
   c->paused = !idle;
 }

@@ -180,14 +180,19 @@ static inline int lp_health_paced(struct lp_health *h, uint64_t now, uint64_t ga
                                                                  memory_order_relaxed, memory_order_relaxed);
 }
 
+/* No paced work before `t` (nor before what was asked already). */
+static inline void lp_health_paced_after(struct lp_health *h, uint64_t t) {
+  uint64_t until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
+  while (until < t && !atomic_compare_exchange_weak_explicit(&h->paced_until, &until, t, memory_order_relaxed,
+                                                             memory_order_relaxed)) {}
+}
+
 /* The piece of paced work that began at `t0` ended at `t1`: the next one
  * waits twice as long as this one took, if that is longer than the gap, so
  * that paced work takes at most a third of a thread however slow the verbs
  * calls are (a sanitizer build, a busy NIC firmware). */
 static inline void lp_health_paced_took(struct lp_health *h, uint64_t t0, uint64_t t1) {
-  uint64_t want = t1 + 2 * (t1 - t0), until = atomic_load_explicit(&h->paced_until, memory_order_relaxed);
-  while (until < want && !atomic_compare_exchange_weak_explicit(&h->paced_until, &until, want, memory_order_relaxed,
-                                                                memory_order_relaxed)) {}
+  lp_health_paced_after(h, t1 + 2 * (t1 - t0));
 }
 
 /* A message of `bytes` (large ones only: small ones time the latency, not
