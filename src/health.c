@@ -21,6 +21,7 @@
 #define LP_POLL_DOWN_NS 100000000ull /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
+#define LP_SYSLOG_RETRY_NS 2000000ull /* held syslog lines are tried again this often */
 
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id) {
   if (!h->running || dev < 0) return;
@@ -536,6 +537,8 @@ static void *control_main(void *arg) {
       }
     }
     next = suspect_expiry(h, now, next);
+    /* Event lines the syslog socket had no room for: soon again. */
+    if (lp_syslog_flush(&h->env->syslog) > 0 && now + LP_SYSLOG_RETRY_NS < next) next = now + LP_SYSLOG_RETRY_NS;
     if (h->env->cfg.gray && h->next_gray_ns < next) next = h->next_gray_ns > now ? h->next_gray_ns : now;
     int ms = (int)((next - now) / 1000000ull) + 1;
     lp_ring_wait(&h->ring, ms);

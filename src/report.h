@@ -44,13 +44,19 @@ struct lp_syslog {
   int enabled;
   int facility; /* LOG_* value */
   char socket[108];
-  int fd; /* one datagram socket for every line, -1: none (lp_syslog_open) */
+  int fd;                      /* one datagram socket for every line, -1: none (lp_syslog_open) */
+  struct lp_syslog_held *held; /* lines the socket had no room for yet (report.c) */
 };
 
 /* Open / close the one socket lines are sent through.  0, or -1 (warned:
  * lines then go to NCCL's log only). */
 int lp_syslog_open(struct lp_syslog *sl);
 void lp_syslog_close(struct lp_syslog *sl);
+/* Lines are never waited for: those the socket has no room for are held
+ * (2,048 at most; more are counted and warned about) and go out with the
+ * next line or this call, which the control thread makes on every look.
+ * Returns how many are still held. */
+unsigned lp_syslog_flush(const struct lp_syslog *sl);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */

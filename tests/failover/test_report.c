@@ -1,27 +1,44 @@
 /* The operator-facing event lines. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "report.h"
 
 Test(report, failover_line_has_every_field_in_order) {
-  struct lp_report r = {.kind = LP_REPORT_FAILOVER, .comm = 0x1a2b, .dir = "send", .dev = "mlx5_0", .port = 1,
-                        .new_dev = "mlx5_1", .new_port = 1, .peer = "node1/198.18.0.2:mlx5_0",
-                        .reason = "port_down", .inflight = 4, .replayed = 2, .replayed_bytes = 2097152,
-                        .duration_us = 812, .path = "standby"};
+  struct lp_report r = {.kind = LP_REPORT_FAILOVER,
+                        .comm = 0x1a2b,
+                        .dir = "send",
+                        .dev = "mlx5_0",
+                        .port = 1,
+                        .new_dev = "mlx5_1",
+                        .new_port = 1,
+                        .peer = "node1/198.18.0.2:mlx5_0",
+                        .reason = "port_down",
+                        .inflight = 4,
+                        .replayed = 2,
+                        .replayed_bytes = 2097152,
+                        .duration_us = 812,
+                        .path = "standby"};
   char line[512];
   lp_report_format(&r, line, sizeof(line));
-  cr_assert_str_eq(line, "event=failover comm=0x1a2b dir=send dev=mlx5_0 port=1 new_dev=mlx5_1 new_port=1 "
-                         "peer=node1/198.18.0.2:mlx5_0 reason=port_down inflight=4 replayed=2 "
-                         "replayed_bytes=2097152 duration_us=812 path=standby");
+  cr_assert_str_eq(line,
+                   "event=failover comm=0x1a2b dir=send dev=mlx5_0 port=1 new_dev=mlx5_1 new_port=1 "
+                   "peer=node1/198.18.0.2:mlx5_0 reason=port_down inflight=4 replayed=2 "
+                   "replayed_bytes=2097152 duration_us=812 path=standby");
 }
 
 Test(report, missing_values_stay_parseable) {
-  struct lp_report r = {.kind = LP_REPORT_PATH_LOST, .comm = 7, .dir = "recv", .dev = "mlx5_0", .port = 1,
-                        .reason = "no_healthy_nic"};
+  struct lp_report r = {
+      .kind = LP_REPORT_PATH_LOST, .comm = 7, .dir = "recv", .dev = "mlx5_0", .port = 1, .reason = "no_healthy_nic"};
   char line[512];
   lp_report_format(&r, line, sizeof(line));
   cr_assert(strstr(line, "event=path_lost "));
@@ -46,4 +63,98 @@ Test(report, syslog_datagram_is_rfc3164) {
   cr_assert_eq(strncmp(buf, want, strlen(want)), 0, "%s", buf);
   cr_assert(strstr(buf, " linkpass["), "%s", buf);
   cr_assert(strstr(buf, "]: event=failover comm=0x1"), "%s", buf);
+}
+
+/* A syslog daemon that has not read yet: a datagram socket bound at a
+ * fresh path, read only when the test says so. */
+struct slow_daemon {
+  char dir[32], path[64];
+  int fd;
+};
+
+static void daemon_start(struct slow_daemon *d, struct lp_syslog *sl) {
+  snprintf(d->dir, sizeof(d->dir), "/tmp/lp_report_XXXXXX");
+  cr_assert_not_null(mkdtemp(d->dir));
+  snprintf(d->path, sizeof(d->path), "%s/log.sock", d->dir);
+  d->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof(a.sun_path), "%s", d->path);
+  cr_assert_eq(bind(d->fd, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+  memset(sl, 0, sizeof(*sl));
+  sl->enabled = 1;
+  sl->facility = LOG_USER;
+  snprintf(sl->socket, sizeof(sl->socket), "%s", d->path);
+  cr_assert_eq(lp_syslog_open(sl), 0);
+}
+
+static void daemon_stop(struct slow_daemon *d) {
+  close(d->fd);
+  unlink(d->path);
+  rmdir(d->dir);
+}
+
+/* The number in "seq=N" of the next datagram the daemon reads. */
+static int read_seq(int fd) {
+  char buf[1100];
+  ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+  cr_assert_gt(n, 0, "%s", strerror(errno));
+  buf[n] = '\0';
+  const char *at = strstr(buf, "seq=");
+  cr_assert_not_null(at, "%s", buf);
+  return atoi(at + 4);
+}
+
+static void emit_seq(const struct lp_syslog *sl, int i) {
+  char line[64];
+  snprintf(line, sizeof(line), "event=failover seq=%d", i);
+  lp_report_line(sl, LOG_WARNING, line);
+}
+
+/* More lines than the kernel queues for a daemon that does not read (10 by
+ * default, 512 where systemd raised it): every call returns at once (a
+ * blocking send would hang this test), the lines beyond the queue are held,
+ * and every one arrives once, in order, as the daemon reads. */
+Test(report, lines_a_full_syslog_socket_cannot_take_are_held_in_order, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  const int n = 1500;
+  for (int i = 0; i < n; i++) emit_seq(&sl, i);
+  cr_assert_gt(lp_syslog_flush(&sl), 0, "the socket took %d lines at once: no line was held", n);
+  for (int i = 0; i < n; i++) {
+    cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
+    lp_syslog_flush(&sl); /* the control thread's look */
+  }
+  cr_assert_eq(lp_syslog_flush(&sl), 0);
+  lp_syslog_close(&sl);
+  daemon_stop(&d);
+}
+
+struct reader {
+  int fd, want, got;
+};
+
+static void *read_all(void *arg) {
+  struct reader *r = arg;
+  for (r->got = 0; r->got < r->want; r->got++)
+    if (read_seq(r->fd) != r->got) break;
+  return NULL;
+}
+
+/* Lines still held when the process ends go out at close, once the daemon
+ * makes room. */
+Test(report, held_lines_go_out_at_close, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  const int n = 1000;
+  for (int i = 0; i < n; i++) emit_seq(&sl, i);
+  cr_assert_gt(lp_syslog_flush(&sl), 0);
+  struct reader r = {.fd = d.fd, .want = n};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, read_all, &r), 0);
+  lp_syslog_close(&sl);
+  pthread_join(t, NULL);
+  cr_assert_eq(r.got, n, "the daemon read %d of %d lines in order", r.got, n);
+  daemon_stop(&d);
 }
