@@ -36,12 +36,13 @@ static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev]
  * LP_SWEEP_QUIET_NS: in a sweep the ends of one process learn of the fault
  * one after another (a peer's ends only as its messages arrive), so the
  * count of moves under way alone drops to 0 between them, and the paced
- * work took a third of the thread the rest of the sweep needed. */
+ * work took a third of the thread the rest of the sweep needed.  Not for
+ * failbacks: they wait for the paced work (a standby on the primary). */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
   int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
   if (was_idle != idle) {
     lp_health_moving_add(c->health, idle ? -1 : 1);
-    lp_health_paced_after(c->health, lp_now_ns() + LP_SWEEP_QUIET_NS);
+    if (c->fo->reason != LP_FO_FAILBACK) lp_health_paced_after(c->health, lp_now_ns() + LP_SWEEP_QUIET_NS);
   }
   c->fo->state = st;
   c->paused = !idle;
