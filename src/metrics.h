@@ -49,7 +49,7 @@ int lp_metrics_path(const char *pattern, int pid, const char *host, char *out, s
 /* Write `text` to `path` atomically.  0 or -errno. */
 int lp_metrics_write(const char *path, const char *text, size_t len);
 
-#define LP_METRICS_PERIOD_NS 1000000000ull /* the file is rewritten this often, and on every change */
+#define LP_METRICS_PERIOD_NS 1000000000ull /* the file is rewritten this often, and soon after a change */
 #define LP_METRICS_PATH_MAX 4096
 
 /* The file and its writer's state: the control thread's alone. */
