@@ -131,9 +131,6 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
     /* A request that completed before the comm failed is still done. */
     if (!req->done) {
       lp_comm_leave(c);
-      /* NCCL spins here: while the idle watch is busy with a sweep, a
-       * share of its answers (other comms) is taken on this thread. */
-      if (c->fo != NULL && c->fo->watch != NULL) lp_idle_watch_help(c->fo->watch);
       return rc;
     }
   }

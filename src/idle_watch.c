@@ -2,7 +2,6 @@
 #include "idle_watch.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,33 +93,6 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
   return next;
 }
 
-/* Answer the comms of `r` events taken from the set (`gen`: the list's
- * generation before the wait); the eventfd is read by the thread alone.
- * Returns how many comms were answered.  Under w->mu. */
-static int take(struct lp_idle_watch *w, const struct epoll_event *evs, int r, unsigned gen, int thread) {
-  uint64_t now = lp_now_ns();
-  int answered = 0;
-  for (int j = 0; j < r; j++) {
-    struct lp_comm *c = evs[j].data.ptr;
-    if (c == NULL) { /* the eventfd: the list changed, or stop */
-      uint64_t v;
-      if (thread && read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        LP_WARN("idle-receiver watch: %s", strerror(errno));
-      continue;
-    }
-    if (w->gen != gen && !listed(w, c)) continue; /* removed (and maybe freed) while we waited */
-    answer(c, now);
-    answered++;
-    /* A closed peer or a failed comm stays disarmed: nothing more to answer.
-     * With two control sockets both may fire before they are armed again. */
-    if (!c->fo->watch_off && !c->fo->watch_queued) {
-      c->fo->watch_queued = 1;
-      w->later[w->nlater++] = c;
-    }
-  }
-  return answered;
-}
-
 /* The sockets are in an epoll set, each armed for one event: a wait costs
  * what is ready, not what is watched (a poll() over a thousand sockets
  * cost a sweep of moves more than the moves). */
@@ -135,31 +107,26 @@ static void *watch_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     int r = epoll_wait(w->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
     pthread_mutex_lock(&w->mu);
-    if (take(w, evs, r, gen, 1) > 0)
-      atomic_store_explicit(&w->busy_until_ns, lp_now_ns() + LP_WATCH_HELP_NS, memory_order_relaxed);
+    now = lp_now_ns();
+    for (int j = 0; j < r; j++) {
+      struct lp_comm *c = evs[j].data.ptr;
+      if (c == NULL) { /* the eventfd: the list changed, or stop */
+        uint64_t v;
+        if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
+        continue;
+      }
+      if (w->gen != gen && !listed(w, c)) continue; /* removed (and maybe freed) while we waited */
+      answer(c, now);
+      /* A closed peer or a failed comm stays disarmed: nothing more to answer.
+       * With two control sockets both may fire before they are armed again. */
+      if (!c->fo->watch_off && !c->fo->watch_queued) {
+        c->fo->watch_queued = 1;
+        w->later[w->nlater++] = c;
+      }
+    }
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
-}
-
-void lp_idle_watch_help(struct lp_idle_watch *w) {
-  uint64_t until = atomic_load_explicit(&w->busy_until_ns, memory_order_relaxed);
-  if (until == 0) return; /* the common case: one load */
-  uint64_t now = lp_now_ns(), at = atomic_load_explicit(&w->help_at_ns, memory_order_relaxed);
-  if (now >= until) {
-    atomic_compare_exchange_strong_explicit(&w->busy_until_ns, &until, 0, memory_order_relaxed, memory_order_relaxed);
-    return;
-  }
-  /* One helper at a time, once per LP_WATCH_HELP_EVERY_NS. */
-  if (now < at || !atomic_compare_exchange_strong_explicit(&w->help_at_ns, &at, now + LP_WATCH_HELP_EVERY_NS,
-                                                           memory_order_relaxed, memory_order_relaxed))
-    return;
-  if (pthread_mutex_trylock(&w->mu) != 0) return; /* the thread is answering: not this time */
-  struct epoll_event evs[LP_WATCH_HELP_EVENTS];
-  int r = epoll_wait(w->epfd, evs, LP_WATCH_HELP_EVENTS, 0);
-  int answered = r > 0 ? take(w, evs, r, w->gen, 0) : 0;
-  pthread_mutex_unlock(&w->mu);
-  if (answered > 0) wake(w); /* comms to arm again later: the thread's wait must know */
 }
 
 int lp_idle_watch_start(struct lp_idle_watch *w) {

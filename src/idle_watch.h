@@ -29,8 +29,6 @@
 #define LP_IDLE_WATCH_H
 
 #include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
 
 #define LP_IDLE_NS 2000000ull /* a comm NCCL has not called for this long is idle */
 
@@ -48,15 +46,7 @@ struct lp_idle_watch {
   int stop;
   int running;
   pthread_t thread;
-  /* While the thread has been answering lately (a sweep of moves), NCCL's
-   * thread takes a share of the answers (lp_idle_watch_help). */
-  _Atomic uint64_t busy_until_ns; /* 0: not busy */
-  _Atomic uint64_t help_at_ns;    /* the next help, at the earliest */
 };
-
-#define LP_WATCH_HELP_NS 10000000ull     /* NCCL's thread helps for 10 ms after the thread last answered */
-#define LP_WATCH_HELP_EVERY_NS 200000ull /* at most once per 200 us, */
-#define LP_WATCH_HELP_EVENTS 32          /* taking this many sockets at most */
 
 /* Start the thread; 0, or -1 (moves then wait for NCCL's next call). */
 int lp_idle_watch_start(struct lp_idle_watch *w);
@@ -66,11 +56,5 @@ void lp_idle_watch_stop(struct lp_idle_watch *w);
  * it is freed).  Both are no-ops when the watch is not running. */
 void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c);
 void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c);
-/* Called by NCCL's thread on its spin path (test()), holding no comm: while
- * the thread is busy answering, take some of the ready sockets and answer
- * them here.  One thread cannot keep up with a sweep of a thousand moves
- * on a loaded host, where it gets a small share of a core; NCCL's thread
- * spins anyway.  Otherwise one relaxed load. */
-void lp_idle_watch_help(struct lp_idle_watch *w);
 
 #endif
