@@ -86,10 +86,8 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
 }
 
 static void hold(struct lp_syslog_held *h, const char *dgram, size_t n) {
-  if (h->dgram == NULL) {
-    h->dgram = malloc(sizeof(*h->dgram) * LP_SYSLOG_HELD);
-    h->len = malloc(sizeof(*h->len) * LP_SYSLOG_HELD);
-  }
+  if (h->dgram == NULL) h->dgram = malloc(sizeof(*h->dgram) * LP_SYSLOG_HELD);
+  if (h->len == NULL) h->len = malloc(sizeof(*h->len) * LP_SYSLOG_HELD);
   if (h->dgram == NULL || h->len == NULL || h->count == LP_SYSLOG_HELD) {
     h->dropped++;
     return;
