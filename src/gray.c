@@ -9,7 +9,8 @@ void lp_gray_reset(struct lp_gray *g) {
   g->last_ppm = -1;
 }
 
-int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm) {
+int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm,
+                       uint64_t now_ns) {
   int had = g->valid;
   uint64_t dp = packets - g->packets, de = errors - g->errors;
   int back = packets < g->packets || errors < g->errors; /* a reset counter: start over */
@@ -25,6 +26,8 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
   g->packets = packets;
   g->errors = errors;
   g->quiet = 0;
+  g->last_opened_ns = g->opened_ns;
+  g->opened_ns = now_ns;
   if (!ok || !had || back) {
     g->good = 0;
     return -1;
@@ -32,6 +35,7 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
   uint64_t ppm = de >= dp ? 1000000u : de * 1000000u / dp;
   g->ppm = g->last_ppm = (int32_t)ppm;
   g->strikes = ppm >= threshold_ppm ? g->strikes + 1 : 0;
+  if (g->strikes == 1) g->struck_since_ns = now_ns;
   g->good = ppm * 4 < threshold_ppm ? g->good + 1 : 0;
   return g->ppm;
 }

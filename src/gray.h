@@ -38,6 +38,9 @@ struct lp_gray {
   int strikes;              /* windows in a row at or over the threshold */
   int good;                 /* windows in a row under a quarter of it */
   int quiet;                /* ticks since the window opened with too little traffic to close it */
+  uint64_t opened_ns;       /* when the open window opened */
+  uint64_t last_opened_ns;  /* when the last closed window opened */
+  uint64_t struck_since_ns; /* when the first window of the run of strikes closed */
 };
 
 void lp_gray_reset(struct lp_gray *g);
@@ -50,8 +53,11 @@ void lp_gray_reset(struct lp_gray *g);
  * closed window at or over `threshold_ppm` is a strike, one under it clears
  * the strikes; a port that closes no window for LP_GRAY_QUIET_WINDOWS ticks
  * loses its run of good windows (it is clearly better only by what it
- * shows now). */
-int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm);
+ * shows now).  `now_ns` is the tick's time, the same for every port of a
+ * tick: it dates the windows, so that a port is compared with what another
+ * measured in the same time. */
+int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm,
+                       uint64_t now_ns);
 
 /* A port is degraded when it struck LP_GRAY_STRIKES windows in a row, the
  * last closing at this tick.  Strikes from before a quiet spell are old
@@ -59,12 +65,19 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
  * everywhere), they would drain a port that loses no more than the rest. */
 static inline int lp_gray_struck(const struct lp_gray *g) { return g->strikes >= LP_GRAY_STRIKES && g->ppm >= 0; }
 
-/* Clearly better than a degraded port: measured in its last windows,
- * LP_GRAY_STRIKES in a row, each under a quarter of the threshold (one
- * lucky window of a port that loses like the others is not enough).  An
- * idle port is no evidence; when every port loses alike, none is better
- * and nothing moves. */
-static inline int lp_gray_clearly_better(const struct lp_gray *g) { return g->good >= LP_GRAY_STRIKES; }
+/* Clearly better than `struck`, a degraded port: measured in its last
+ * windows, LP_GRAY_STRIKES in a row, each under a quarter of the threshold
+ * (one lucky window of a port that loses like the others is not enough),
+ * the last of them opened after `struck`'s first strike closed, in the
+ * time `struck` was shown to lose.  An idle port is no evidence, and nor
+ * is one whose clean windows are from before: with the loss everywhere at
+ * once, a port whose window spans its start would otherwise pass for clean
+ * (its packets mostly from before the loss) next to one that closes its
+ * windows faster.  When every port loses alike, none is better and nothing
+ * moves. */
+static inline int lp_gray_clearly_better(const struct lp_gray *g, const struct lp_gray *struck) {
+  return g->good >= LP_GRAY_STRIKES && g->last_opened_ns >= struck->struck_since_ns;
+}
 
 /* ---- slowness ---- */
 

@@ -391,7 +391,8 @@ static void report_degraded(struct lp_health *h, int dev, const char *evidence, 
 
 static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now) {
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
-  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].last_ppm; /* better: clean in its own last windows */
+  int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].last_ppm;    /* better: clean in its own last windows */
+  uint64_t window_ms = (now - h->gray[dev].last_opened_ns) / 1000000; /* a tick, or more until enough packets */
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[160];
   snprintf(evidence, sizeof(evidence), "evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d better_ppm=%d",
@@ -401,9 +402,9 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
       "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
       "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
       "again after %llu ms (flap %u)",
-      d->name, d->port, ppm / 10000, ppm / 100 % 100, (unsigned long long)(LP_GRAY_WINDOW_NS / 1000000),
-      LP_GRAY_STRIKES, h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100, b->name, b->port, bppm / 10000,
-      bppm / 100 % 100, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+      d->name, d->port, ppm / 10000, ppm / 100 % 100, (unsigned long long)window_ms, LP_GRAY_STRIKES,
+      h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100, b->name, b->port, bppm / 10000, bppm / 100 % 100,
+      (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
 static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typical_mbps, uint64_t now) {
@@ -474,7 +475,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   for (int d = 0; d < env->ndevs; d++) {
     uint64_t packets = 0, resends = 0;
     int ok = lp_port_resend_counters(lp_env_nic_of(env, d), env->devs[d].port, &packets, &resends) == 0;
-    lp_gray_window(&h->gray[d], ok, packets, resends, threshold);
+    lp_gray_window(&h->gray[d], ok, packets, resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t busy = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
@@ -494,7 +495,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     if (!lp_health_ok(h, d) || !lp_gray_struck(&h->gray[d])) continue;
     for (int i = 0; i < env->pool_n[d]; i++) {
       int o = env->pool[d][i];
-      if (peer_of(h, d, o) && lp_gray_clearly_better(&h->gray[o])) {
+      if (peer_of(h, d, o) && lp_gray_clearly_better(&h->gray[o], &h->gray[d])) {
         degrade_lossy(h, d, o, now);
         break;
       }

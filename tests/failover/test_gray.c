@@ -4,61 +4,119 @@
 #include "gray.h"
 
 #define T 2000 /* 0.2 %, LINKPASS_GRAY_RESEND_PPM's default */
+#define TICK_NS 250000000ull
+
+/* The next tick's time (every 250 ms, as the control thread's). */
+static uint64_t tick(uint64_t *now) { return *now += TICK_NS; }
 
 Test(gray, two_windows_over_the_threshold_strike) {
-  struct lp_gray g;
+  struct lp_gray g, never; /* never: a port struck since time 0 */
+  uint64_t now = 0;
   lp_gray_reset(&g);
-  cr_expect_eq(lp_gray_window(&g, 1, 1000000, 0, T), -1, "the first window only sets the start");
-  cr_expect_eq(lp_gray_window(&g, 1, 1100000, 1000, T), 10000, "1,000 resends in 100,000 packets: 1 %");
+  lp_gray_reset(&never);
+  cr_expect_eq(lp_gray_window(&g, 1, 1000000, 0, T, tick(&now)), -1, "the first window only sets the start");
+  cr_expect_eq(lp_gray_window(&g, 1, 1100000, 1000, T, tick(&now)), 10000, "1,000 resends in 100,000 packets: 1 %");
   cr_expect(!lp_gray_struck(&g));
-  cr_expect_eq(lp_gray_window(&g, 1, 1200000, 2000, T), 10000);
+  cr_expect_eq(lp_gray_window(&g, 1, 1200000, 2000, T, tick(&now)), 10000);
   cr_expect(lp_gray_struck(&g), "a second window over it");
-  cr_expect_eq(lp_gray_window(&g, 1, 1201000, 2000, T), -1, "too few packets: the window stays open");
+  cr_expect_eq(lp_gray_window(&g, 1, 1201000, 2000, T, tick(&now)), -1, "too few packets: the window stays open");
   cr_expect(!lp_gray_struck(&g), "the strikes are from a window already judged, not news of this tick");
-  cr_expect_eq(lp_gray_window(&g, 1, 1300000, 2010, T), 100, "a clean window");
+  cr_expect_eq(lp_gray_window(&g, 1, 1300000, 2010, T, tick(&now)), 100, "a clean window");
   cr_expect_eq(g.strikes, 0, "clears the strikes");
 }
 
 Test(gray, idle_or_unreadable_windows_say_nothing) {
-  struct lp_gray g;
+  struct lp_gray g, never; /* never: a port struck since time 0 */
+  uint64_t now = 0;
   lp_gray_reset(&g);
-  lp_gray_window(&g, 1, 0, 0, T);
-  lp_gray_window(&g, 1, 100000, 1000, T);
+  lp_gray_reset(&never);
+  lp_gray_window(&g, 1, 0, 0, T, tick(&now));
+  lp_gray_window(&g, 1, 100000, 1000, T, tick(&now));
   cr_assert_eq(g.strikes, 1);
-  cr_expect_eq(lp_gray_window(&g, 1, 101500, 1000, T), -1, "1,500 packets are too few to judge");
+  cr_expect_eq(lp_gray_window(&g, 1, 101500, 1000, T, tick(&now)), -1, "1,500 packets are too few to judge");
   cr_expect_eq(g.strikes, 1, "and leave the strikes as they were");
-  cr_expect_eq(lp_gray_window(&g, 1, 102500, 1001, T), 400, "the window went on: 2,500 packets, 1 resent");
+  cr_expect_eq(lp_gray_window(&g, 1, 102500, 1001, T, tick(&now)), 400, "the window went on: 2,500 packets, 1 resent");
   cr_expect_eq(g.strikes, 0);
-  cr_expect(!lp_gray_clearly_better(&g), "an idle port is no evidence");
-  cr_expect_eq(lp_gray_window(&g, 0, 0, 0, T), -1, "unreadable counters");
-  cr_expect_eq(lp_gray_window(&g, 1, 200000, 2000, T), -1, "the window after them only sets the start");
-  cr_expect_eq(lp_gray_window(&g, 1, 100, 0, T), -1, "counters that went back (a reset NIC) start over");
+  cr_expect(!lp_gray_clearly_better(&g, &never), "an idle port is no evidence");
+  cr_expect_eq(lp_gray_window(&g, 0, 0, 0, T, tick(&now)), -1, "unreadable counters");
+  cr_expect_eq(lp_gray_window(&g, 1, 200000, 2000, T, tick(&now)), -1, "the window after them only sets the start");
+  cr_expect_eq(lp_gray_window(&g, 1, 100, 0, T, tick(&now)), -1, "counters that went back (a reset NIC) start over");
 }
 
 Test(gray, clearly_better_means_measured_and_well_under_twice) {
-  struct lp_gray g;
+  struct lp_gray g, never; /* never: a port struck since time 0 */
+  uint64_t now = 0;
   lp_gray_reset(&g);
-  lp_gray_window(&g, 1, 0, 0, T);
-  lp_gray_window(&g, 1, 100000, 0, T);
-  cr_expect(!lp_gray_clearly_better(&g), "one clean window could be luck");
-  lp_gray_window(&g, 1, 200000, 40, T);
-  cr_expect(lp_gray_clearly_better(&g), "two in a row, the second at 400 ppm: under a quarter of 2,000");
-  lp_gray_window(&g, 1, 300000, 100, T);
-  cr_expect(!lp_gray_clearly_better(&g), "600 ppm: over a quarter, even if under the threshold");
-  lp_gray_window(&g, 1, 400000, 100, T);
-  lp_gray_window(&g, 1, 500000, 100, T);
-  cr_expect(lp_gray_clearly_better(&g), "two clean windows again");
-  for (int i = 1; i < LP_GRAY_QUIET_WINDOWS; i++) lp_gray_window(&g, 1, 500500, 100, T);
-  cr_expect(lp_gray_clearly_better(&g), "a few quiet ticks: the window is still open");
-  lp_gray_window(&g, 1, 500500, 100, T);
-  cr_expect(!lp_gray_clearly_better(&g), "quiet for 2 s: no longer evidence of now");
+  lp_gray_reset(&never);
+  lp_gray_window(&g, 1, 0, 0, T, tick(&now));
+  lp_gray_window(&g, 1, 100000, 0, T, tick(&now));
+  cr_expect(!lp_gray_clearly_better(&g, &never), "one clean window could be luck");
+  lp_gray_window(&g, 1, 200000, 40, T, tick(&now));
+  cr_expect(lp_gray_clearly_better(&g, &never), "two in a row, the second at 400 ppm: under a quarter of 2,000");
+  lp_gray_window(&g, 1, 300000, 100, T, tick(&now));
+  cr_expect(!lp_gray_clearly_better(&g, &never), "600 ppm: over a quarter, even if under the threshold");
+  lp_gray_window(&g, 1, 400000, 100, T, tick(&now));
+  lp_gray_window(&g, 1, 500000, 100, T, tick(&now));
+  cr_expect(lp_gray_clearly_better(&g, &never), "two clean windows again");
+  for (int i = 1; i < LP_GRAY_QUIET_WINDOWS; i++) lp_gray_window(&g, 1, 500500, 100, T, tick(&now));
+  cr_expect(lp_gray_clearly_better(&g, &never), "a few quiet ticks: the window is still open");
+  lp_gray_window(&g, 1, 500500, 100, T, tick(&now));
+  cr_expect(!lp_gray_clearly_better(&g, &never), "quiet for 2 s: no longer evidence of now");
+}
+
+/* Every port lost 1 % from the same tick on.  One closes a window each
+ * tick and strikes; another's window spans the start of the loss, its
+ * packets mostly from before: its clean windows say nothing of the time
+ * the first was shown to lose, and it is not clearly better until a window
+ * of its own from that time is. */
+Test(gray, clean_windows_from_before_the_strikes_are_no_evidence) {
+  struct lp_gray lossy, other;
+  uint64_t now = 0;
+  lp_gray_reset(&lossy);
+  lp_gray_reset(&other);
+  uint64_t lp = 0, op = 0;
+  for (int i = 0; i < 3; i++) { /* clean before the loss: both close a window each tick */
+    tick(&now);
+    lp_gray_window(&lossy, 1, lp += 3000, 0, T, now);
+    lp_gray_window(&other, 1, op += 3000, 0, T, now);
+  }
+  cr_assert(lp_gray_clearly_better(&other, &lossy), "a port clean for 2 windows, nothing struck");
+  /* The loss begins; `other` has just opened a window, and slows down:
+   * 700 packets a tick, so its window stays open for 3 ticks. */
+  tick(&now);
+  lp_gray_window(&lossy, 1, lp += 3000, 30, T, now);
+  lp_gray_window(&other, 1, op += 700, 0, T, now);
+  tick(&now);
+  lp_gray_window(&lossy, 1, lp += 3000, 60, T, now);
+  lp_gray_window(&other, 1, op += 700, 0, T, now);
+  cr_assert(lp_gray_struck(&lossy), "two windows at 1 %%");
+  cr_expect(!lp_gray_clearly_better(&other, &lossy), "its clean windows are from before the loss");
+  tick(&now);
+  lp_gray_window(&lossy, 1, lp += 3000, 90, T, now);
+  cr_expect_eq(lp_gray_window(&other, 1, op += 700, 7, T, now), 3333, "its window spanning the start");
+  cr_expect(!lp_gray_clearly_better(&other, &lossy), "it loses too");
+  /* Had its window stayed clean, it would still not count: it opened
+   * before the first strike closed. */
+  struct lp_gray lucky;
+  lp_gray_reset(&lucky);
+  now = 0, op = 0;
+  for (int i = 0; i < 3; i++) lp_gray_window(&lucky, 1, op += 3000, 0, T, tick(&now));
+  lp_gray_window(&lucky, 1, op += 700, 0, T, tick(&now));
+  lp_gray_window(&lucky, 1, op += 700, 0, T, tick(&now));
+  cr_expect_eq(lp_gray_window(&lucky, 1, op += 700, 0, T, tick(&now)), 0);
+  cr_expect(!lp_gray_clearly_better(&lucky, &lossy), "a clean window opened before the strikes began");
+  /* A window wholly after the first strike closed is evidence. */
+  lp_gray_window(&lucky, 1, op += 3000, 0, T, tick(&now));
+  cr_expect(lp_gray_clearly_better(&lucky, &lossy), "two clean windows, the last measured while the other lost");
 }
 
 Test(gray, every_resend_at_most_one_million_ppm) {
-  struct lp_gray g;
+  struct lp_gray g, never; /* never: a port struck since time 0 */
+  uint64_t now = 0;
   lp_gray_reset(&g);
-  lp_gray_window(&g, 1, 0, 0, T);
-  cr_expect_eq(lp_gray_window(&g, 1, 2000, 5000, T), 1000000);
+  lp_gray_reset(&never);
+  lp_gray_window(&g, 1, 0, 0, T, tick(&now));
+  cr_expect_eq(lp_gray_window(&g, 1, 2000, 5000, T, tick(&now)), 1000000);
 }
 
 /* ---- slowness: rate windows ---- */
