@@ -613,6 +613,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   if (h->stop_fd < 0) goto fail_ring;
   h->running = 1;
   if (pthread_create(&h->control, NULL, control_main, h) != 0) goto fail_fd;
+  pthread_setname_np(h->control, "lp-control"); /* for top -H, perf and gdb; best effort */
   h->nasync = 0;
   for (int n = 0; n < env->nnics; n++) {
     h->async_arg[h->nasync] = (struct lp_async_arg){.h = h, .nic = n};
@@ -620,6 +621,9 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
       LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only", env->nics[n].name);
       continue;
     }
+    char name[16]; /* the kernel's limit, with the NUL */
+    snprintf(name, sizeof(name), "lp-ev-%s", env->nics[n].name);
+    pthread_setname_np(h->async[h->nasync], name);
     h->nasync++;
   }
   lp_netwatch_start(&h->nw, env, &h->ring, h->stop_fd); /* RoCE only; it warns itself when it cannot */

@@ -139,6 +139,7 @@ int lp_idle_watch_start(struct lp_idle_watch *w) {
   if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) goto fail_ep;
   if (pthread_mutex_init(&w->mu, NULL) != 0) goto fail_ep;
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) goto fail_mu;
+  pthread_setname_np(w->thread, "lp-idle-watch"); /* for top -H, perf and gdb; best effort */
   w->running = 1;
   return 0;
 fail_mu:

@@ -172,6 +172,7 @@ int lp_netwatch_start(struct lp_netwatch *w, const struct lp_env *env, struct lp
     err = -NLE_FAILURE;
     goto fail;
   }
+  pthread_setname_np(w->thread, "lp-netwatch"); /* for top -H, perf and gdb; best effort */
   w->running = 1;
   return 0;
 fail:
