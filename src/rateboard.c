@@ -14,7 +14,7 @@
 #include "clock.h"
 
 #define LP_RB_MAGIC 0x4c505242u /* "LPRB" */
-#define LP_RB_VERSION 1
+#define LP_RB_VERSION 2         /* 2: owner word (pid and heartbeat) */
 
 static const memory_order rx = memory_order_relaxed;
 
@@ -56,6 +56,19 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
     t->version = LP_RB_VERSION;
     t->magic = LP_RB_MAGIC;
   }
+  /* A board of another version that nobody has open was left by processes
+   * that crashed before an upgrade: start it afresh.  (The exclusive lock
+   * replaces our shared one, which a refused attempt may cost us: we then
+   * leave the board alone anyway.) */
+  if (t->magic == LP_RB_MAGIC && t->version != LP_RB_VERSION && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    memset(t, 0, len);
+    t->version = LP_RB_VERSION;
+    t->magic = LP_RB_MAGIC;
+    if (flock(fd, LOCK_SH) != 0) {
+      munmap(m, len);
+      goto fail_fd;
+    }
+  }
   if (t->magic != LP_RB_MAGIC || t->version != LP_RB_VERSION) {
     snprintf(why, why_len, "%s is not a linkpass rate board of version %d (another version running?)", path,
              LP_RB_VERSION);
@@ -75,19 +88,30 @@ fail:
   return -1;
 }
 
+static uint64_t owner_word(int pid, uint64_t now_ns) {
+  return (uint64_t)(uint32_t)pid << 32 | (uint32_t)(now_ns / 1000000u);
+}
+
+static int owner_pid(uint64_t owner) { return (int)(uint32_t)(owner >> 32); }
+
 /* Held by a process that still runs: refreshed lately, and its process
  * exists (kill(pid, 0): EPERM means it exists under another user). */
-static int alive(const struct lp_rb_slot *s, uint64_t now_ns) {
-  uint64_t beat = atomic_load_explicit(&s->beat_ns, rx);
-  int pid = atomic_load_explicit(&s->pid, rx);
-  if (pid == 0 || beat == 0 || now_ns - beat > LP_RB_STALE_NS) return 0;
-  return kill(pid, 0) == 0 || errno == EPERM;
+static int alive(uint64_t owner, uint64_t now_ns) {
+  /* Modulo 2^32, and signed: a beat after `now_ns` (the holder read the
+   * clock after our caller did) is fresh, not 49 days old. */
+  int32_t since_ms = (int32_t)((uint32_t)(now_ns / 1000000u) - (uint32_t)owner);
+  if (owner == 0 || since_ms >= (int32_t)LP_RB_STALE_MS) return 0;
+  return kill(owner_pid(owner), 0) == 0 || errno == EPERM;
 }
 
 void lp_rateboard_close(struct lp_rateboard *b) {
   if (b->t == NULL) return;
-  for (int i = 0; i < LP_RB_MAX_PORTS; i++)
-    if (b->held[i] >= 0) atomic_store_explicit(&b->t->slot[b->held[i]].beat_ns, 0, rx); /* free again */
+  for (int i = 0; i < LP_RB_MAX_PORTS; i++) {
+    if (b->held[i] < 0) continue;
+    _Atomic uint64_t *owner = &b->t->slot[b->held[i]].owner;
+    uint64_t o = atomic_load_explicit(owner, rx);
+    if (owner_pid(o) == b->pid) atomic_compare_exchange_strong_explicit(owner, &o, 0, rx, rx); /* free again */
+  }
   munmap(b->t, sizeof(*b->t));
   b->t = NULL;
   /* The last one out removes the file: nobody else has it open.  (Losing
@@ -98,29 +122,39 @@ void lp_rateboard_close(struct lp_rateboard *b) {
   b->fd = -1;
 }
 
-/* A slot for a new port: one never held, or whose holder is gone. */
+/* A slot for a new port: one never held, or whose holder is gone.  Two
+ * processes that find the same one free both try to swap their owner word
+ * in for what they read; one wins, the other looks on. */
 static int claim(struct lp_rateboard *b, uint64_t now_ns) {
   for (int i = 0; i < LP_RB_SLOTS; i++) {
-    struct lp_rb_slot *s = &b->t->slot[i];
-    uint64_t beat = atomic_load_explicit(&s->beat_ns, rx);
-    if (beat != 0 && alive(s, now_ns)) continue;
-    if (atomic_compare_exchange_strong_explicit(&s->beat_ns, &beat, now_ns, rx, rx)) return i;
+    _Atomic uint64_t *owner = &b->t->slot[i].owner;
+    uint64_t o = atomic_load_explicit(owner, rx);
+    if (alive(o, now_ns)) continue;
+    if (atomic_compare_exchange_strong_explicit(owner, &o, owner_word(b->pid, now_ns), rx, rx)) return i;
   }
   return -1;
+}
+
+/* Refresh the heartbeat of a slot we hold: 0, or -1 when another process
+ * took it over (we did not tick for LP_RB_STALE_MS: stopped, or hung). */
+static int beat(struct lp_rateboard *b, int slot, uint64_t now_ns) {
+  _Atomic uint64_t *owner = &b->t->slot[slot].owner;
+  uint64_t o = atomic_load_explicit(owner, rx);
+  if (owner_pid(o) != b->pid) return -1;
+  return atomic_compare_exchange_strong_explicit(owner, &o, owner_word(b->pid, now_ns), rx, rx) ? 0 : -1;
 }
 
 void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port, int64_t mbps, uint64_t at_ns,
                        uint64_t now_ns) {
   if (b->t == NULL || dev < 0 || dev >= LP_RB_MAX_PORTS) return;
+  if (b->held[dev] >= 0 && beat(b, b->held[dev], now_ns) != 0) b->held[dev] = -1;
   if (b->held[dev] < 0 && (b->held[dev] = claim(b, now_ns)) < 0) return; /* a full board */
   struct lp_rb_slot *s = &b->t->slot[b->held[dev]];
   atomic_fetch_add_explicit(&s->seq, 1, memory_order_acq_rel); /* odd: readers skip it */
-  atomic_store_explicit(&s->pid, b->pid, rx);
   atomic_store_explicit(&s->guid, guid, rx);
   atomic_store_explicit(&s->port, port, rx);
   atomic_store_explicit(&s->mbps, mbps, rx);
   atomic_store_explicit(&s->at_ns, at_ns, rx);
-  atomic_store_explicit(&s->beat_ns, now_ns, rx);
   atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
 }
 
@@ -132,13 +166,14 @@ int64_t lp_rateboard_read(const struct lp_rateboard *b, uint64_t guid, int port,
     struct lp_rb_slot *s = &b->t->slot[i];
     uint32_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
     if (s1 & 1) continue; /* being written: next tick */
-    int pid = atomic_load_explicit(&s->pid, rx);
+    uint64_t owner = atomic_load_explicit(&s->owner, rx);
     uint64_t g = atomic_load_explicit(&s->guid, rx), at = atomic_load_explicit(&s->at_ns, rx);
     int p = atomic_load_explicit(&s->port, rx);
     int64_t m = atomic_load_explicit(&s->mbps, rx);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&s->seq, rx) != s1) continue;
-    if (pid == b->pid || g != guid || p != port || m < 0 || at < since_ns || !alive(s, now_ns)) continue;
+    if (owner_pid(owner) == b->pid || g != guid || p != port || m < 0 || at < since_ns || !alive(owner, now_ns))
+      continue;
     if (at >= best_at) best = m, best_at = at;
   }
   return best;

@@ -31,13 +31,16 @@
 #include <stdint.h>
 
 #define LP_RB_SLOTS 512
-#define LP_RB_STALE_NS (5ull * 1000 * 1000 * 1000)
+#define LP_RB_STALE_MS 5000u
+#define LP_RB_STALE_NS (LP_RB_STALE_MS * 1000ull * 1000)
 #define LP_RB_MAX_PORTS 64 /* slots one process holds at most (one per device) */
 
 struct lp_rb_slot {
-  _Atomic uint32_t seq;     /* odd while its holder writes it */
-  _Atomic int32_t pid;      /* holder, 0: never held */
-  _Atomic uint64_t beat_ns; /* its holder's last tick (CLOCK_MONOTONIC) */
+  _Atomic uint32_t seq; /* odd while its holder writes it */
+  /* The holder and its heartbeat in one word, so that taking a free slot
+   * is one compare-and-swap that only one process wins: its pid << 32 |
+   * its last tick in ms (CLOCK_MONOTONIC, modulo 2^32); 0: never held. */
+  _Atomic uint64_t owner;
   _Atomic uint64_t guid;
   _Atomic int32_t port;
   _Atomic int64_t mbps;   /* the port's last closed window: MB/s while busy, -1: none */

@@ -1,5 +1,6 @@
 /* The rate board (rateboard.h): two processes' views of one file. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ Test(rateboard, another_process_reads_what_one_posted) {
   lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now - 100, now);
   lp_rateboard_post(&a, 1, 0x5678, 1, -1, 0, now); /* a port without a window yet */
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now - 1000, now), 1180);
+  cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now - 1000, now - 2000000), 1180,
+               "a holder that ticked after the reader read the clock is alive");
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 2, 0, now), -1, "another port of the NIC");
   cr_expect_eq(lp_rateboard_read(&b, 0x5678, 1, 0, now), -1, "nothing measured");
   cr_expect_eq(lp_rateboard_read(&a, 0x1234, 1, 0, now), -1, "a process's own posts are not another's view");
@@ -90,4 +93,71 @@ Test(rateboard, one_that_opens_while_the_last_closes_joins_the_new_board) {
   lp_rateboard_close(&early);
   lp_rateboard_close(&late);
   cr_expect_neq(access(path, F_OK), 0, "the last one out removed the file");
+}
+
+/* Ranks start together and claim their slots at once: no slot may end up
+ * held by two of them (each would overwrite the other's rate every tick,
+ * and the one that wrote last would hide its neighbour's port). */
+struct claimer {
+  struct lp_rateboard b;
+  pthread_barrier_t *start;
+};
+
+static void *claim_all(void *arg) {
+  struct claimer *c = arg;
+  pthread_barrier_wait(c->start);
+  uint64_t now = lp_now_ns();
+  for (int d = 0; d < LP_RB_MAX_PORTS; d++)
+    lp_rateboard_post(&c->b, d, 0x100u + (uint64_t)c->b.pid, d + 1, 700, now, now);
+  return NULL;
+}
+
+Test(rateboard, ranks_that_start_together_never_share_a_slot) {
+  fresh_path();
+  /* Three live pids stand for three ranks. */
+  int pids[] = {(int)getpid(), (int)getppid(), 1};
+  enum { N = 3 };
+  for (int round = 0; round < 300; round++) {
+    struct claimer c[N];
+    pthread_t th[N];
+    pthread_barrier_t start;
+    char why[256];
+    pthread_barrier_init(&start, NULL, N);
+    for (int i = 0; i < N; i++) {
+      cr_assert_eq(lp_rateboard_open(&c[i].b, path, pids[i], why, sizeof(why)), 0, "%s", why);
+      c[i].start = &start;
+    }
+    for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, claim_all, &c[i]);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    static int holder[LP_RB_SLOTS];
+    memset(holder, -1, sizeof(holder));
+    for (int i = 0; i < N; i++)
+      for (int d = 0; d < LP_RB_MAX_PORTS; d++) {
+        int s = c[i].b.held[d];
+        cr_assert_geq(s, 0);
+        cr_assert_eq(holder[s], -1, "round %d: slot %d held by rank %d and rank %d", round, s, holder[s], i);
+        holder[s] = i;
+      }
+    for (int i = 0; i < N; i++) lp_rateboard_close(&c[i].b);
+  }
+}
+
+Test(rateboard, a_board_of_another_version_is_started_afresh_only_when_nobody_has_it) {
+  fresh_path();
+  struct lp_rateboard a, b;
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  a.t->version = 1; /* an older linkpass that still runs */
+  cr_expect_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), -1);
+  cr_expect(strstr(why, "another version running?"), "%s", why);
+  /* It crashes: the kernel closes its file and drops its lock; the file stays. */
+  munmap(a.t, sizeof(*a.t));
+  close(a.fd);
+  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "left over: %s", why);
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&b, 0, 0x31, 1, 800, now, now);
+  cr_expect_eq(b.held[0], 0, "the slots start free");
+  lp_rateboard_close(&b);
+  cr_expect_neq(access(path, F_OK), 0);
 }
