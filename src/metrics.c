@@ -47,8 +47,8 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       {"linkpass_degraded_seconds_total", "counter", "Time the NIC port was not usable."},
       {"linkpass_standby_paths", "gauge", "Standby paths connected on the NIC port, ready for a move to take."},
       {"linkpass_port_resend_ratio", "gauge",
-       "Share of its packets the NIC port sent again in the last 250 ms (RC NAKs and local ACK timeouts); 0 also "
-       "when too little traffic to judge."},
+       "Share of its packets the NIC port sent again in its last window judged (250 ms, longer while it carries "
+       "under 2000 packets; RC NAKs and local ACK timeouts); 0 before it carried enough traffic to judge."},
       {"linkpass_port_degraded_total", "counter",
        "Times the NIC port was drained for resending too many packets, or moving data too slowly, while up (a "
        "gray failure)."},
