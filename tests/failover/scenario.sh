@@ -446,7 +446,7 @@ device_fatal_remote | device_fatal_during_move | device_recover)
   device_fatal_during_move) sv link node0:mlx5_0 down; sv fault node0:mlx5_1 device-fatal ;;
   device_recover)
     sv fault node0:mlx5_0 device-fatal
-    wait_for "event=failover .*dev=mlx5_0 " "$tmp/syslog"
+    wait_for "event=failover .* dev=mlx5_0 " "$tmp/syslog"
     sv fault node0:mlx5_0 device-recover
     ;;
   esac
@@ -681,7 +681,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
   t0=$(date +%s.%N)
   if [ "$name" != gray_loss_everywhere ]; then
     sv fault "$host:$nic" loss 1
-    wait_for "event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" 10
+    wait_for "event=failover .* dev=$nic .*reason=degraded" "$tmp/syslog" 10
     t1=$(date +%s.%N)
     took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     echo "the first connection left the lossy $host:$nic ${took} s after the loss began"
@@ -695,7 +695,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
       "$tmp/syslog" || fail "no event=degraded line in syslog with the measured and allowed resends"
     if [ "$name" = gray_loss_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
-      grep -qE "linkpass\[$pid0\]: event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" ||
+      grep -qE "linkpass\[$pid0\]: event=failover .* dev=$nic .*reason=degraded" "$tmp/syslog" ||
         fail "node0 did not drain $nic, whose far end loses its packets"
     fi
     sv fault "$host:$nic" loss 0
@@ -744,7 +744,7 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
   *)
     t0=$(date +%s.%N)
     sv fault "$host:$nic" rate 25
-    wait_for "event=failover .*dev=$nic .*reason=degraded" "$tmp/syslog" 10
+    wait_for "event=failover .* dev=$nic .*reason=degraded" "$tmp/syslog" 10
     t1=$(date +%s.%N)
     took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     echo "the first connection left the slow $host:$nic ${took} s after it slowed down"
@@ -757,7 +757,7 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
       fail "no event=degraded line in syslog with the measured and expected rates"
     if [ "$name" = gray_rate_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
-      grep -qE "linkpass\[$pid0\]: event=failover .*dev=$nic " "$tmp/syslog" ||
+      grep -qE "linkpass\[$pid0\]: event=failover .* dev=$nic " "$tmp/syslog" ||
         fail "node0's ends did not leave $nic, whose far end is slow"
     fi
     sv fault "$host:$nic" clear
