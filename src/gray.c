@@ -68,7 +68,14 @@ int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_m
   if (r->lossy) return 0;
   /* MB/s against Mb/s: a nominal speed in MB/s is speed_mbps / 8. */
   int wire_bound = ref_mbps > 0 && ref_mbps * 800 >= (int64_t)ref_speed_mbps * LP_GRAY_RATE_WIRE_PCT;
-  int slow = wire_bound && r->mbps * 100 < ref_mbps * pct && r->mbps * 800 < (int64_t)speed_mbps * pct;
-  r->slow = slow ? r->slow + 1 : 0;
-  return r->slow >= LP_GRAY_RATE_STRIKES;
+  if (!wire_bound) {
+    if (++r->unjudged > LP_GRAY_RATE_SPAN) r->recent = 0;
+    return 0;
+  }
+  r->unjudged = 0;
+  int slow = r->mbps * 100 < ref_mbps * pct && r->mbps * 800 < (int64_t)speed_mbps * pct;
+  r->recent = (r->recent << 1 | (unsigned)slow) & ((1u << LP_GRAY_RATE_SPAN) - 1);
+  int n = 0;
+  for (unsigned bits = r->recent; bits != 0; bits &= bits - 1) n++;
+  return slow && n >= LP_GRAY_RATE_STRIKES;
 }

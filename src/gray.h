@@ -92,7 +92,8 @@ struct lp_gray_rate {
   int lossy;               /* the last closed window saw resends: its slowness is the loss detector's */
   int64_t mbps;            /* the last closed window: MB/s while busy (bytes per microsecond), -1: none */
   int age;                 /* ticks since that window closed */
-  int slow;                /* closed windows in a row judged slow (lp_gray_rate_judge) */
+  unsigned recent;         /* the last LP_GRAY_RATE_SPAN windows judged, newest in bit 0: 1 slow */
+  int unjudged;            /* closed windows in a row that could not be judged (lp_gray_rate_judge) */
 };
 
 void lp_gray_rate_reset(struct lp_gray_rate *r);
@@ -119,7 +120,8 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
 }
 
 #define LP_GRAY_RATE_WIRE_PCT 80 /* the typical port runs at this share of its speed or more: the wire sets the pace */
-#define LP_GRAY_RATE_STRIKES 3   /* slow windows in a row before a port is judged slow (a preempted sender makes one) */
+#define LP_GRAY_RATE_STRIKES 3   /* slow windows among the last LP_GRAY_RATE_SPAN judged before a port is slow */
+#define LP_GRAY_RATE_SPAN 4      /* (a preempted sender makes one slow window; a sender away makes one fast) */
 
 /* Judge a window that closed this tick against `ref_mbps`, the rate of the
  * typical other port of the pool (-1: none measured), whose nominal speed
@@ -130,8 +132,15 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * wire idle part of the time (latency-bound, or bound by the CPU, as on a
  * simulated fabric) makes rates that vary with the traffic's timing, not
  * the ports' speed, and is not judged: a slow port also costs it little.
- * Counts the slow windows in a row and returns 1 once there are
- * LP_GRAY_RATE_STRIKES of them; a lossy window counts neither way.  When every
+ * Returns 1 when this window is slow and LP_GRAY_RATE_STRIKES of the last
+ * LP_GRAY_RATE_SPAN judged were.  Not "so many in a row": a process that is
+ * away (reducing on the CPU) while a slow port finishes its messages leaves
+ * that time out of the port's busy time, and the window measures fast (in a
+ * 4-rank ring, a slow rail at 25 % measured 700-1,250 MB/s of 1,250 in one
+ * window in three), which broke every run and delayed the drain by seconds.
+ * A window that cannot be judged (no typical port measured, or the typical
+ * port not wire-bound) and a lossy one count neither way; more than
+ * LP_GRAY_RATE_SPAN unjudged in a row forget the slow ones.  When every
  * port is slow alike, none is under a share of the others, and nothing is
  * judged slow. */
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct);

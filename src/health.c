@@ -417,10 +417,10 @@ static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typi
   report_degraded(h, dev, evidence, LP_GRAY_RATE_STRIKES, flaps);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
-      "its pool), the %d. window in a row under %d%% of that and of its %d Mb/s: connections on it move to other "
+      "its pool), %d of its last %d windows under %d%% of that and of its %d Mb/s: connections on it move to other "
       "NICs; traffic may try it again after %llu ms (flap %u)",
-      d->name, d->port, mbps, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, h->env->cfg.gray_rate_pct, d->speed_mbps,
-      (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+      d->name, d->port, mbps, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, LP_GRAY_RATE_SPAN,
+      h->env->cfg.gray_rate_pct, d->speed_mbps, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
 /* Another device of `dev`'s pool, healthy, of the same link layer: a fair

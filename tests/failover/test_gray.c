@@ -138,20 +138,47 @@ Test(gray_rate, a_window_closes_with_enough_bytes_and_gives_mb_per_s) {
   cr_expect_eq(lp_gray_rate_window(&r, 20 * MIB, 10 * MS, 0, 0), 1992, "and the next window measures from there");
 }
 
-Test(gray_rate, slow_twice_in_a_row_against_the_pool_and_its_speed) {
+/* One window of a 25 Gb/s port (3,125 MB/s) judged against a typical port
+ * at 3,000 MB/s: `slow` at a quarter of its rate, else at 2/3 of the best. */
+static int judge(struct lp_gray_rate *r, int slow) {
+  r->mbps = slow ? 780 : 2000;
+  return lp_gray_rate_judge(r, 3000, 25000, 25000, 50);
+}
+
+Test(gray_rate, three_slow_windows_of_the_last_four_against_the_pool_and_its_speed) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  r.mbps = 780; /* a 25 Gb/s port (3,125 MB/s) at a quarter of its rate */
-  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "one slow window is not enough");
-  cr_expect_eq(r.slow, 1);
-  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "nor two (a sender preempted for a while)");
-  cr_expect(lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "the third in a row is");
+  cr_expect(!judge(&r, 1), "one slow window is not enough");
+  cr_expect(!judge(&r, 1), "nor two (a sender preempted for a while)");
+  cr_expect(judge(&r, 1), "the third is");
   lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 0), "a window that measured fast (the process was away while the port worked)");
+  cr_expect(!judge(&r, 1));
+  cr_expect(judge(&r, 1), "does not hide the three slow ones of the last four");
+  lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 0), "a fast window never drains a port");
+  cr_expect(!judge(&r, 0));
+  cr_expect(!judge(&r, 1), "two slow of the last four are not enough");
+  cr_expect(!judge(&r, 0));
+}
+
+Test(gray_rate, windows_that_cannot_be_judged_count_neither_way_for_a_while) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 1));
   r.mbps = 780;
-  lp_gray_rate_judge(&r, 3000, 25000, 25000, 50);
-  r.mbps = 2000;
-  cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "a window at 2/3 of the best");
-  cr_expect_eq(r.slow, 0, "clears the run");
+  cr_expect(!lp_gray_rate_judge(&r, 1500, 25000, 25000, 50), "the typical port not wire-bound: no evidence");
+  cr_expect(!lp_gray_rate_judge(&r, -1, 0, 25000, 50), "no typical port measured: none either");
+  cr_expect(judge(&r, 1), "the slow ones before still count");
+  lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 1));
+  for (int i = 0; i <= LP_GRAY_RATE_SPAN; i++) cr_expect(!lp_gray_rate_judge(&r, -1, 0, 25000, 50));
+  cr_expect(!judge(&r, 1), "after more than LP_GRAY_RATE_SPAN of them, the slow ones are forgotten");
 }
 
 Test(gray_rate, nothing_is_slow_without_a_clearly_faster_port) {
@@ -174,11 +201,11 @@ Test(gray_rate, a_window_with_resends_is_the_loss_detectors) {
   cr_expect_eq(lp_gray_rate_window(&r, 16 * MIB, 80 * MS, 9, 0), 209, "a slow window, two packets resent in it");
   cr_expect(r.lossy);
   for (int i = 0; i < 3; i++) cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "is not judged for its rate");
-  cr_expect_eq(r.slow, 0);
+  cr_expect_eq(r.recent, 0u);
   cr_expect_eq(lp_gray_rate_window(&r, 32 * MIB, 160 * MS, 9, 0), 209, "the next one, without resends");
   cr_expect(!r.lossy);
   cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50));
-  cr_expect_eq(r.slow, 1, "is");
+  cr_expect_eq(r.recent, 1u, "is");
 }
 
 Test(gray_rate, no_port_measures_above_its_speed) {
