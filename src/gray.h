@@ -137,7 +137,8 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * away (reducing on the CPU) while a slow port finishes its messages leaves
  * that time out of the port's busy time, and the window measures fast (in a
  * 4-rank ring, a slow rail at 25 % measured 700-1,250 MB/s of 1,250 in one
- * window in three), which broke every run and delayed the drain by seconds.
+ * window in four): each such window started the count of slow ones over,
+ * and delayed the drain by seconds.
  * A window that cannot be judged (no typical port measured, or the typical
  * port not wire-bound) and a lossy one count neither way; more than
  * LP_GRAY_RATE_SPAN unjudged in a row forget the slow ones.  When every
