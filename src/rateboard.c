@@ -50,24 +50,22 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) goto fail_fd;
   struct lp_rb_table *t = m;
+  /* A board of another version that nobody has open was left by processes
+   * that crashed before an upgrade: back to zeros, a new file.  (The
+   * exclusive lock replaces our shared one, which a refused attempt may
+   * cost us: we then leave the board alone anyway.) */
+  if (t->magic == LP_RB_MAGIC && t->version != LP_RB_VERSION && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    memset(t, 0, len);
+    if (flock(fd, LOCK_SH) != 0) {
+      munmap(m, len);
+      goto fail_fd;
+    }
+  }
   /* A new file is zeros; whoever comes first writes the header (a second
    * writer writes the same words). */
   if (t->magic == 0) {
     t->version = LP_RB_VERSION;
     t->magic = LP_RB_MAGIC;
-  }
-  /* A board of another version that nobody has open was left by processes
-   * that crashed before an upgrade: start it afresh.  (The exclusive lock
-   * replaces our shared one, which a refused attempt may cost us: we then
-   * leave the board alone anyway.) */
-  if (t->magic == LP_RB_MAGIC && t->version != LP_RB_VERSION && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    memset(t, 0, len);
-    t->version = LP_RB_VERSION;
-    t->magic = LP_RB_MAGIC;
-    if (flock(fd, LOCK_SH) != 0) {
-      munmap(m, len);
-      goto fail_fd;
-    }
   }
   if (t->magic != LP_RB_MAGIC || t->version != LP_RB_VERSION) {
     snprintf(why, why_len, "%s is not a linkpass rate board of version %d (another version running?)", path,
