@@ -123,6 +123,12 @@ busy_qps() {
     tr -d '()'
 }
 
+# node0's ports that hold a connected QP (standby paths too; not the flush
+# paths, connected to themselves), as "node0:dev:port", one a line.
+node0_live_ports() {
+  "$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" && !/loopback/ { print $4 }' | sort -u
+}
+
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
@@ -564,20 +570,18 @@ last_nic_fails)
   # Pull the NICs one at a time, each only once node0 has no connection
   # left on it. Which NIC a move picks is the spreading's choice, so a
   # NIC may never carry one; the first always does.
-  sv link node0:mlx5_0 down
-  wait_for " dev=mlx5_0 " "$tmp/syslog" 20
   for nic in mlx5_0 mlx5_1 mlx5_2; do
-    [ "$nic" = mlx5_0 ] || sv link "node0:$nic" down
+    sv link "node0:$nic" down
+    [ "$nic" != mlx5_0 ] || wait_for " dev=mlx5_0 " "$tmp/syslog" 20
     deadline=$((SECONDS + 20))
-    while "$SIMVERBS" status | awk -v at="node0:$nic:1" '$1 == "qp" && $4 == at && $5 == "RTS" && !/loopback/ { found = 1 } END { exit !found }'; do
+    while node0_live_ports | grep -x "node0:$nic:1" >/dev/null; do # reads it all: no SIGPIPE under pipefail
       ((SECONDS < deadline)) || fail "node0's connections did not leave $nic"
       sleep 0.05
     done
   done
   # Every connection's node0 end ends up on the last NIC.
   deadline=$((SECONDS + 20))
-  until qps=$("$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" && !/loopback/ { print $4 }' | sort -u) &&
-    [ "$qps" = "node0:mlx5_3:1" ]; do
+  until qps=$(node0_live_ports) && [ "$qps" = "node0:mlx5_3:1" ]; do
     ((SECONDS < deadline)) || fail "node0's connections did not all reach mlx5_3 (QPs on: $qps)"
     sleep 0.05
   done
