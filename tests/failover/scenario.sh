@@ -752,9 +752,10 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
     t1=$(date +%s.%N)
     took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     echo "the first connection left the slow $host:$nic ${took} s after it slowed down"
-    # Three slow windows of 250 ms: found within about 1 s (0.74-1.14 s in
+    # Three slow windows of 250 ms: found within about 1 s (0.78-2.06 s in
     # the ring, docs/PERFORMANCE.md); 3 s leaves room for a loaded machine.
-    bound=3
+    # Under a sanitizer more (tests/failover/CMakeLists.txt says why).
+    bound=${GRAY_DRAIN_BOUND_S:-3}
     awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || fail "the slow port was drained only after ${took} s"
     grep -m1 -E "$nic:1 is degraded: it moved [0-9]+ MB/s while busy" "$tmp/out" || fail "no WARN saying $nic:1 is slow"
     grep -m1 -E "event=degraded dev=$nic port=1 evidence=rate rate_mbps=[0-9]+ expected_mbps=[0-9]+ " "$tmp/syslog" ||
