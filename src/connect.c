@@ -139,6 +139,7 @@ static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t 
  * (idle_watch.h) answers its moves while NCCL is not calling it. */
 static void comm_ready(const struct lp_setup *p, struct lp_comm *c) {
   lp_fo_init(c);
+  if (p->ready != NULL) lp_fo_watch_ready(c, p->ready);
   if (c->fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, c);
 }
 

@@ -14,11 +14,13 @@
 
 struct lp_connect_stage;
 struct lp_idle_watch;
+struct lp_ctl_ready;
 
 struct lp_setup {
   const struct lp_env *env;
   struct lp_health *health;   /* new connections fail over through it; NULL: failover is off */
   struct lp_idle_watch *idle; /* new receive comms are watched while idle; NULL: no watch */
+  struct lp_ctl_ready *ready; /* which control sockets have news (ctlready.h); NULL: each comm reads to see */
   struct lp_mr_cache *mrs;    /* the process's registrations, for regMr on the new comms */
   pthread_mutex_t lock;       /* guards the connects in progress */
   struct lp_connect_stage *stages;

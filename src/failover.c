@@ -18,7 +18,8 @@
 #include "report.h"
 #include "sock.h"
 
-#define LP_FO_READ_EVERY_NS 1000000ull /* 1 ms */
+#define LP_FO_READ_EVERY_NS 1000000ull     /* 1 ms */
+#define LP_FO_READ_ANYWAY_NS 1000000000ull /* 1 s: a read whatever the set says */
 /* A standby is offered again this long after a move (the other moves of a
  * sweep come first), or after an offer that found no device or no answer. */
 #define LP_SB_AFTER_MOVE_NS 100000000ull /* 100 ms */
@@ -658,6 +659,46 @@ static ncclResult_t read_messages(struct lp_comm *c) {
   }
 }
 
+/* Whether this look reads the control sockets: data came on one (the
+ * process's set says so), or the set cannot tell (none, a connection not
+ * in it), or it is LP_FO_READ_ANYWAY_NS since the last read. */
+static int news(struct lp_comm *c, uint64_t now) {
+  struct lp_fo *fo = c->fo;
+  if (fo->ready == NULL || !fo->ready_all || now >= fo->next_full_read_ns) {
+    fo->next_full_read_ns = now + LP_FO_READ_ANYWAY_NS;
+    atomic_store_explicit(&fo->rx_ready, 0, memory_order_relaxed);
+    return 1;
+  }
+  lp_ctl_ready_poll(fo->ready, now);
+  return atomic_exchange_explicit(&fo->rx_ready, 0, memory_order_acquire);
+}
+
+/* Every live control connection in the process's set: one made again
+ * has a new fd, which replaces the old one there (open until the comm is
+ * freed, ctlchan.h). */
+static void sync_ready(struct lp_comm *c) {
+  struct lp_fo *fo = c->fo;
+  if (fo->ready == NULL) return;
+  int all = 1;
+  for (int i = 0; i < LP_CTL_PATHS; i++) {
+    if (!lp_ctl_path_live(&c->ctl, i)) continue;
+    int fd = c->ctl.path[i].fd;
+    if (fd != fo->ready_fd[i]) {
+      if (fo->ready_fd[i] >= 0) lp_ctl_ready_remove(fo->ready, fo->ready_fd[i]);
+      fo->ready_fd[i] = lp_ctl_ready_add(fo->ready, fd, &fo->rx_ready) == 0 ? fd : -1;
+      atomic_store_explicit(&fo->rx_ready, 1, memory_order_relaxed); /* what came before it joined */
+    }
+    all &= fo->ready_fd[i] == fd;
+  }
+  fo->ready_all = all;
+}
+
+void lp_fo_watch_ready(struct lp_comm *c, struct lp_ctl_ready *r) {
+  if (c->fo == NULL) return;
+  c->fo->ready = r;
+  sync_ready(c);
+}
+
 static ncclResult_t check_health(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   struct lp_health *h = c->health;
@@ -721,11 +762,12 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   ncclResult_t rc = flush_tx(c);
   /* Reading the socket is a system call: between moves, look at most every
    * LP_FO_READ_EVERY_NS (far below any failover time) rather than on every
-   * test() NCCL makes. */
+   * test() NCCL makes, and read only when data came (news()). */
   if (rc == ncclSuccess && !fo->peer_closed && (fo->state != LP_FO_IDLE || now >= fo->next_read_ns)) {
     fo->next_read_ns = now + LP_FO_READ_EVERY_NS;
-    rc = read_messages(c);
+    if (news(c, now)) rc = read_messages(c);
     lp_ctl_tick(&c->ctl, c->peer, now); /* control connections given up: tell the peer, make them again */
+    sync_ready(c);
   }
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
@@ -786,6 +828,7 @@ void lp_fo_init(struct lp_comm *c) {
     return;
   }
   c->fo = fo;
+  for (int i = 0; i < LP_CTL_PATHS; i++) fo->ready_fd[i] = -1;
   fo->primary_dev = c->link.dev;
   fo->peer_primary_ok = 1;
   fo->from_dev = c->link.dev;
@@ -807,6 +850,8 @@ void lp_fo_init(struct lp_comm *c) {
 void lp_fo_fini(struct lp_comm *c) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return;
+  for (int i = 0; i < LP_CTL_PATHS; i++) /* before the fds close: no flag written after the free */
+    if (fo->ready_fd[i] >= 0) lp_ctl_ready_remove(fo->ready, fo->ready_fd[i]);
   lp_link_close(&fo->next);
   lp_sb_drop(c, &fo->sb);
   lp_link_close(&fo->retired);

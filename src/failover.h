@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "ctlready.h"
 #include "fo_wire.h"
 #include "standby.h"
 #include "linkpass/nccl_net.h"
@@ -63,13 +64,19 @@ struct lp_fo {
   int via_standby;      /* the move took the standby path */
   uint32_t seen_gen;
   int primary_dev;
-  int peer_primary_ok;    /* sender: the receiver's primary NIC can be used */
-  int peer_closed;        /* the control channel reached end of file */
-  uint64_t next_read_ns;  /* when to look at the control channel again */
-  uint64_t next_watch_ns; /* the watchdog's next look (lp_fo_watchdog) */
-  struct lp_link next;    /* sender: the path offered to the peer, until it answers */
-  struct lp_standby sb;   /* the standby path (standby.h) */
-  struct lp_link retired; /* the path the last move left, destroyed once no move of the process is under way */
+  int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
+  int peer_closed;       /* the control channel reached end of file */
+  uint64_t next_read_ns; /* when to look at the control channel again */
+  /* News on the control sockets (ctlready.h). */
+  struct lp_ctl_ready *ready; /* the process's set; NULL: every look reads */
+  _Atomic int rx_ready;       /* data arrived since the last read (set by the set) */
+  int ready_fd[LP_CTL_PATHS]; /* each connection's fd in the set, -1: not in it */
+  int ready_all;              /* every live connection is in it: reading can wait for the flag */
+  uint64_t next_full_read_ns; /* a read whatever the flag, in case a change of fds was missed */
+  uint64_t next_watch_ns;     /* the watchdog's next look (lp_fo_watchdog) */
+  struct lp_link next;        /* sender: the path offered to the peer, until it answers */
+  struct lp_standby sb;       /* the standby path (standby.h) */
+  struct lp_link retired;     /* the path the last move left, destroyed once no move of the process is under way */
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;
@@ -84,6 +91,9 @@ struct lp_fo {
  * c->health is set (failover on).  Without memory for it the connection
  * works without failover, and says so. */
 void lp_fo_init(struct lp_comm *c);
+/* Read the control sockets only when the process's set says data came
+ * (ctlready.h); without it, at every look. */
+void lp_fo_watch_ready(struct lp_comm *c, struct lp_ctl_ready *r);
 /* Release it, and what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
 /* Control channel and health changes; called on every progress with the

@@ -2,6 +2,7 @@
 #include "idle_watch.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,9 @@ static void answer(struct lp_comm *c, uint64_t now) {
   if (now - c->progress_ns < LP_IDLE_NS) {
     c->fo->watch_skip_until_ns = c->progress_ns + LP_IDLE_NS; /* NCCL is calling: it reads the socket */
   } else {
-    /* An error stays in the comm: NCCL's next call reports it. */
+    /* An error stays in the comm: NCCL's next call reports it.  Its
+     * socket fired: read it, whatever the process's set has seen yet. */
+    atomic_store_explicit(&c->fo->rx_ready, 1, memory_order_relaxed);
     lp_comm_progress(c);
     c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl); /* an answer a socket did not take whole */
   }

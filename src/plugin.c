@@ -2,6 +2,7 @@
  * getProperties, finalize. */
 #include "plugin.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,11 +69,17 @@ static void start_failover(struct lp_plugin *p) {
   }
   p->setup.health = &p->health;
   if (lp_idle_watch_start(&p->idle) == 0) p->setup.idle = &p->idle; /* it warns itself when it cannot */
+  if (lp_ctl_ready_start(&p->ctl_news) == 0)
+    p->setup.ready = &p->ctl_news;
+  else
+    LP_INFO(NCCL_INIT | NCCL_NET, "no epoll set for the control sockets (%s): each connection reads its own to see",
+            strerror(errno));
 }
 
 /* Threads must be gone before the library is: NCCL may dlclose it. */
 __attribute__((destructor)) static void stop_threads(void) {
   lp_idle_watch_stop(&the_plugin.idle);
+  lp_ctl_ready_stop(&the_plugin.ctl_news);
   lp_health_stop(&the_plugin.health);
   lp_syslog_close(&the_plugin.env.syslog);
 }

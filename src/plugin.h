@@ -15,6 +15,7 @@
 #include "connect.h"
 #include "env.h"
 #include "health.h"
+#include "ctlready.h"
 #include "idle_watch.h"
 #include "mr.h"
 
@@ -35,10 +36,11 @@ struct lp_plugin {
   int nctx;             /* live contexts (init calls not yet finalized) */
   struct lp_env env;
   struct lp_ctx default_ctx;
-  struct lp_setup setup;     /* connects in progress */
-  struct lp_mr_cache mrs;    /* every registration, shared by the comms (regIsGlobal) */
-  struct lp_health health;   /* link failover's control plane */
-  struct lp_idle_watch idle; /* answers moves for receivers NCCL is not calling */
+  struct lp_setup setup;        /* connects in progress */
+  struct lp_mr_cache mrs;       /* every registration, shared by the comms (regIsGlobal) */
+  struct lp_health health;      /* link failover's control plane */
+  struct lp_idle_watch idle;    /* answers moves for receivers NCCL is not calling */
+  struct lp_ctl_ready ctl_news; /* which control sockets have news, for every comm */
 };
 
 #endif
