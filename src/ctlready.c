@@ -8,10 +8,11 @@
 int lp_ctl_ready_start(struct lp_ctl_ready *r) {
   r->epfd = -1;
   atomic_store_explicit(&r->next_ns, 0, memory_order_relaxed);
-  if (pthread_mutex_init(&r->mu, NULL) != 0) return -1;
+  int err = pthread_mutex_init(&r->mu, NULL); /* an error number, not errno */
+  if (err != 0) return -err;
   r->started = 1;
   r->epfd = epoll_create1(EPOLL_CLOEXEC);
-  return r->epfd >= 0 ? 0 : -1;
+  return r->epfd >= 0 ? 0 : -errno;
 }
 
 void lp_ctl_ready_stop(struct lp_ctl_ready *r) {

@@ -34,7 +34,7 @@ struct lp_ctl_ready {
   _Atomic uint64_t next_ns;
 };
 
-/* 0, or -1 (epfd stays -1: connections read as if their flags were always set). */
+/* 0, or -errno (epfd stays -1: connections read as if their flags were always set). */
 int lp_ctl_ready_start(struct lp_ctl_ready *r);
 void lp_ctl_ready_stop(struct lp_ctl_ready *r);
 /* Watch fd: `flag` is set when data (or its end) arrives.  0, or -errno. */

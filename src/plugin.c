@@ -2,7 +2,6 @@
  * getProperties, finalize. */
 #include "plugin.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,11 +68,12 @@ static void start_failover(struct lp_plugin *p) {
   }
   p->setup.health = &p->health;
   if (lp_idle_watch_start(&p->idle) == 0) p->setup.idle = &p->idle; /* it warns itself when it cannot */
-  if (lp_ctl_ready_start(&p->ctl_news) == 0)
+  int err = lp_ctl_ready_start(&p->ctl_news);
+  if (err == 0)
     p->setup.ready = &p->ctl_news;
   else
     LP_INFO(NCCL_INIT | NCCL_NET, "no epoll set for the control sockets (%s): each connection reads its own to see",
-            strerror(errno));
+            strerror(-err));
 }
 
 /* Threads must be gone before the library is: NCCL may dlclose it. */
