@@ -750,6 +750,13 @@ static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
                       LP_FO_MAX_ATTEMPTS, ms);
 }
 
+int lp_fo_due(const struct lp_comm *c) {
+  const struct lp_fo *fo = c->fo;
+  return fo != NULL &&
+         (fo->state != LP_FO_IDLE || c->paused || atomic_load_explicit(&fo->rx_ready, memory_order_relaxed) ||
+          lp_health_gen(c->health) != fo->seen_gen);
+}
+
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return ncclSuccess;

@@ -96,10 +96,17 @@ void lp_fo_init(struct lp_comm *c);
 void lp_fo_watch_ready(struct lp_comm *c, struct lp_ctl_ready *r);
 /* Release it, and what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
-/* Control channel and health changes; called on every progress with the
- * time it started. */
+/* Whether failover has work that cannot wait for the next timed look: a
+ * move under way, news the control sockets' set reported, or a health
+ * change not looked at yet.  Between moves every look is timed (a
+ * millisecond apart), so a progress call need not read the clock for it
+ * (progress.c). */
+int lp_fo_due(const struct lp_comm *c);
+/* Control channel and health changes; called by every progress call that
+ * read the clock, with the time it started. */
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now);
-/* The watchdog; called on every progress after the completion queue. */
+/* The watchdog; called after the completion queue by every progress call
+ * that read the clock. */
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now);
 /* An error completion: move (returns ncclSuccess) or fail the connection. */
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc);

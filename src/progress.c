@@ -6,15 +6,44 @@
 #include "clock.h"
 #include "failover.h"
 #include "transport.h"
+#include "watchdog.h"
+
+/* test() is NCCL's spin loop, and a clock read there is not free: at 8
+ * bytes, the read on every call was most of what linkpass added to the
+ * reference plugin's latency (docs/PERFORMANCE.md, "The clock in
+ * test()").  A call reads it only when it has timed work: a
+ * timed message out (the transmit meter must see every gap), a move or
+ * news (lp_fo_due), or every LP_CLOCK_EVERY_CALLS-th call for the timed
+ * looks between moves, which are a millisecond apart and so run at most
+ * that many calls late. */
+#define LP_CLOCK_EVERY_CALLS 16
+
+static int clock_due(struct lp_comm *c) {
+  if (c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0) return 1;
+  if (lp_fo_due(c) || ++c->calls_unclocked >= LP_CLOCK_EVERY_CALLS) return 1;
+  return 0;
+}
+
+/* Completions, and what the sender can post: nothing timed. */
+static ncclResult_t progress_unclocked(struct lp_comm *c) {
+  int got, drained;
+  ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
+  if (got > 0) lp_watchdog_fed(&c->wd, lp_now_ns());
+  if (rc == ncclSuccess) rc = lp_transport_advance(c, 0);
+  return rc;
+}
 
 ncclResult_t lp_comm_progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
+  if (!clock_due(c)) return progress_unclocked(c);
+  c->calls_unclocked = 0;
   uint64_t now = c->progress_ns = lp_now_ns();
   /* The NIC before the peer: a request the peer refused completes here
    * with its error before the peer's notice of the flushes that refusal
    * caused it can arrive over TCP, and must decide first (fail, not move). */
-  int dev = c->link.dev, drained = 0;
-  ncclResult_t rc = lp_transport_poll(c, now, lp_fo_on_error, &drained);
+  int dev = c->link.dev, got, drained;
+  ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
+  if (got > 0) lp_watchdog_fed(&c->wd, now);
   /* Between the end of the last call and this one, with timed messages
    * out, nobody looked.  If every one of them has now completed, the port
    * may have finished them anywhere in that gap: the transmit meter must
@@ -28,7 +57,10 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
   if (rc == ncclSuccess) rc = lp_transport_advance(c, now);
-  c->progress_end_ns = c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0 ? lp_now_ns() : 0;
+  /* A call that took no completion took well under a microsecond, against
+   * the meter's LP_METER_GAP_NS: its start stands for its end. */
+  c->progress_end_ns =
+      c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
   return rc;
 }
 

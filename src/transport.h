@@ -17,10 +17,13 @@ ncclResult_t lp_transport_completion(struct lp_comm *comm, const struct ibv_wc *
 typedef ncclResult_t (*lp_wc_error_fn)(struct lp_comm *comm, const struct ibv_wc *wc);
 /* Poll the CQ a bounded number of batches (test() must return promptly),
  * act on each successful completion and hand each error one to `on_error`.
- * Every completion feeds the watchdog.  *drained: the last poll found the
- * CQ empty (every completion there was is taken). */
-ncclResult_t lp_transport_poll(struct lp_comm *comm, uint64_t now, lp_wc_error_fn on_error, int *drained);
-/* After the poll: post what waits (sender) or the probe (receiver). */
+ * *got: the completions taken (the caller feeds the watchdog with them).
+ * *drained: the last poll found the CQ empty (every completion there was
+ * is taken). */
+ncclResult_t lp_transport_poll(struct lp_comm *comm, lp_wc_error_fn on_error, int *got, int *drained);
+/* After the poll: post what waits (sender) or the probe (receiver).  `now`
+ * 0: the call read no clock (progress.c), and the probe, a timed chore,
+ * waits for a call that did. */
 ncclResult_t lp_transport_advance(struct lp_comm *comm, uint64_t now);
 
 #endif
