@@ -14,7 +14,8 @@
  *   completion record written by QP 0 carries the sizes and the full number;
  * - compact form (bit 31 set), for a message of one sub-receive on a
  *   one-QP connection and under 16 MiB, sent as a single WRITE_WITH_IMM of
- *   its payload (as NCCL sends most messages): bits 24-30 the sequence
+ *   its payload (as NCCL sends most messages), or with adaptive routing as
+ *   plain WRITEs and a zero-length WRITE_WITH_IMM: bits 24-30 the sequence
  *   number modulo 128, bits 0-23 the size.  Fewer than 128 messages are in
  *   flight (LP_FIFO_DEPTH), so the number is still exact.
  */

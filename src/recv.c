@@ -44,7 +44,8 @@ ncclResult_t lp_recv_completion(struct lp_recv_comm *r, const struct ibv_wc *wc)
 
   const struct lp_cts *cts = &r->cts_stage[slot * LP_MAX_RECVS];
   if (lp_imm_is_compact(imm)) {
-    /* the whole message came in this one write; its size is the immediate's */
+    /* one sub-receive, whose size is the immediate's: the data came in
+     * this write, or in plain writes before it (adaptive routing) */
     if (req->nsub != 1 || lp_imm_size(imm) > cts[0].size)
       return lp_comm_fail(&r->base, ncclRemoteError,
                           "compact completion of message %llu does not fit its receive (%u bytes for %u "

@@ -5,7 +5,8 @@
  * across the QPs, then one signaled RDMA_WRITE_WITH_IMM per QP whose
  * immediate is the low 32 bits of the message's sequence number.  On QP 0
  * that final write carries the completion record (sizes, full sequence
- * number) into the receiver's record slot.
+ * number) into the receiver's record slot, unless the immediate can say
+ * it all (one sub-receive on one QP: the compact form, fifo.h).
  *
  * Posting is incremental: a message that needs more work requests than the
  * send queue has room for is continued from test()/isend as completions
@@ -24,16 +25,23 @@ static ncclResult_t post(struct lp_send_comm *s, int q, struct ibv_send_wr *wr, 
   return lp_comm_post(&s->base, q, wr, kind, LP_SIGNAL_EVERY, force, seq);
 }
 
-/* A message of one sub-receive on a one-QP connection goes out whole in a
- * single WRITE_WITH_IMM of its payload, the size in the immediate (fifo.h):
- * half the work requests of a data write plus a record, which is what
+/* A message of one sub-receive on a one-QP connection, under 16 MiB: the
+ * immediate names it and its size (fifo.h, compact form), and no record
+ * goes with it. */
+static int imm_says_all(const struct lp_send_comm *s, const struct lp_send_msg *m) {
+  return s->base.link.nqps == 1 && m->nreqs == 1 && m->sub[0].size <= LP_COMPACT_MAX_SIZE;
+}
+
+/* Such a message goes out whole in a single WRITE_WITH_IMM of its payload:
+ * half the work requests of a data write plus a final write, which is what
  * small-message latency is made of.  With adaptive routing, a message above
  * NCCL_IB_AR_THRESHOLD goes as plain WRITEs, which the fabric may route
- * packet by packet, and a final write with the immediate, as NCCL does. */
+ * packet by packet, and a final zero-length write with the immediate, as
+ * NCCL does (post_qp). */
 static int is_compact(const struct lp_send_comm *s, const struct lp_send_msg *m) {
   const struct lp_link *link = &s->base.link;
-  return link->nqps == 1 && m->nreqs == 1 && m->sub[0].size <= LP_COMPACT_MAX_SIZE &&
-         m->sub[0].size <= s->max_wr_bytes && (!link->adaptive || m->sub[0].size <= link->env->cfg.ar_threshold_bytes);
+  return imm_says_all(s, m) && m->sub[0].size <= s->max_wr_bytes &&
+         (!link->adaptive || m->sub[0].size <= link->env->cfg.ar_threshold_bytes);
 }
 
 static ncclResult_t post_compact(struct lp_send_comm *s, struct lp_send_msg *m) {
@@ -91,10 +99,10 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
   struct ibv_sge sge;
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.imm_data = htonl(lp_imm_of(m->seq));
+  wr.imm_data = htonl(imm_says_all(s, m) ? lp_imm_compact(m->seq, m->sub[0].size) : lp_imm_of(m->seq));
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * sizeof(struct lp_record);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
-  if (q == 0) {
+  if (q == 0 && !imm_says_all(s, m)) { /* the sizes and the whole sequence number, in the record */
     struct lp_record *rec = &s->rec_stage[slot];
     memset(rec, 0, sizeof(*rec));
     rec->seq = m->seq;
