@@ -70,6 +70,7 @@ struct lp_comm {
   uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
   uint64_t progress_ns;        /* when the last progress call that read the clock began (progress.c) */
   int calls_unclocked;         /* progress calls since then */
+  int fed_unclocked;           /* and whether they took completions (the watchdog's) */
   uint64_t progress_end_ns;    /* when the last one ended, while a timed message is out (progress.c) */
   char peer_id[160];           /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];

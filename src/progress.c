@@ -24,11 +24,14 @@ static int clock_due(struct lp_comm *c) {
   return 0;
 }
 
-/* Completions, and what the sender can post: nothing timed. */
+/* Completions, and what the sender can post: nothing timed.  Completions
+ * taken here feed the watchdog at the next call that reads the clock, at
+ * most LP_CLOCK_EVERY_CALLS calls later: the completion that ends a wait
+ * is on the critical path, and its limit is seconds. */
 static ncclResult_t progress_unclocked(struct lp_comm *c) {
   int got, drained;
   ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
-  if (got > 0) lp_watchdog_fed(&c->wd, lp_now_ns());
+  c->fed_unclocked |= got > 0;
   if (rc == ncclSuccess) rc = lp_transport_advance(c, 0);
   return rc;
 }
@@ -43,7 +46,8 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
    * caused it can arrive over TCP, and must decide first (fail, not move). */
   int dev = c->link.dev, got, drained;
   ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
-  if (got > 0) lp_watchdog_fed(&c->wd, now);
+  if (got > 0 || c->fed_unclocked) lp_watchdog_fed(&c->wd, now);
+  c->fed_unclocked = 0;
   /* Between the end of the last call and this one, with timed messages
    * out, nobody looked.  If every one of them has now completed, the port
    * may have finished them anywhere in that gap: the transmit meter must
