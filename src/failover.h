@@ -96,11 +96,12 @@ void lp_fo_init(struct lp_comm *c);
 void lp_fo_watch_ready(struct lp_comm *c, struct lp_ctl_ready *r);
 /* Release it, and what the connection holds in the shared tables (close). */
 void lp_fo_fini(struct lp_comm *c);
-/* Whether failover has work that cannot wait for the next timed look: a
- * move under way, news the control sockets' set reported, or a health
- * change not looked at yet.  Between moves every look is timed (a
- * millisecond apart), so a progress call need not read the clock for it
- * (progress.c). */
+/* Whether failover has work that needs a progress call to read the clock:
+ * a move under way, news the control sockets' set reported, a health
+ * change not looked at yet, or a chore (a standby path to build, an old
+ * path to destroy).  With none of these, what failover does is a look
+ * every millisecond, which may wait for the next call that reads the
+ * clock anyway (progress.c). */
 int lp_fo_due(const struct lp_comm *c);
 /* Control channel and health changes; called by every progress call that
  * read the clock, with the time it started. */
