@@ -11,11 +11,11 @@
 /* test() is NCCL's spin loop, and a clock read there is not free: at 8
  * bytes, the read on every call was most of what linkpass added to the
  * reference plugin's latency (docs/PERFORMANCE.md, "The clock in
- * test()").  A call reads it only when it has timed work: a
- * timed message out (the transmit meter must see every gap), a move or
- * news (lp_fo_due), or every LP_CLOCK_EVERY_CALLS-th call for the timed
- * looks between moves, which are a millisecond apart and so run at most
- * that many calls late. */
+ * test()").  A call reads it only when it has timed work: a timed
+ * message out (the transmit meter must see every gap), a move, news or a
+ * chore (lp_fo_due), or every LP_CLOCK_EVERY_CALLS-th call for the looks
+ * between moves, which are a millisecond apart and so come at most that
+ * many calls late. */
 #define LP_CLOCK_EVERY_CALLS 16
 
 static int clock_due(struct lp_comm *c) {
