@@ -1,0 +1,105 @@
+/* How often a progress call reads the clock (progress.c), on comms built in
+ * memory over a completion queue that hands out what the test says.  NCCL's
+ * spin loop calls test() millions of times a second, and a clock read on
+ * each was most of what linkpass added to the 8-byte latency.  A broken
+ * cadence reads it on every call (the latency comes back), or never (the
+ * watchdog and the looks between moves stop), or loses the completions an
+ * unclocked call took (the watchdog takes a busy connection for stalled).
+ *
+ * This binary has its own clock_gettime, which takes libc's place for the
+ * code linked into it: it moves 1 us a read, and counts the reads made
+ * inside progress calls on the test's thread (Criterion reads it too). */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <time.h>
+
+#include "fifo.h"
+#include "progress.h"
+
+static int reads;
+static _Thread_local int counting;
+static uint64_t fake_ns = 1000000000ull;
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  (void)id;
+  reads += counting;
+  fake_ns += 1000;
+  ts->tv_sec = (time_t)(fake_ns / 1000000000ull);
+  ts->tv_nsec = (long)(fake_ns % 1000000000ull);
+  return 0;
+}
+
+/* The completion queue: empty, unless `cqe_at` names the poll (counted from
+ * 1) that finds one clear-to-send completion. */
+static int polls, cqe_at;
+
+static int fake_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
+  (void)cq;
+  (void)n;
+  if (++polls != cqe_at) return 0;
+  memset(wc, 0, sizeof(*wc));
+  wc->status = IBV_WC_SUCCESS;
+  wc->wr_id = lp_wrid(LP_WR_CTS, 0, 1, 1);
+  return 1;
+}
+
+static struct ibv_context ctx;
+static struct ibv_cq cq;
+static struct lp_recv_comm r;
+static struct lp_send_comm s;
+static struct lp_cts fifo[LP_FIFO_DEPTH * LP_MAX_RECVS];
+
+/* Failover off (no fo), the watchdog off, nothing posted. */
+static void comms(void) {
+  memset(&ctx, 0, sizeof(ctx));
+  memset(&cq, 0, sizeof(cq));
+  memset(&r, 0, sizeof(r));
+  memset(&s, 0, sizeof(s));
+  memset(fifo, 0, sizeof(fifo));
+  ctx.ops.poll_cq = fake_poll;
+  cq.context = &ctx;
+  r.base.kind = LP_COMM_RECV;
+  r.base.link.cq = &cq;
+  r.base.link.nqps = 1;
+  s.base.kind = LP_COMM_SEND;
+  s.base.link.cq = &cq;
+  s.base.link.nqps = 1;
+  s.fifo = fifo;
+  s.head = s.post_seq = 1;
+  reads = polls = cqe_at = 0;
+}
+
+TestSuite(progress_clock, .init = comms);
+
+static ncclResult_t progress(struct lp_comm *c) {
+  counting = 1;
+  ncclResult_t rc = lp_comm_progress(c);
+  counting = 0;
+  return rc;
+}
+
+Test(progress_clock, a_comm_with_nothing_timed_reads_the_clock_once_in_16_calls) {
+  for (int i = 0; i < 160; i++) cr_assert_eq(progress(&r.base), ncclSuccess);
+  cr_assert_eq(polls, 160, "every call polls the completion queue");
+  cr_assert_eq(reads, 10, "160 calls read the clock %d times, not 10", reads);
+}
+
+Test(progress_clock, a_sender_with_a_timed_message_out_reads_it_on_every_call) {
+  s.metered = 1; /* a message of 64 KiB or more out: the meter sees every gap */
+  for (int i = 0; i < 50; i++) cr_assert_eq(progress(&s.base), ncclSuccess);
+  /* one read a call: the end of a call that took no completion is its start */
+  cr_assert_eq(reads, 50, "50 calls read the clock %d times, not 50", reads);
+  cr_assert_neq(s.base.progress_end_ns, 0, "the meter's end of the last call");
+}
+
+Test(progress_clock, a_completion_taken_without_the_clock_feeds_the_watchdog_at_the_next_read) {
+  cqe_at = 3;
+  for (int i = 0; i < 3; i++) cr_assert_eq(progress(&r.base), ncclSuccess);
+  cr_assert_eq(reads, 0, "the call that took the completion read no clock");
+  cr_assert_eq(r.base.wd.last_cqe_ns, 0);
+  cr_assert_eq(r.base.link.sq_free[0], 1, "the completion was taken (its credit returned)");
+  for (int i = 3; i < 16; i++) cr_assert_eq(progress(&r.base), ncclSuccess);
+  cr_assert_eq(reads, 1);
+  cr_assert_eq(r.base.wd.last_cqe_ns, r.base.progress_ns, "fed at the call that read the clock");
+  cr_assert_neq(r.base.wd.last_cqe_ns, 0);
+}
