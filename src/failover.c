@@ -565,6 +565,19 @@ static enum chore chore_of(const struct lp_comm *c, uint64_t now) {
   return CHORE_NONE;
 }
 
+/* A chore of tidy() waits, or may become due, told without the clock
+ * (chore_of needs it): its paced turn comes at a look, so the looks keep
+ * their millisecond until it is done (standby paths built at every
+ * 16th call took twice as long at 1,024 connections).  A sender off its
+ * primary may have a failback to offer. */
+static int chore_waits(const struct lp_comm *c) {
+  const struct lp_fo *fo = c->fo;
+  if (fo->retired.env != NULL) return 1;
+  if (!c->env->cfg.standby) return 0;
+  if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED;
+  return fo->sb.state != LP_SB_READY || c->link.dev != fo->primary_dev;
+}
+
 /* Off the critical path of a sweep (no move of this process under way),
  * one piece at a time for the whole process (lp_health_paced): destroy the
  * path the last move left; or (sender) offer a standby, on the primary when
@@ -750,23 +763,10 @@ static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
                       LP_FO_MAX_ATTEMPTS, ms);
 }
 
-/* A chore of tidy() waits: its paced turn comes at a look, so the looks
- * keep their millisecond until it is done (standby paths built at every
- * 16th call took twice as long at 1,024 connections).  A sender off its
- * primary may have a failback to offer. */
-static int chore_waits(const struct lp_comm *c) {
-  const struct lp_fo *fo = c->fo;
-  if (fo->retired.env != NULL) return 1;
-  if (!c->env->cfg.standby) return 0;
-  if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED;
-  return fo->sb.state != LP_SB_READY || c->link.dev != fo->primary_dev;
-}
-
 int lp_fo_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  return fo != NULL &&
-         (fo->state != LP_FO_IDLE || c->paused || atomic_load_explicit(&fo->rx_ready, memory_order_relaxed) ||
-          lp_health_gen(c->health) != fo->seen_gen || chore_waits(c));
+  return fo != NULL && (fo->state != LP_FO_IDLE || atomic_load_explicit(&fo->rx_ready, memory_order_relaxed) ||
+                        lp_health_gen(c->health) != fo->seen_gen || chore_waits(c));
 }
 
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {

@@ -97,12 +97,13 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
   int slot = lp_fifo_slot(m->seq);
   struct ibv_send_wr wr;
   struct ibv_sge sge;
+  int compact = imm_says_all(s, m);
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.imm_data = htonl(imm_says_all(s, m) ? lp_imm_compact(m->seq, m->sub[0].size) : lp_imm_of(m->seq));
+  wr.imm_data = htonl(compact ? lp_imm_compact(m->seq, m->sub[0].size) : lp_imm_of(m->seq));
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * sizeof(struct lp_record);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
-  if (q == 0 && !imm_says_all(s, m)) { /* the sizes and the whole sequence number, in the record */
+  if (q == 0 && !compact) { /* the sizes and the whole sequence number, in the record */
     struct lp_record *rec = &s->rec_stage[slot];
     memset(rec, 0, sizeof(*rec));
     rec->seq = m->seq;
