@@ -13,7 +13,9 @@
 #include "log.h"
 #include "sock.h"
 
-#define RX_LEN LP_FO_MSG_MAX
+/* Room for the message at the front and a whole next one: a bulk read
+ * always has room for what the front one lacks. */
+#define RX_LEN (2 * LP_FO_MSG_MAX)
 #define TX_LEN (4 * LP_FO_MSG_MAX)
 #define REMAKE_FIRST_NS 1000000000ull /* 1 s after the failure */
 #define REMAKE_MAX_NS 30000000000ull  /* 30 s between two attempts, at most */
@@ -147,15 +149,31 @@ int lp_ctl_tx_pending(const struct lp_ctl *ch) {
   return 0;
 }
 
-/* Read path i up to one whole message: 1 whole (its length in *len), 0 not
- * yet, -1 given up. */
+/* The front message's bytes are spent: what follows it moves to the front
+ * (messages are read where the buffer starts: aligned). */
+static void take(struct lp_ctl_path *p, size_t len) {
+  p->rx_off -= len;
+  if (p->rx_off > 0) memmove(p->rx, p->rx + len, p->rx_off);
+}
+
+/* Path i's next whole message, at p->rx: 1 (its length in *len), 0 not yet
+ * there, -1 given up.  One recv takes all the socket holds (up to the
+ * room): a message costs a read and the empty read that ends the pass, not
+ * a header's, a body's and the empty one (docs/SCALE.md).  The empty read
+ * stays: a short read does not say that no end of file or reset waits
+ * behind the data, and the process's edge-triggered set would not report
+ * it again. */
 static int read_path(struct lp_ctl *ch, int i, const char *who, size_t *len) {
   struct lp_ctl_path *p = &ch->path[i];
+  if (p->rx_drop > 0) {
+    take(p, p->rx_drop);
+    p->rx_drop = 0;
+  }
   for (;;) {
     size_t want = sizeof(struct lp_msg_hdr);
     if (p->rx_off >= want) {
       const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)p->rx;
-      if (h->magic != LP_MSG_MAGIC || h->length < want || h->length > RX_LEN) {
+      if (h->magic != LP_MSG_MAGIC || h->length < want || h->length > LP_FO_MSG_MAX) {
         char why[96];
         snprintf(why, sizeof(why), "garbage on it (magic 0x%x, length %u)", h->magic, h->length);
         give_up(ch, i, who, -EBADMSG, why);
@@ -163,20 +181,21 @@ static int read_path(struct lp_ctl *ch, int i, const char *who, size_t *len) {
       }
       want = h->length;
     }
-    if (p->rx_off == want) {
+    if (p->rx_off >= want) {
       *len = want;
       return 1;
     }
-    int rc = lp_sock_recv_progress(p->fd, p->rx, want, &p->rx_off);
-    if (rc == -EPIPE) { /* end of file: the peer closed its comm, and with it every connection */
+    ssize_t n = lp_sock_recv_some(p->fd, p->rx + p->rx_off, RX_LEN - p->rx_off);
+    if (n == -EPIPE) { /* end of file: the peer closed its comm, and with it every connection */
       peer_closed(ch);
       return -1;
     }
-    if (rc < 0) {
-      give_up(ch, i, who, rc, sock_why(rc));
+    if (n < 0) {
+      give_up(ch, i, who, (int)n, sock_why((int)n));
       return -1;
     }
-    if (rc == 0) return 0;
+    if (n == 0) return 0;
+    p->rx_off += (size_t)n;
   }
 }
 
@@ -208,7 +227,7 @@ static void install(struct lp_ctl *ch, const char *who, int i, int fd) {
   p->fd = fd;
   p->failed = p->told = 0;
   p->gen++;
-  p->rx_off = p->tx_len = p->tx_off = 0;
+  p->rx_off = p->rx_drop = p->tx_len = p->tx_off = 0;
   char a[64];
   LP_INFO(NCCL_NET, "control connection to %s over %s made again (%d of %d connections in use)", who,
           where(p, a, sizeof(a)), lp_ctl_live(ch), LP_CTL_PATHS);
@@ -397,7 +416,7 @@ int lp_ctl_recv(struct lp_ctl *ch, const char *who, const void **msg, size_t *le
     while (lp_ctl_path_live(ch, i) && read_path(ch, i, who, len) == 1) {
       const struct lp_msg_hdr *h = (const struct lp_msg_hdr *)p->rx;
       if (h->type == LP_MSG_CTL_DROP || h->type == LP_MSG_CTL_OFFER) {
-        if (own_message(ch, i, who) == 0) p->rx_off = 0;
+        if (own_message(ch, i, who) == 0) take(p, *len);
         continue;
       }
       uint32_t seq = h->reserved;
@@ -405,13 +424,13 @@ int lp_ctl_recv(struct lp_ctl *ch, const char *who, const void **msg, size_t *le
         held++;
         break;
       }
-      p->rx_off = 0;
       if (seq == ch->rx_seq) {
         ch->rx_seq++;
+        p->rx_drop = *len;
         *msg = p->rx;
         return 1;
       }
-      /* else a copy of one another connection delivered */
+      take(p, *len); /* a copy of one another connection delivered */
     }
   }
   if (held > 0 && held == lp_ctl_live(ch)) { /* every connection is ahead: the ones due were lost */

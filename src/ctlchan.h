@@ -52,8 +52,11 @@ struct lp_ctl_path {
   int told;                /* the peer knows it was given up: its DROP came, or ours went */
   uint32_t gen;            /* times it was made again */
   union lp_sockaddr local; /* listening end: the address it was accepted on, to listen there again */
-  size_t rx_off, tx_len, tx_off;
-  uint8_t *rx, *tx; /* lp_ctl_start: one message, and a backlog of four */
+  /* rx holds what the socket gave, read in bulk: the next message first.
+   * rx_off bytes are in it; the first rx_drop of them are a message already
+   * handed out (valid until the next lp_ctl_recv, dropped then). */
+  size_t rx_off, rx_drop, tx_len, tx_off;
+  uint8_t *rx, *tx; /* lp_ctl_start: two messages, and a backlog of four */
 };
 
 /* A connection being made again: at most one at a time. */

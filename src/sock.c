@@ -256,6 +256,16 @@ int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off) {
   return 1;
 }
 
+ssize_t lp_sock_recv_some(int fd, void *buf, size_t len) {
+  for (;;) {
+    ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+    if (n > 0) return n;
+    if (n == 0) return -EPIPE;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    if (errno != EINTR) return -errno;
+  }
+}
+
 int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off) {
   while (*off < len) {
     ssize_t n = recv(fd, (char *)buf + *off, len - *off, MSG_DONTWAIT);

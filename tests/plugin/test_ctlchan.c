@@ -1,8 +1,10 @@
 /* The control channel over two connections (ctlchan.h): every message is
  * delivered once and in order, whichever connection brings it, and the
  * channel goes on when one connection fails. */
+#define _GNU_SOURCE /* RTLD_NEXT */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +15,18 @@
 
 #include "ctlchan.h"
 #include "fo_wire.h"
+
+/* recv() on the fd watched here is counted (the others pass through
+ * uncounted): what a message costs in system calls. */
+static int counted_fd = -1;
+static int recv_calls;
+
+ssize_t recv(int fd, void *buf, size_t len, int flags) {
+  static ssize_t (*real)(int, void *, size_t, int);
+  if (real == NULL) real = (ssize_t(*)(int, void *, size_t, int))dlsym(RTLD_NEXT, "recv");
+  if (fd == counted_fd) recv_calls++;
+  return real(fd, buf, len, flags);
+}
 
 /* A sender and a receiver joined by one or two socket pairs. */
 struct ends {
@@ -309,5 +323,59 @@ Test(ctlchan, a_message_ahead_on_one_connection_waits_for_the_other) {
   cr_expect_eq(got[0], 0u);
   cr_expect_eq(got[1], 1u);
   cr_expect_eq(lp_ctl_live(&e.rx), 2);
+  teardown(&e);
+}
+
+Test(ctlchan, a_message_costs_one_read_on_each_connection) {
+  struct ends e;
+  setup(&e, 2);
+  uint32_t got[4];
+  for (int i = 0; i < LP_CTL_PATHS; i++) {
+    counted_fd = e.rx.path[i].fd;
+    recv_calls = 0;
+    cr_assert_eq(send_notice(&e, (uint32_t)i), 0);
+    cr_assert_eq(receive_all(&e, got, 4), 1);
+    /* The message and the empty read that ends the pass; a header, a body
+     * and the empty read were three. */
+    cr_expect_eq(recv_calls, 2, "connection %d: %d reads for one message (or its copy)", i, recv_calls);
+  }
+  counted_fd = -1;
+  teardown(&e);
+}
+
+Test(ctlchan, messages_cut_anywhere_by_the_stream_come_whole_and_in_order) {
+  struct ends e;
+  setup(&e, 1);
+  enum { N = 40 };
+  struct lp_fo_notice m[N];
+  memset(m, 0, sizeof(m));
+  for (uint32_t s = 0; s < N; s++) {
+    lp_msg_hdr_init(&m[s].hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(m[s]));
+    m[s].conn_id = 7;
+    m[s].hdr.reserved = m[s].epoch = s;
+  }
+  /* 7 bytes at a time (never a whole header), then the rest at once (more
+   * than the receive buffer holds), with reads between. */
+  const uint8_t *bytes = (const uint8_t *)m;
+  size_t total = sizeof(m), off = 0;
+  uint32_t got[N + 1];
+  int n = 0;
+  while (off < total) {
+    size_t chunk = off < 3 * sizeof(m[0]) ? 7 : total - off;
+    if (chunk > total - off) chunk = total - off;
+    cr_assert_eq(write(e.far[0], bytes + off, chunk), (ssize_t)chunk);
+    off += chunk;
+    int r = receive_all(&e, got + n, N + 1 - n);
+    cr_assert_geq(r, 0);
+    n += r;
+  }
+  for (int tries = 0; n < N && tries < 1000; tries++) {
+    int r = receive_all(&e, got + n, N + 1 - n);
+    cr_assert_geq(r, 0);
+    n += r;
+  }
+  cr_assert_eq(n, N, "%d messages of %d", n, N);
+  for (uint32_t s = 0; s < N; s++) cr_expect_eq(got[s], s, "message %u out of order", s);
+  cr_expect_eq(lp_ctl_live(&e.rx), 1);
   teardown(&e);
 }
