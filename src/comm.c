@@ -100,12 +100,10 @@ ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum
   return ncclSuccess;
 }
 
-#define LP_PEER_CHECK_NS (100ull * 1000 * 1000)
-
-int lp_comm_peer_gone(struct lp_comm *comm, int *err) {
+int lp_comm_peer_gone(struct lp_comm *comm, uint64_t every_ns, int *err) {
   uint64_t now = comm->progress_ns; /* callers progressed just before */
   *err = 0;
-  if (now < comm->next_peer_check_ns) return 0;
-  comm->next_peer_check_ns = now + LP_PEER_CHECK_NS;
+  if (comm->peer_check_ns != 0 && now - comm->peer_check_ns < every_ns) return 0;
+  comm->peer_check_ns = now;
   return lp_ctl_peer_gone(&comm->ctl, comm->peer, err);
 }

@@ -65,14 +65,14 @@ struct lp_comm {
   struct lp_link link;
   void *ctrl; /* control memory: CTS FIFO and records, registered on the link's NIC */
   size_t ctrl_len;
-  ncclResult_t error;          /* sticky: once a comm fails every call reports it */
-  char peer[160];              /* "host addr dev:port" for messages */
-  uint64_t next_peer_check_ns; /* rate limit of the control-socket check */
-  uint64_t progress_ns;        /* when the last progress call that read the clock began (progress.c) */
-  int calls_unclocked;         /* progress calls since then */
-  int fed_unclocked;           /* and whether they took completions (the watchdog's) */
-  uint64_t progress_end_ns;    /* when the last one ended, while a timed message is out (progress.c) */
-  char peer_id[160];           /* `peer` without blanks, for key=value event lines */
+  ncclResult_t error;       /* sticky: once a comm fails every call reports it */
+  char peer[160];           /* "host addr dev:port" for messages */
+  uint64_t peer_check_ns;   /* when the control sockets were last looked at for a vanished peer */
+  uint64_t progress_ns;     /* when the last progress call that read the clock began (progress.c) */
+  int calls_unclocked;      /* progress calls since then */
+  int fed_unclocked;        /* and whether they took completions (the watchdog's) */
+  uint64_t progress_end_ns; /* when the last one ended, while a timed message is out (progress.c) */
+  char peer_id[160];        /* `peer` without blanks, for key=value event lines */
   struct lp_req reqs[LP_MAX_REQS];
   struct lp_watchdog wd; /* fed here, consulted by failover */
   /* Set by failover while a move is agreed (failover.h): nothing new goes
@@ -173,7 +173,7 @@ void lp_comm_destroy(struct lp_comm *comm);
 int lp_comm_busy(const struct lp_comm *comm);
 /* 1 when the peer closed the control channel or none of its connections
  * is left (rate-limited to one look per 100 ms; -errno or 0 in *err). */
-int lp_comm_peer_gone(struct lp_comm *comm, int *err);
+int lp_comm_peer_gone(struct lp_comm *comm, uint64_t every_ns, int *err);
 /* This comm's registration of an mhandle, on its current NIC.  NULL when invalid. */
 static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle) {
   return lp_mr_on(mhandle, comm->env->devs[comm->link.dev].nic);

@@ -769,6 +769,13 @@ int lp_fo_due(const struct lp_comm *c) {
                         lp_health_gen(c->health) != fo->seen_gen || chore_waits(c));
 }
 
+int lp_fo_hears_peer(const struct lp_comm *c) {
+  const struct lp_fo *fo = c->fo;
+  if (fo == NULL) return -1;
+  if (fo->peer_closed) return 1;
+  return fo->ready != NULL && fo->ready_all ? 0 : -1;
+}
+
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return ncclSuccess;

@@ -10,9 +10,13 @@
  * code linked into it: it moves 1 us a read, and counts the reads made
  * inside progress calls on the test's thread (Criterion reads it too). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "ctlready.h"
 #include "failover.h"
 #include "fifo.h"
 #include "health.h"
@@ -127,4 +131,62 @@ Test(progress_clock, a_sender_with_a_standby_to_build_reads_it_on_every_call) {
   reads = 0;
   for (int i = 0; i < 32; i++) cr_assert_eq(progress(&s.base), ncclSuccess);
   cr_assert_eq(reads, 2, "with it ready, 32 calls read the clock %d times, not 2", reads);
+}
+
+/* A request NCCL waits on also looks for a vanished peer: a peek at each
+ * control connection (progress.c, lp_comm_check_peer).  Counted here on the
+ * one socket the test names. */
+static int peek_fd = -1, peeks;
+
+ssize_t recv(int fd, void *buf, size_t len, int flags) {
+  static ssize_t (*real)(int, void *, size_t, int);
+  if (real == NULL) real = (ssize_t(*)(int, void *, size_t, int))dlsym(RTLD_NEXT, "recv");
+  if (fd == peek_fd && (flags & MSG_PEEK)) peeks++;
+  return real(fd, buf, len, flags);
+}
+
+/* The peeks made by lp_comm_check_peer at each time of `at` (ms). */
+static int peeks_at(struct lp_comm *c, const int *at, int n) {
+  peeks = 0;
+  for (int i = 0; i < n; i++) {
+    c->progress_ns = 5000000000ull + (uint64_t)at[i] * 1000000ull;
+    cr_assert_eq(lp_comm_check_peer(c), ncclSuccess, "the peer is there");
+  }
+  return peeks;
+}
+
+/* Where the comm's own reads would see the peer go (every control socket is
+ * in the process's set), the peek is a safety net once a second; without
+ * the set every 100 ms; once the reads found the end of file, at once.  At
+ * 1,024 connections a direction the looks every 100 ms were 41,000 system
+ * calls a second on NCCL's thread. */
+Test(progress_clock, a_waiting_request_looks_for_a_vanished_peer_once_a_second_where_reads_would_see_it) {
+  int sv[2];
+  cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  lp_ctl_init(&r.base.ctl);
+  r.base.ctl.path[0].fd = peek_fd = sv[0];
+  const int at[] = {0, 50, 100, 150, 200, 900, 1000, 1050, 2000};
+  const int n = (int)(sizeof(at) / sizeof(at[0]));
+  int k = peeks_at(&r.base, at, n);
+  cr_expect_eq(k, 6, "failover off: %d looks, not 6 (0, 100, 200, 900, 1000 and 2000 ms)", k);
+  static struct lp_fo fo;
+  static struct lp_ctl_ready set;
+  memset(&fo, 0, sizeof(fo));
+  fo.ready = &set;
+  fo.ready_all = 1;
+  r.base.fo = &fo;
+  r.base.peer_check_ns = 0;
+  k = peeks_at(&r.base, at, n);
+  cr_expect_eq(k, 3, "every socket in the set: %d looks, not 3 (0, 1000 and 2000 ms)", k);
+  fo.ready_all = 0; /* a connection made again, not in the set yet */
+  r.base.peer_check_ns = 0;
+  k = peeks_at(&r.base, at, n);
+  cr_expect_eq(k, 6, "a socket outside the set: %d looks, not 6 (every 100 ms again)", k);
+  fo.ready_all = 1;
+  fo.peer_closed = 1; /* the comm's reads found the end of file */
+  cr_expect_eq(peeks_at(&r.base, at, 3), 3, "after the reads found it closed, no wait");
+  r.base.fo = NULL;
+  close(sv[0]);
+  close(sv[1]);
+  peek_fd = -1;
 }
