@@ -154,6 +154,8 @@ all_configs=(
   # the same traffic long enough to be past what follows set-up (seconds
   # of iterations per size, not milliseconds)
   "sendrecv.2r.R1.steady|-N 2 --op sendrecv -R 1 -b 64K -e 1M -f 4 -n 30000 -w 100"
+  "sendrecv.4r.R1.steady|-N 4 --op sendrecv -R 1 -b 64K -e 1M -f 4 -n 5000 -w 100"
+  "all_reduce.2r.R0.steady|-N 2 --op all_reduce -R 0 -b 64K -e 4M -f 4 -n 3000 -w 50"
   "sendrecv.2r.R1.pad64|-N 2 --op sendrecv -R 1 --reg-pad 64 -b 8 -e 64M -f 2 -n 20 -w 3"
   "sendrecv.2r.R0|-N 2 --op sendrecv -R 0 -b 8 -e 64M -f 2 -n 20 -w 3"
   "sendrecv.2r.R0.pad64|-N 2 --op sendrecv -R 0 --reg-pad 64 -b 8 -e 64M -f 2 -n 20 -w 3"

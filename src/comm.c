@@ -76,28 +76,70 @@ int lp_comm_busy(const struct lp_comm *comm) {
   return 0;
 }
 
-ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
-                          uint64_t seq) {
-  static const char *const what[] = {
-      [LP_WR_DATA] = "data", [LP_WR_FINAL] = "final write", [LP_WR_CTS] = "clear-to-send"};
+/* Signal WR w as the chain's rules say and count it against QP q's
+ * credits; 1 when it is signaled with none outstanding (the watchdog's
+ * clock starts once it is posted). */
+static int stage(struct lp_comm *c, int q, struct ibv_send_wr *w, enum lp_wr_kind kind, int every, int force,
+                 uint64_t seq) {
   struct lp_link *link = &c->link;
   int was_idle = lp_comm_signaled_outstanding(c, q) == 0;
   int signal = force || link->unsignaled[q] + 1 >= every || link->sq_free[q] - 1 < LP_SIGNAL_EVERY;
   if (signal) {
-    wr->send_flags |= IBV_SEND_SIGNALED;
-    wr->wr_id = lp_wrid(kind, q, (unsigned)link->unsignaled[q] + 1, seq);
+    w->send_flags |= IBV_SEND_SIGNALED;
+    w->wr_id = lp_wrid(kind, q, (unsigned)link->unsignaled[q] + 1, seq);
   } else {
-    wr->wr_id = 0;
+    w->wr_id = 0;
   }
-  struct ibv_send_wr *bad = NULL;
-  int err = ibv_post_send(link->qps[q], wr, &bad);
-  if (err != 0)
-    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (%s) on qp 0x%x failed: %s", what[kind],
-                        link->qps[q]->qp_num, strerror(err));
   link->sq_free[q]--;
   link->unsignaled[q] = signal ? 0 : link->unsignaled[q] + 1;
-  if (signal && was_idle && lp_watchdog_on(&c->wd)) lp_watchdog_armed(&c->wd);
+  return signal && was_idle;
+}
+
+/* Post the n linked WRs from `first` (their kinds in `kinds`, for the error). */
+static ncclResult_t ring(struct lp_comm *c, int q, struct ibv_send_wr *first, const enum lp_wr_kind *kinds, int n,
+                         int arm) {
+  static const char *const what[] = {
+      [LP_WR_DATA] = "data", [LP_WR_FINAL] = "final write", [LP_WR_CTS] = "clear-to-send"};
+  struct ibv_send_wr *bad = NULL;
+  int err = ibv_post_send(c->link.qps[q], first, &bad);
+  if (err != 0) { /* the comm fails: what went out before `bad` no longer matters */
+    int i = 0;
+    for (struct ibv_send_wr *w = first; w != NULL && w != bad; w = w->next) i++;
+    if (i >= n) i = 0;
+    return lp_comm_fail(c, ncclSystemError, "ibv_post_send (%s, %d of %d) on qp 0x%x failed: %s", what[kinds[i]], i + 1,
+                        n, c->link.qps[q]->qp_num, strerror(err));
+  }
+  if (arm && lp_watchdog_on(&c->wd)) lp_watchdog_armed(&c->wd);
   return ncclSuccess;
+}
+
+void lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr, const struct ibv_sge *sge,
+                       enum lp_wr_kind kind, int every, int force, uint64_t seq) {
+  int i = ch->n++;
+  struct ibv_send_wr *w = &ch->wr[i];
+  *w = *wr;
+  w->next = NULL;
+  if (i > 0) ch->wr[i - 1].next = w;
+  if (sge != NULL) {
+    ch->sge[i] = *sge;
+    w->sg_list = &ch->sge[i];
+    w->num_sge = 1;
+  }
+  ch->kind[i] = kind;
+  ch->arm |= stage(c, ch->q, w, kind, every, force, seq);
+}
+
+ncclResult_t lp_comm_chain_post(struct lp_comm *c, struct lp_chain *ch) {
+  if (ch->n == 0) return ncclSuccess;
+  int n = ch->n, arm = ch->arm;
+  lp_chain_init(ch, ch->q);
+  return ring(c, ch->q, &ch->wr[0], ch->kind, n, arm);
+}
+
+ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
+                          uint64_t seq) {
+  int arm = stage(c, q, wr, kind, every, force, seq);
+  return ring(c, q, wr, &kind, 1, arm);
 }
 
 int lp_comm_peer_gone(struct lp_comm *comm, uint64_t every_ns, int *err) {

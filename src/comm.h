@@ -205,12 +205,39 @@ static inline int lp_comm_signaled_outstanding(const struct lp_comm *c, int q) {
   return LP_SQ_DEPTH - c->link.sq_free[q] - c->link.unsignaled[q];
 }
 
-/* Post one WR on QP q, signaled when `force`d, once in `every`, or when
- * credits run low: a signaled completion returns the credits of the
- * unsignaled WRs before it.  The watchdog waits on signaled work only; when
- * this WR is the only signaled one outstanding, its clock starts now
+/* Work requests for one QP that go out with one ibv_post_send: one
+ * doorbell for a message's writes and its final write, as NCCL's own
+ * transport posts them (a doorbell each cost simverbs a wake-up of its
+ * engine, and a NIC an MMIO write). */
+#define LP_CHAIN_MAX 16
+struct lp_chain {
+  int q, n;
+  int arm; /* a signaled WR goes out with none outstanding: the watchdog's clock starts */
+  struct ibv_send_wr wr[LP_CHAIN_MAX];
+  struct ibv_sge sge[LP_CHAIN_MAX];
+  enum lp_wr_kind kind[LP_CHAIN_MAX];
+};
+
+static inline void lp_chain_init(struct lp_chain *ch, int q) {
+  ch->q = q;
+  ch->n = 0;
+  ch->arm = 0;
+}
+static inline int lp_chain_full(const struct lp_chain *ch) { return ch->n == LP_CHAIN_MAX; }
+
+/* Add a WR (and its one sge, or none) to the chain, counted against QP q's
+ * credits at once; signaled when `force`d, once in `every`, or when credits
+ * run low: a signaled completion returns the credits of the unsignaled WRs
+ * before it.  The watchdog waits on signaled work only; when this WR is the
+ * only signaled one outstanding, its clock starts when the chain goes out
  * (watchdog.h; without this, a comm unused for longer than
- * LINKPASS_WATCHDOG_MS failed over on its next message). */
+ * LINKPASS_WATCHDOG_MS failed over on its next message).  The chain must
+ * not be full. */
+void lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr, const struct ibv_sge *sge,
+                       enum lp_wr_kind kind, int every, int force, uint64_t seq);
+/* Post the chain (nothing when empty) and empty it. */
+ncclResult_t lp_comm_chain_post(struct lp_comm *c, struct lp_chain *ch);
+/* One WR on QP q, alone: a chain of one. */
 ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum lp_wr_kind kind, int every, int force,
                           uint64_t seq);
 

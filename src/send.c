@@ -63,17 +63,23 @@ static ncclResult_t post_compact(struct lp_send_comm *s, struct lp_send_msg *m) 
 }
 
 /* Post what QP q still owes for message m; stops when the queue is full.
- * Returns ncclSuccess with m->q_done[q] set when the QP is finished. */
+ * Returns ncclSuccess with m->q_done[q] set when the QP is finished.  The
+ * writes and the final write go out chained, one ibv_post_send for up to
+ * LP_CHAIN_MAX of them. */
 static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q) {
   struct lp_link *link = &s->base.link;
   if (is_compact(s, m)) return post_compact(s, m);
+  struct lp_chain ch;
+  lp_chain_init(&ch, q);
+  ncclResult_t rc;
   while (m->q_sub[q] < m->nreqs) {
     int i = m->q_sub[q];
     size_t off, len;
     lp_qp_chunk(m->sub[i].size, link->nqps, q, &off, &len);
     while (m->q_off[q] < len) {
       /* keep one slot for the final write so a message can always finish */
-      if (link->sq_free[q] < 2) return ncclSuccess;
+      if (link->sq_free[q] < 2) return lp_comm_chain_post(&s->base, &ch);
+      if (lp_chain_full(&ch) && (rc = lp_comm_chain_post(&s->base, &ch)) != ncclSuccess) return rc;
       size_t piece = len - m->q_off[q];
       if (piece > s->max_wr_bytes) piece = s->max_wr_bytes;
       size_t at = off + m->q_off[q];
@@ -81,29 +87,27 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
       struct ibv_send_wr wr;
       memset(&wr, 0, sizeof(wr));
       wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
       wr.wr.rdma.remote_addr = m->sub[i].raddr + at;
       wr.wr.rdma.rkey = m->sub[i].rkey;
-      ncclResult_t rc = post(s, q, &wr, LP_WR_DATA, 0, m->seq);
-      if (rc != ncclSuccess) return rc;
+      lp_comm_chain_add(&s->base, &ch, &wr, &sge, LP_WR_DATA, LP_SIGNAL_EVERY, 0, m->seq);
       m->q_off[q] += piece;
     }
     m->q_sub[q]++;
     m->q_off[q] = 0;
   }
-  if (link->sq_free[q] < 1) return ncclSuccess;
+  if (link->sq_free[q] < 1) return lp_comm_chain_post(&s->base, &ch);
+  if (lp_chain_full(&ch) && (rc = lp_comm_chain_post(&s->base, &ch)) != ncclSuccess) return rc;
 
   int slot = lp_fifo_slot(m->seq);
   struct ibv_send_wr wr;
   struct ibv_sge sge;
-  int compact = imm_says_all(s, m);
+  int compact = imm_says_all(s, m), record = q == 0 && !compact;
   memset(&wr, 0, sizeof(wr));
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.imm_data = htonl(compact ? lp_imm_compact(m->seq, m->sub[0].size) : lp_imm_of(m->seq));
   wr.wr.rdma.remote_addr = link->remote.ctrl_addr + (uint64_t)slot * sizeof(struct lp_record);
   wr.wr.rdma.rkey = link->remote.ctrl_rkey;
-  if (q == 0 && !compact) { /* the sizes and the whole sequence number, in the record */
+  if (record) { /* the sizes and the whole sequence number, in the record */
     struct lp_record *rec = &s->rec_stage[slot];
     memset(rec, 0, sizeof(*rec));
     rec->seq = m->seq;
@@ -112,10 +116,9 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
     sge.addr = (uintptr_t)rec;
     sge.length = sizeof(*rec);
     sge.lkey = link->ctrl_mr->lkey;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
   }
-  ncclResult_t rc = post(s, q, &wr, LP_WR_FINAL, 1, m->seq);
+  lp_comm_chain_add(&s->base, &ch, &wr, record ? &sge : NULL, LP_WR_FINAL, LP_SIGNAL_EVERY, 1, m->seq);
+  rc = lp_comm_chain_post(&s->base, &ch);
   if (rc != ncclSuccess) return rc;
   m->q_done[q] = 1;
   return ncclSuccess;
