@@ -665,6 +665,7 @@ static ncclResult_t read_messages(struct lp_comm *c) {
         return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed during a move: %s",
                             channel_err(rc));
       fo->peer_closed = 1;
+      c->peer_check_ns = 0; /* lp_comm_check_peer looks at once */
       return ncclSuccess;
     }
     ncclResult_t r = on_message(c, msg, len);
@@ -771,9 +772,7 @@ int lp_fo_due(const struct lp_comm *c) {
 
 int lp_fo_hears_peer(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  if (fo == NULL) return -1;
-  if (fo->peer_closed) return 1;
-  return fo->ready != NULL && fo->ready_all ? 0 : -1;
+  return fo != NULL && !fo->peer_closed && fo->ready != NULL && fo->ready_all;
 }
 
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {

@@ -103,11 +103,10 @@ void lp_fo_fini(struct lp_comm *c);
  * every millisecond, which may wait for the next call that reads the
  * clock anyway (progress.c). */
 int lp_fo_due(const struct lp_comm *c);
-/* What the comm's own reads of its control connections say of the peer:
- * 1 it closed them (a read found the end of file); 0 they would see it go
- * (every live connection is in the process's set, whose events make the
- * comm read); -1 they cannot tell (no set, a connection outside it,
- * failover off). */
+/* 1 when the comm's own reads of its control connections would see the
+ * peer go: every live one is in the process's set, whose events make the
+ * comm read them.  A read that finds them closed clears c->peer_check_ns,
+ * so that the next check looks at once.  0 without failover or the set. */
 int lp_fo_hears_peer(const struct lp_comm *c);
 /* Control channel and health changes; called by every progress call that
  * read the clock, with the time it started. */

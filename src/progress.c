@@ -70,19 +70,21 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
 
 /* A peek at each control connection for a peer that is gone, while NCCL
  * waits on a request: every LP_PEER_LOOK_NS, or at once when the comm's own
- * reads found the connections closed.  Where those reads would see the
- * peer go (the process's set reports an end of file or a reset like data),
- * the peek is only a safety net, once a second: at 1,024 connections a
- * direction the looks were 41,000 system calls a second on NCCL's thread
- * (docs/SCALE.md). */
+ * reads found the connections closed (failover clears peer_check_ns).
+ * Where those reads would see the peer go (the process's set reports an
+ * end of file or a reset like data), the peek is only a safety net, once a
+ * second: at 1,024 connections a direction the looks were 41,000 system
+ * calls a second on NCCL's thread (docs/SCALE.md). */
 #define LP_PEER_LOOK_NS 100000000ull        /* 100 ms */
 #define LP_PEER_LOOK_HEARD_NS 1000000000ull /* 1 s */
 
 ncclResult_t lp_comm_check_peer(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
-  int heard = lp_fo_hears_peer(c), err;
-  uint64_t every = heard > 0 ? 0 : heard == 0 ? LP_PEER_LOOK_HEARD_NS : LP_PEER_LOOK_NS;
-  if (!lp_comm_peer_gone(c, every, &err)) return ncclSuccess;
+  /* NCCL's spin loop comes here on every test() of a request not done:
+   * between looks that costs a subtraction. */
+  if (c->peer_check_ns != 0 && c->progress_ns - c->peer_check_ns < LP_PEER_LOOK_NS) return ncclSuccess;
+  int err;
+  if (!lp_comm_peer_gone(c, lp_fo_hears_peer(c) ? LP_PEER_LOOK_HEARD_NS : LP_PEER_LOOK_NS, &err)) return ncclSuccess;
   ncclResult_t rc = lp_comm_progress(c);
   if (rc != ncclSuccess) return rc;
   return lp_comm_fail(c, ncclRemoteError, "the peer closed the connection (%s)",

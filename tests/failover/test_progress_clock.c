@@ -182,11 +182,23 @@ Test(progress_clock, a_waiting_request_looks_for_a_vanished_peer_once_a_second_w
   r.base.peer_check_ns = 0;
   k = peeks_at(&r.base, at, n);
   cr_expect_eq(k, 6, "a socket outside the set: %d looks, not 6 (every 100 ms again)", k);
+  /* The comm's own read finds the end of file, 10 ms after the last look:
+   * the check right after it looks at once and finds the peer gone. */
+  static struct lp_env env;
+  static struct lp_health health;
+  memset(&env, 0, sizeof(env));
+  memset(&health, 0, sizeof(health));
+  r.base.env = &env;
+  r.base.health = &health;
   fo.ready_all = 1;
-  fo.peer_closed = 1; /* the comm's reads found the end of file */
-  cr_expect_eq(peeks_at(&r.base, at, 3), 3, "after the reads found it closed, no wait");
-  r.base.fo = NULL;
-  close(sv[0]);
+  cr_assert_eq(lp_ctl_start(&r.base.ctl, 0), 0);
+  cr_assert_eq(peeks_at(&r.base, (const int[]){3000}, 1), 1);
   close(sv[1]);
+  r.base.progress_ns += 10000000ull;
+  cr_assert_eq(lp_fo_progress(&r.base, r.base.progress_ns), ncclSuccess);
+  cr_assert(fo.peer_closed, "the read found the end of file");
+  cr_expect_eq(lp_comm_check_peer(&r.base), ncclRemoteError, "the check waited for its next look");
+  r.base.fo = NULL;
+  lp_ctl_close(&r.base.ctl); /* closes sv[0] */
   peek_fd = -1;
 }
