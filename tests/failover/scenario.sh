@@ -365,12 +365,19 @@ delay_everywhere)
   # per connection end, and the run must end with every byte right.
   run_perf 64K 10 2 sendrecv
   wait_for '^ +1\.0 ' "$tmp/out"
-  for nic in mlx5_0 mlx5_1 mlx5_2 mlx5_3; do sv fault "node0:$nic" delay 1500000; done
+  # What each fault command says it set is kept: in CI this scenario once
+  # ran at full speed with no move, as if the delay had never been set
+  # (docs/SIMVERBS.md, "Known issues").
+  for nic in mlx5_0 mlx5_1 mlx5_2 mlx5_3; do "$SIMVERBS" fault "node0:$nic" delay 1500000 >>"$tmp/faults"; done
   expect_clean_run
   stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
   backoffs=$(grep -c "stalled again on mlx5_[0-9] soon after moving for a stall" "$tmp/out" || true)
   echo "stall moves: $stalls, back-off lines: $backoffs"
-  ((backoffs >= 1)) || fail "the watchdog never backed off"
+  if ((backoffs < 1)); then
+    { echo "--- the faults as set (fabric $SIMVERBS_FABRIC), and the fabric after the run"; cat "$tmp/faults"
+      "$SIMVERBS" status || true; } >&2
+    fail "the watchdog never backed off"
+  fi
   ((stalls <= 12)) || fail "$stalls moves for stalls in 10 s with every NIC slow: the watchdog did not back off"
   ;;
 access_error)
