@@ -142,10 +142,7 @@ ncclResult_t lp_comm_post(struct lp_comm *c, int q, struct ibv_send_wr *wr, enum
   return ring(c, q, wr, &kind, 1, arm);
 }
 
-int lp_comm_peer_gone(struct lp_comm *comm, uint64_t every_ns, int *err) {
-  uint64_t now = comm->progress_ns; /* callers progressed just before */
-  *err = 0;
-  if (comm->peer_check_ns != 0 && now - comm->peer_check_ns < every_ns) return 0;
-  comm->peer_check_ns = now;
+int lp_comm_peer_gone(struct lp_comm *comm, int *err) {
+  comm->peer_check_ns = comm->progress_ns; /* callers progressed just before */
   return lp_ctl_peer_gone(&comm->ctl, comm->peer, err);
 }

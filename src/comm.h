@@ -172,8 +172,9 @@ void lp_comm_destroy(struct lp_comm *comm);
 /* 1 while any QP has signaled work outstanding (what the watchdog waits on). */
 int lp_comm_busy(const struct lp_comm *comm);
 /* 1 when the peer closed the control channel or none of its connections
- * is left (rate-limited to one look per 100 ms; -errno or 0 in *err). */
-int lp_comm_peer_gone(struct lp_comm *comm, uint64_t every_ns, int *err);
+ * is left (-errno or 0 in *err).  A look: its time (the last progress
+ * call's) goes in peer_check_ns, which the caller paces by. */
+int lp_comm_peer_gone(struct lp_comm *comm, int *err);
 /* This comm's registration of an mhandle, on its current NIC.  NULL when invalid. */
 static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle) {
   return lp_mr_on(mhandle, comm->env->devs[comm->link.dev].nic);

@@ -81,10 +81,13 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
 ncclResult_t lp_comm_check_peer(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
   /* NCCL's spin loop comes here on every test() of a request not done:
-   * between looks that costs a subtraction. */
-  if (c->peer_check_ns != 0 && c->progress_ns - c->peer_check_ns < LP_PEER_LOOK_NS) return ncclSuccess;
+   * between looks that costs a subtraction (failover is asked only past
+   * LP_PEER_LOOK_NS). */
+  uint64_t since = c->progress_ns - c->peer_check_ns;
+  if (c->peer_check_ns != 0 && (since < LP_PEER_LOOK_NS || (since < LP_PEER_LOOK_HEARD_NS && lp_fo_hears_peer(c))))
+    return ncclSuccess;
   int err;
-  if (!lp_comm_peer_gone(c, lp_fo_hears_peer(c) ? LP_PEER_LOOK_HEARD_NS : LP_PEER_LOOK_NS, &err)) return ncclSuccess;
+  if (!lp_comm_peer_gone(c, &err)) return ncclSuccess;
   ncclResult_t rc = lp_comm_progress(c);
   if (rc != ncclSuccess) return rc;
   return lp_comm_fail(c, ncclRemoteError, "the peer closed the connection (%s)",
