@@ -113,8 +113,12 @@ static ncclResult_t ring(struct lp_comm *c, int q, struct ibv_send_wr *first, co
   return ncclSuccess;
 }
 
-void lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr, const struct ibv_sge *sge,
-                       enum lp_wr_kind kind, int every, int force, uint64_t seq) {
+ncclResult_t lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr,
+                               const struct ibv_sge *sge, enum lp_wr_kind kind, int every, int force, uint64_t seq) {
+  if (ch->n == LP_CHAIN_MAX) {
+    ncclResult_t rc = lp_comm_chain_post(c, ch);
+    if (rc != ncclSuccess) return rc;
+  }
   int i = ch->n++;
   struct ibv_send_wr *w = &ch->wr[i];
   *w = *wr;
@@ -127,6 +131,7 @@ void lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_
   }
   ch->kind[i] = kind;
   ch->arm |= stage(c, ch->q, w, kind, every, force, seq);
+  return ncclSuccess;
 }
 
 ncclResult_t lp_comm_chain_post(struct lp_comm *c, struct lp_chain *ch) {

@@ -224,7 +224,6 @@ static inline void lp_chain_init(struct lp_chain *ch, int q) {
   ch->n = 0;
   ch->arm = 0;
 }
-static inline int lp_chain_full(const struct lp_chain *ch) { return ch->n == LP_CHAIN_MAX; }
 
 /* Add a WR (and its one sge, or none) to the chain, counted against QP q's
  * credits at once; signaled when `force`d, once in `every`, or when credits
@@ -232,10 +231,10 @@ static inline int lp_chain_full(const struct lp_chain *ch) { return ch->n == LP_
  * before it.  The watchdog waits on signaled work only; when this WR is the
  * only signaled one outstanding, its clock starts when the chain goes out
  * (watchdog.h; without this, a comm unused for longer than
- * LINKPASS_WATCHDOG_MS failed over on its next message).  The chain must
- * not be full. */
-void lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr, const struct ibv_sge *sge,
-                       enum lp_wr_kind kind, int every, int force, uint64_t seq);
+ * LINKPASS_WATCHDOG_MS failed over on its next message).  A full chain
+ * goes out first. */
+ncclResult_t lp_comm_chain_add(struct lp_comm *c, struct lp_chain *ch, const struct ibv_send_wr *wr,
+                               const struct ibv_sge *sge, enum lp_wr_kind kind, int every, int force, uint64_t seq);
 /* Post the chain (nothing when empty) and empty it. */
 ncclResult_t lp_comm_chain_post(struct lp_comm *c, struct lp_chain *ch);
 /* One WR on QP q, alone: a chain of one. */

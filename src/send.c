@@ -79,7 +79,6 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
     while (m->q_off[q] < len) {
       /* keep one slot for the final write so a message can always finish */
       if (link->sq_free[q] < 2) return lp_comm_chain_post(&s->base, &ch);
-      if (lp_chain_full(&ch) && (rc = lp_comm_chain_post(&s->base, &ch)) != ncclSuccess) return rc;
       size_t piece = len - m->q_off[q];
       if (piece > s->max_wr_bytes) piece = s->max_wr_bytes;
       size_t at = off + m->q_off[q];
@@ -89,14 +88,14 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = m->sub[i].raddr + at;
       wr.wr.rdma.rkey = m->sub[i].rkey;
-      lp_comm_chain_add(&s->base, &ch, &wr, &sge, LP_WR_DATA, LP_SIGNAL_EVERY, 0, m->seq);
+      rc = lp_comm_chain_add(&s->base, &ch, &wr, &sge, LP_WR_DATA, LP_SIGNAL_EVERY, 0, m->seq);
+      if (rc != ncclSuccess) return rc;
       m->q_off[q] += piece;
     }
     m->q_sub[q]++;
     m->q_off[q] = 0;
   }
   if (link->sq_free[q] < 1) return lp_comm_chain_post(&s->base, &ch);
-  if (lp_chain_full(&ch) && (rc = lp_comm_chain_post(&s->base, &ch)) != ncclSuccess) return rc;
 
   int slot = lp_fifo_slot(m->seq);
   struct ibv_send_wr wr;
@@ -117,8 +116,8 @@ static ncclResult_t post_qp(struct lp_send_comm *s, struct lp_send_msg *m, int q
     sge.length = sizeof(*rec);
     sge.lkey = link->ctrl_mr->lkey;
   }
-  lp_comm_chain_add(&s->base, &ch, &wr, record ? &sge : NULL, LP_WR_FINAL, LP_SIGNAL_EVERY, 1, m->seq);
-  rc = lp_comm_chain_post(&s->base, &ch);
+  rc = lp_comm_chain_add(&s->base, &ch, &wr, record ? &sge : NULL, LP_WR_FINAL, LP_SIGNAL_EVERY, 1, m->seq);
+  if (rc == ncclSuccess) rc = lp_comm_chain_post(&s->base, &ch);
   if (rc != ncclSuccess) return rc;
   m->q_done[q] = 1;
   return ncclSuccess;
