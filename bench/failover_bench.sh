@@ -8,7 +8,9 @@
 #             MEM=dmabuf (or cuda): the buffers in GPU memory (linkpass-perf --mem);
 #             CHANNELS=N: N connections a direction, all on mlx5_0 (default 1)
 #   overhead  busbw with LINKPASS_FAILOVER=1 against =0, 1 MiB .. 256 MiB,
-#             $ROUNDS (default 3) interleaved rounds (A B A B ...)
+#             $ROUNDS (default 3) interleaved rounds (A B A B ...);
+#             STEADY=1: 64 KiB .. 1 MiB, 30,000 iterations a size (seconds
+#             of traffic a size, where 20 iterations last milliseconds)
 #   degraded  busbw with one of four rate-limited NICs down against all four
 #             up, $ROUNDS interleaved rounds
 #   gray      busbw with 1 % packet loss on one of four rate-limited NICs,
@@ -140,27 +142,35 @@ part_time() {
 part_overhead() {
   fabric "$confs/two-hosts-ib.conf" 400
   local sizes=() fo r size bw
-  local order
+  local order span="-b 1M -e 256M -f 2 -n 20 -w 5"
+  [ "${STEADY:-0}" = 1 ] && span="-b 64K -e 1M -f 4 -n 30000 -w 100"
   for r in $(seq "$rounds"); do
     # ABBA: the order flips every round, so a first-run-of-a-pair effect
     # (caches, page faults, the other side still exiting) cancels out.
     order="1 0"
     ((r % 2 == 0)) && order="0 1"
     for fo in $order; do
-      LINKPASS_FAILOVER=$fo busbw --op sendrecv -R 1 -b 1M -e 256M -f 2 -n 20 -w 5 >"$tmp/ov.$fo.$r" 2>>"$tmp/ov.err"
+      # shellcheck disable=SC2086 # span is a list of options
+      LINKPASS_FAILOVER=$fo busbw --op sendrecv -R 1 $span >"$tmp/ov.$fo.$r" 2>>"$tmp/ov.err"
     done
   done
   mapfile -t sizes < <(awk '{ print $1 }' "$tmp/ov.1.1")
   echo "# failovers while nothing failed: $(grep -c 'event=failover' "$tmp/ov.err" || true)"
   echo "# cost when nothing fails: sendrecv busbw, LINKPASS_FAILOVER=1 against =0, -R 1, rate 400 Gb/s"
   echo "# median of $rounds interleaved rounds (1 0, 0 1, 1 0, ...)"
-  printf '%12s %14s %14s %8s\n' "bytes" "FAILOVER=1" "FAILOVER=0" "ratio"
-  printf '%12s %14s %14s %8s\n' "" "GB/s" "GB/s" ""
+  echo "# rounds below: those in which FAILOVER=1 was the slower of the pair"
+  printf '%12s %14s %14s %8s %14s\n' "bytes" "FAILOVER=1" "FAILOVER=0" "ratio" "rounds below"
+  printf '%12s %14s %14s %8s %14s\n' "" "GB/s" "GB/s" "" ""
   for size in "${sizes[@]}"; do
-    local on off
+    local on off below=0
     on=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/ov.1.* | median)
     off=$(awk -v s="$size" '$1 == s { print $2 }' "$tmp"/ov.0.* | median)
-    printf '%12s %14s %14s %8s\n' "$size" "$on" "$off" "$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.3f", a / b }')"
+    for r in $(seq "$rounds"); do
+      awk -v s="$size" '$1 == s { print $2 }' "$tmp/ov.1.$r" "$tmp/ov.0.$r" | paste -sd' ' |
+        awk '{ exit !($1 < $2) }' && below=$((below + 1))
+    done
+    printf '%12s %14s %14s %8s %14s\n' "$size" "$on" "$off" "$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.3f", a / b }')" \
+      "$below of $rounds"
   done
 }
 
