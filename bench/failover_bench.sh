@@ -141,7 +141,7 @@ part_time() {
 
 part_overhead() {
   fabric "$confs/two-hosts-ib.conf" 400
-  local sizes=() fo r size bw
+  local sizes=() fo r size
   local order span="-b 1M -e 256M -f 2 -n 20 -w 5"
   [ "${STEADY:-0}" = 1 ] && span="-b 64K -e 1M -f 4 -n 30000 -w 100"
   for r in $(seq "$rounds"); do
