@@ -7,7 +7,10 @@
 # longest pause between two completions of a rank with nothing failing and
 # with the pull, the moved connection ends against the 4 K expected, the
 # plugin's own move durations (fault seen to traffic flowing, p50 / p99 over
-# every end) and the wrong elements.
+# every end), the same from the pull itself (the cable pulled to each end's
+# event line reaching the syslog sink: this counts the time until an end
+# sees the fault too, and the sink's own wake-up, so it is an upper bound)
+# and the wrong elements.
 #
 # usage: bench/many_conns.sh BUILD_DIR [K ...]          (default K: 1 16 128 1024)
 #   env: DURATION (s a run, default 8), NOFAULT (0: skip the runs without a
@@ -43,14 +46,15 @@ trap cleanup EXIT
 holddown=60000
 [ -n "${FAILBACK_AFTER:-}" ] && holddown=500
 export NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=10000 LINKPASS_FAILBACK_HOLDDOWN_MS=$holddown NCCL_DEBUG=WARN
-"$sink" "$tmp/log.sock" "$tmp/syslog" &
+"$sink" "$tmp/log.sock" "$tmp/syslog" --stamp & # each line starts with its arrival time
 pids+=($!)
 for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
 export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock"
 
-# run K PULL: one run; prints "longest_gap_s moved p50_ms p99_ms wrong rc"
+# run K PULL: one run; prints "longest_gap_s moved p50_ms p99_ms wrong rc
+# failbacks fb_p50_ms fb_p99_ms standby_s pull_p50_ms pull_p99_ms plug_p50_ms plug_p99_ms"
 run() {
-  local k=$1 pull=$2 rc=0
+  local k=$1 pull=$2 rc=0 t_pull=- t_plug=-
   : >"$tmp/syslog"
   rm -f "$tmp/gaps"
   rm -f "$tmp"/m-*.prom
@@ -77,8 +81,16 @@ run() {
     done
     standby_for_all && ready=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   fi
-  ((pull)) && sleep "${PULL_AFTER:-0}" && "$sv" link node0:mlx5_0 down >/dev/null
-  ((pull)) && [ -n "${FAILBACK_AFTER:-}" ] && sleep "$FAILBACK_AFTER" && "$sv" link node0:mlx5_0 up >/dev/null
+  if ((pull)); then
+    sleep "${PULL_AFTER:-0}"
+    t_pull=$EPOCHREALTIME
+    "$sv" link node0:mlx5_0 down >/dev/null
+    if [ -n "${FAILBACK_AFTER:-}" ]; then
+      sleep "$FAILBACK_AFTER"
+      t_plug=$EPOCHREALTIME
+      "$sv" link node0:mlx5_0 up >/dev/null
+    fi
+  fi
   wait "$p" || rc=$?
   "$sv" down >/dev/null 2>&1 || true
   sleep 0.2 # the last datagrams
@@ -88,7 +100,8 @@ run() {
   moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
   back=$(grep -c 'event=failback' "$tmp/syslog" || true)
   wrong=$(sed -n 's/^# Wrong elements *: *\([0-9]*\).*/\1/p' "$tmp/out")
-  echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback) $ready"
+  echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback) $ready" \
+    "$(since failover "$t_pull") $(since failback "$t_plug")"
 }
 
 # Every connection end (2 K in each of the 2 processes) has a ready standby path.
@@ -105,18 +118,29 @@ percentiles() {
       printf "%.1f %.1f", v[int((NR + 1) / 2)] / 1e3, v[i] / 1e3 }'
 }
 
+# p50 and p99 (ms) from time T0 (s, wall clock; "-": none) to the arrival
+# of each event line of one kind at the sink (its "@SECONDS.MICROS" stamp):
+# "- -" if none.
+since() {
+  [ "$2" = - ] && { echo "- -"; return; }
+  awk -v t0="$2" -v kind="event=$1" 'index($0, kind " ") { sub(/^@/, "", $1); print ($1 - t0) * 1e3 }' "$tmp/syslog" |
+    sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "- -"; exit } i = int(NR * 0.99 + 0.5); if (i < 1) i = 1;
+      printf "%.1f %.1f", v[int((NR + 1) / 2)], v[i] }'
+}
+
 echo "# many connections on one NIC: sendrecv, 2 processes, K channels a direction on mlx5_0, one pull of node0:mlx5_0"
 echo "# longest pause between two completions of a rank (s); moved = failover lines (4 K expected: both ends, both directions)"
 echo "# standby s: from the start until every end has a standby path (the pull waits for it; - without LINKPASS_STANDBY)"
-printf '%6s | %10s | %9s | %10s %9s %9s %9s %7s | %9s %9s %9s\n' K "no fault" "standby s" "one pull" moved "p50 ms" \
-  "p99 ms" wrong "back" "p50 ms" "p99 ms"
+echo "# p50/p99 ms: each end's move (fault seen -> traffic flowing); pull p50/p99: the pull (or the plug-in) -> each end's line at the sink"
+printf '%6s | %10s | %9s | %10s %9s %9s %9s %9s %9s %7s | %9s %9s %9s %9s %9s\n' K "no fault" "standby s" "one pull" \
+  moved "p50 ms" "p99 ms" "pull p50" "pull p99" wrong "back" "p50 ms" "p99 ms" "plug p50" "plug p99"
 status=0
 for k in "${ks[@]}"; do
   g0=- w0=0 rc0=0
   [ "${NOFAULT:-1}" = 0 ] || read -r g0 _ _ _ w0 rc0 _ <<<"$(run "$k" 0)"
-  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 sb1 <<<"$(run "$k" 1)"
-  printf '%6s | %10s | %9s | %10s %4s/%-4s %9s %9s %7s | %4s/%-4s %9s %9s\n' "$k" "$g0" "$sb1" "$g1" "$m1" $((4 * k)) \
-    "$p50" "$p99" "$w1" "$b1" $((4 * k)) "$bp50" "$bp99"
+  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 sb1 fp50 fp99 fbp50 fbp99 <<<"$(run "$k" 1)"
+  printf '%6s | %10s | %9s | %10s %4s/%-4s %9s %9s %9s %9s %7s | %4s/%-4s %9s %9s %9s %9s\n' "$k" "$g0" "$sb1" "$g1" \
+    "$m1" $((4 * k)) "$p50" "$p99" "$fp50" "$fp99" "$w1" "$b1" $((4 * k)) "$bp50" "$bp99" "$fbp50" "$fbp99"
   if ((rc0 || rc1)) || [ "$w0" != 0 ] || [ "$w1" != 0 ]; then
     echo "# K=$k: a run failed (exit $rc0 / $rc1, wrong $w0 / $w1); its output:" >&2
     tail -5 "$tmp/out" >&2
