@@ -87,6 +87,16 @@ static int dev_of(struct lp_health *h, int nic, int port) {
   return -1;
 }
 
+/* The generation moves on, and the idle watch hears of it (health.h
+ * lp_health_change_fd).  An eventfd write never blocks: it adds to a
+ * counter, which the watch reads and clears. */
+static void changed(struct lp_health *h) {
+  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  uint64_t one = 1;
+  if (h->running && h->change_fd >= 0 && write(h->change_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+    LP_INFO(NCCL_NET, "cannot wake the idle watch after a health change: %s", strerror(errno));
+}
+
 /* Health changes also open and close the device's degraded periods. */
 static void set_healthy(struct lp_health *h, int dev, int ok) {
   if (atomic_exchange(&h->healthy[dev], ok) == ok) return;
@@ -98,7 +108,7 @@ static void set_healthy(struct lp_health *h, int dev, int ok) {
     uint64_t since = atomic_exchange_explicit(&ds->degraded_since_ns, 0, memory_order_relaxed);
     if (since != 0) atomic_fetch_add_explicit(&ds->degraded_ns, now - since, memory_order_relaxed);
   }
-  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  changed(h);
   h->metrics.dirty = 1;
 }
 
@@ -121,7 +131,7 @@ static void port_up(struct lp_health *h, int dev, const char *why, uint64_t now)
   lp_holddown_up(&h->hd[dev], now);
   atomic_store(&h->link_up[dev], 1);
   /* Not healthy yet, but a connection with nowhere else to go may use it. */
-  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  changed(h);
   h->metrics.dirty = 1;
   LP_INFO(NCCL_NET, "%s:%d is up again (%s): usable after a %llu ms hold-down", h->env->devs[dev].name,
           h->env->devs[dev].port, why, (unsigned long long)(h->hd[dev].hold_ns / 1000000));
@@ -161,7 +171,7 @@ static void silent_fault(struct lp_health *h, const struct lp_event *e, uint64_t
   unsigned flaps = lp_holddown_down(sd, now);
   lp_holddown_up(sd, now);
   atomic_store_explicit(&h->suspect_until[dev], lp_holddown_ready_at(sd), memory_order_relaxed);
-  atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+  changed(h);
   LP_WARN(
       "%s:%d is suspect: a connection left it (%s) while its port is up; no connection moves back onto it for "
       "%llu ms (silent fault %u in a row)",
@@ -180,7 +190,7 @@ static uint64_t suspect_expiry(struct lp_health *h, uint64_t now, uint64_t next)
       continue;
     }
     atomic_store_explicit(&h->suspect_until[d], 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+    changed(h);
     LP_INFO(NCCL_NET, "%s:%d: no silent fault for its hold-down: traffic may move back", h->env->devs[d].name,
             h->env->devs[d].port);
   }
@@ -611,6 +621,10 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   if (lp_ring_init(&h->ring, LP_RING_CAPACITY) != 0) goto fail_metrics;
   h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (h->stop_fd < 0) goto fail_ring;
+  h->change_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (h->change_fd < 0)
+    LP_INFO(NCCL_INIT | NCCL_NET,
+            "no eventfd for health changes (%s): a comm NCCL is not calling moves at its next call", strerror(errno));
   h->running = 1;
   if (pthread_create(&h->control, NULL, control_main, h) != 0) goto fail_fd;
   pthread_setname_np(h->control, "lp-control"); /* for top -H, perf and gdb; best effort */
@@ -631,6 +645,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
 fail_fd:
   h->running = 0;
   close(h->stop_fd);
+  if (h->change_fd >= 0) close(h->change_fd);
 fail_ring:
   lp_ring_fini(&h->ring);
 fail_metrics:
@@ -656,6 +671,8 @@ void lp_health_stop(struct lp_health *h) {
   lp_rateboard_close(&h->board);
   h->running = 0;
   close(h->stop_fd);
+  if (h->change_fd >= 0) close(h->change_fd);
+  h->change_fd = -1;
   lp_ring_fini(&h->ring);
   lp_metrics_file_close(&h->metrics);
 }

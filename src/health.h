@@ -108,7 +108,8 @@ struct lp_health {
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
   struct lp_event_ring ring;
-  int stop_fd; /* eventfd: wakes the async threads to exit */
+  int stop_fd;   /* eventfd: wakes the async threads to exit */
+  int change_fd; /* eventfd: counts generation changes, for the idle watch (-1: none) */
   int running;
   pthread_t control;
   int nasync;
@@ -244,6 +245,11 @@ static inline int lp_health_nic_fatal(const struct lp_health *h, int nic) {
   return atomic_load_explicit(&h->fatal[nic], memory_order_relaxed);
 }
 
+/* Readable after every change of the generation: a comm NCCL is not
+ * calling learns of a health change only when someone calls it, and the
+ * idle watch waits on this to be that someone (idle_watch.h).  -1 when
+ * the control plane is not running. */
+static inline int lp_health_change_fd(const struct lp_health *h) { return h->running ? h->change_fd : -1; }
 static inline uint32_t lp_health_gen(struct lp_health *h) {
   return atomic_load_explicit(&h->gen, memory_order_acquire);
 }

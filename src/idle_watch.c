@@ -71,6 +71,44 @@ static void arm(struct lp_idle_watch *w, struct lp_comm *c) {
   }
 }
 
+/* A health change: one progress call on a comm NCCL is not in, which
+ * starts its move (or its failback) if its NIC is concerned.  Unlike an
+ * answer, it does not wait for the comm to be idle: the last progress call
+ * may have been this thread's own (a standby's set-up), and a comm NCCL
+ * is calling only starts its move a little sooner.  Under w->mu. */
+static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
+  if (c->fo->watch_off) return;
+  if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) return; /* NCCL is in it: it looks itself */
+  if (lp_fo_due(c)) {
+    lp_comm_progress(c);
+    c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);
+    note_paths(c);
+    c->fo->watch_off = c->error != ncclSuccess || c->fo->peer_closed;
+    /* A message that did not go out whole, or a connection made again:
+     * armed now, unless it waits on the list to be armed anyway. */
+    if (!c->fo->watch_off && !c->fo->watch_queued) arm(w, c);
+  }
+  lp_comm_leave(c);
+}
+
+/* Comms looked at between two waits of a sweep: the answers to sockets
+ * that fired meanwhile do not wait for a thousand moves to start. */
+#define LP_SWEEP_BATCH 16
+
+/* The next few comms of the sweep; 1 while it is not over.  Comms added
+ * or removed meanwhile may be looked at twice or not at all: those learn
+ * of the change at NCCL's next call, as without the sweep.  Under w->mu. */
+static int sweep_some(struct lp_idle_watch *w) {
+  for (int k = 0; k < LP_SWEEP_BATCH && w->sweep_next >= 0; k++) {
+    if (w->sweep_next >= w->n) {
+      w->sweep_next = -1;
+      break;
+    }
+    look_again(w, w->comms[w->sweep_next++]);
+  }
+  return w->sweep_next >= 0;
+}
+
 /* c is still on the list (the list changed while the thread waited). */
 static int listed(const struct lp_idle_watch *w, const struct lp_comm *c) {
   for (int i = 0; i < w->n; i++)
@@ -107,6 +145,7 @@ static void *watch_main(void *arg) {
     uint64_t now = lp_now_ns(), next = rearm_due(w, now);
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
+    if (w->sweep_next >= 0 && sweep_some(w)) timeout = 0; /* more to look at after the sockets */
     pthread_mutex_unlock(&w->mu);
     int r = epoll_wait(w->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
     pthread_mutex_lock(&w->mu);
@@ -116,6 +155,13 @@ static void *watch_main(void *arg) {
       if (c == NULL) { /* the eventfd: the list changed, or stop */
         uint64_t v;
         if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
+        continue;
+      }
+      if ((void *)c == (void *)w) { /* a health change: every comm looks again, from the first */
+        uint64_t v;
+        if (read(w->health_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+          LP_WARN("idle-receiver watch: %s", strerror(errno));
+        w->sweep_next = 0;
         continue;
       }
       if (w->gen != gen && !listed(w, c)) continue; /* removed (and maybe freed) while we waited */
@@ -132,14 +178,24 @@ static void *watch_main(void *arg) {
   return NULL;
 }
 
-int lp_idle_watch_start(struct lp_idle_watch *w) {
+int lp_idle_watch_start(struct lp_idle_watch *w, int health_fd) {
   memset(w, 0, sizeof(*w));
+  w->health_fd = -1;
+  w->sweep_next = -1;
   w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (w->wake_fd < 0) goto fail;
   w->epfd = epoll_create1(EPOLL_CLOEXEC);
   if (w->epfd < 0) goto fail_fd;
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
   if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) goto fail_ep;
+  struct epoll_event hev = {.events = EPOLLIN, .data.ptr = w};
+  if (health_fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, health_fd, &hev) == 0)
+    w->health_fd = health_fd;
+  else if (health_fd >= 0)
+    LP_INFO(NCCL_INIT | NCCL_NET,
+            "idle-receiver watch: cannot watch health changes (%s): an idle comm moves at its "
+            "next call",
+            strerror(errno));
   if (pthread_mutex_init(&w->mu, NULL) != 0) goto fail_ep;
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) goto fail_mu;
   pthread_setname_np(w->thread, "lp-idle-watch"); /* for top -H, perf and gdb; best effort */

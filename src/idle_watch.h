@@ -21,6 +21,12 @@
  * errors) waits in the comm for NCCL's next call. A comm NCCL is calling is
  * left to NCCL: it reads its socket within 1 ms itself.
  *
+ * A port's health change (the control plane's eventfd, health.h) wakes the
+ * thread too: a comm learns of it only at a progress call, so the thread
+ * sweeps its list, a few comms between two waits, and makes that call on
+ * each comm NCCL has not called for LP_IDLE_NS.  An idle comm on a failed
+ * NIC moves at once rather than at its next operation (docs/SCALE.md).
+ *
  * NCCL's thread and this one take a comm with lp_comm_enter/leave (an
  * uncontended atomic exchange on the comm's own line in every isend, irecv
  * and test; this thread tries and never waits).
@@ -40,16 +46,19 @@ struct lp_idle_watch {
   int n, cap;
   struct lp_comm **later; /* answered lately: armed again after their idle period */
   int nlater;
-  unsigned gen; /* bumped whenever the list changes */
-  int epfd;     /* every watched socket, armed for one event at a time */
-  int wake_fd;  /* eventfd: stop */
+  unsigned gen;   /* bumped whenever the list changes */
+  int epfd;       /* every watched socket, armed for one event at a time */
+  int wake_fd;    /* eventfd: stop */
+  int health_fd;  /* the control plane's eventfd of health changes (not ours), -1: none */
+  int sweep_next; /* the next comm the sweep after a health change looks at, -1: no sweep */
   int stop;
   int running;
   pthread_t thread;
 };
 
-/* Start the thread; 0, or -1 (moves then wait for NCCL's next call). */
-int lp_idle_watch_start(struct lp_idle_watch *w);
+/* Start the thread, watching `health_fd` for health changes (-1: none);
+ * 0, or -1 (moves then wait for NCCL's next call). */
+int lp_idle_watch_start(struct lp_idle_watch *w, int health_fd);
 /* Stop and join it; comms may stay on the list and are removed at close. */
 void lp_idle_watch_stop(struct lp_idle_watch *w);
 /* Watch a comm with failover state (c->fo) from now on / no longer (before

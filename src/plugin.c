@@ -67,7 +67,8 @@ static void start_failover(struct lp_plugin *p) {
     return;
   }
   p->setup.health = &p->health;
-  if (lp_idle_watch_start(&p->idle) == 0) p->setup.idle = &p->idle; /* it warns itself when it cannot */
+  if (lp_idle_watch_start(&p->idle, lp_health_change_fd(&p->health)) == 0)
+    p->setup.idle = &p->idle; /* it warns itself when it cannot */
   int err = lp_ctl_ready_start(&p->ctl_news);
   if (err == 0)
     p->setup.ready = &p->ctl_news;

@@ -806,6 +806,32 @@ static double mono_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* One message of `len` bytes on c[0], pattern `msg`, checked at the
+ * receiver. */
+static void one_message(struct conn *c, int msg, size_t len) {
+  uint8_t *b = alloc_buf(len);
+  if (!is_recv) fill(b, len, msg, 0, 0);
+  void *mh = NULL, *req = NULL;
+  CHECK(hnet_regmr(&net, c[0].comm, b, len, &mh));
+  int done = 0, got = 0;
+  while (req == NULL) {
+    void *data = b;
+    size_t sz = len;
+    int tag = 1;
+    if (is_recv)
+      CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &sz, &tag, &mh, &req));
+    else
+      CHECK(hnet_isend(&net, c[0].comm, b, len, tag, mh, &req));
+  }
+  while (!done) CHECK(hnet_test(&net, req, &done, &got));
+  if (is_recv) {
+    if ((size_t)got != len) die("message %d: %d bytes, expected %zu", msg, got, len);
+    verify(b, len, msg, 0, 0);
+  }
+  CHECK(hnet_deregmr(&net, c[0].comm, mh));
+  free(b);
+}
+
 /* A connection set up on a port that is already down (node0's mlx5_0,
  * pulled before the receiver listens, after its plugin saw the port up at
  * init) moves at its first progress call: the first message, 1 MiB, is
@@ -827,32 +853,51 @@ static void run_down_setup(void) {
   bring_up(c, 1);
   ndev = all;
   double t0 = mono_s();
-  size_t len = 1 << 20;
-  uint8_t *b = alloc_buf(len);
-  if (!is_recv) fill(b, len, 0, 0, 0);
-  void *mh = NULL, *req = NULL;
-  CHECK(hnet_regmr(&net, c[0].comm, b, len, &mh));
-  int done = 0, got = 0;
-  while (req == NULL) {
-    void *data = b;
-    size_t sz = len;
-    int tag = 1;
-    if (is_recv)
-      CHECK(hnet_irecv(&net, c[0].comm, 1, &data, &sz, &tag, &mh, &req));
-    else
-      CHECK(hnet_isend(&net, c[0].comm, b, len, tag, mh, &req));
-  }
-  while (!done) CHECK(hnet_test(&net, req, &done, &got));
+  one_message(c, 0, 1 << 20);
   double took = mono_s() - t0;
   if (is_recv) {
-    if ((size_t)got != len) die("%d bytes, expected %zu", got, len);
-    verify(b, len, 0, 0, 0);
     fprintf(stderr, "the first message on a connection set up on a down port took %.1f ms\n", took * 1e3);
     if (!atomic_load(&saw_failover)) die("no failover line: the connection did not leave the down port");
     if (took > 0.050) die("the first message took %.1f ms (more than 50 ms)", took * 1e3);
   }
-  CHECK(hnet_deregmr(&net, c[0].comm, mh));
-  free(b);
+  signal_peer('d');
+  wait_peer();
+  tear_down(c, 1);
+  if (is_recv) link_set("node0:mlx5_0", "up");
+}
+
+/* The port under a connection fails while neither end is called (NCCL
+ * computes): the receiver, node0, pulls mlx5_0, which carries it, and
+ * then neither process calls the plugin.  The idle watches alone must
+ * move it: the receiver's after the health change, the sender's on the
+ * notice.  Both ends' failover lines come within 5 s, then a message goes
+ * through, checked.  Without the watch's sweep after a health change the
+ * connection moved only at the next call. */
+static void run_idle_down(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  int all = ndev;
+  ndev = 1; /* on mlx5_0 at both ends */
+  bring_up(c, 1);
+  ndev = all;
+  one_message(c, 0, 64 << 10);
+  signal_peer('i');
+  wait_peer(); /* both idle from here */
+  if (is_recv) {
+    link_set("node0:mlx5_0", "down");
+    signal_peer('p');
+  } else {
+    wait_peer();
+  }
+  double t0 = mono_s();
+  while (!atomic_load(&saw_failover)) {
+    if (mono_s() - t0 > 5) die("no failover line within 5 s of the pull while nothing called the plugin");
+    nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+  }
+  fprintf(stderr, "moved %.1f ms after the pull without a call\n", (mono_s() - t0) * 1e3);
+  signal_peer('m');
+  wait_peer();
+  one_message(c, 1, 64 << 10);
   signal_peer('d');
   wait_peer();
   tear_down(c, 1);
@@ -935,6 +980,8 @@ int main(int argc, char **argv) {
     run_vanish();
   } else if (strcmp(scenario, "gpu") == 0) {
     run_gpu();
+  } else if (strcmp(scenario, "idle_down") == 0) {
+    run_idle_down();
   } else if (strcmp(scenario, "down_setup") == 0) {
     run_down_setup();
   } else if (strcmp(scenario, "churn") == 0) {
