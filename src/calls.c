@@ -147,6 +147,15 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
   return ncclSuccess;
 }
 
+/* The NIC the comm is on now, read with the comm held: the idle watch may
+ * be moving it (idle_watch.h), and a move rewrites c->link. */
+static int current_nic(struct lp_comm *c) {
+  lp_comm_enter(c);
+  int nic = lp_link_dev(&c->link)->nic;
+  lp_comm_leave(c);
+  return nic;
+}
+
 ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   struct lp_comm *c = lp_comm_check(comm, 0);
   *mhandle = NULL;
@@ -154,7 +163,7 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
     LP_WARN("regMr: invalid comm %p", comm);
     return ncclInvalidArgument;
   }
-  return lp_mr_register(c->mrs, c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, -1, 0, mhandle);
+  return lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, -1, 0, mhandle);
 }
 
 ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
@@ -166,7 +175,7 @@ ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uin
   }
   /* Host memory needs no dma-buf: register it the ordinary way. */
   if (type == NCCL_PTR_HOST) fd = -1;
-  return lp_mr_register(c->mrs, c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, fd, offset, mhandle);
+  return lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, fd, offset, mhandle);
 }
 
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
