@@ -218,14 +218,46 @@ static ncclResult_t drain(struct lp_comm *c) {
 
 /* The new path replaces the old one (each link counts on its device from
  * open to close: link.h). */
+/* Into the first free slot of fo->retired; with none free, the oldest is
+ * destroyed now. */
+static void retire(struct lp_fo *fo, struct lp_link *l) {
+  int i = 0;
+  while (i < LP_FO_RETIRED && fo->retired[i].env != NULL) i++;
+  if (i == LP_FO_RETIRED) {
+    lp_link_close(&fo->retired[0]);
+    memmove(&fo->retired[0], &fo->retired[1], sizeof(fo->retired[0]) * (LP_FO_RETIRED - 1));
+    i = LP_FO_RETIRED - 1;
+  }
+  fo->retired[i] = *l;
+  memset(l, 0, sizeof(*l));
+}
+
+/* The standby goes with the path it stood by: destroyed later, as it. */
+static void drop_standby(struct lp_comm *c) {
+  struct lp_link l;
+  lp_sb_set_aside(c, &c->fo->sb, &l);
+  if (l.env != NULL) retire(c->fo, &l);
+}
+
+static int has_retired(const struct lp_fo *fo) {
+  for (int i = 0; i < LP_FO_RETIRED; i++)
+    if (fo->retired[i].env != NULL) return 1;
+  return 0;
+}
+
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
   struct lp_fo *fo = c->fo;
   /* Destroying QPs costs about a millisecond each on a ConnectX: the old
    * path is destroyed later, off the critical path of a sweep (tidy()).
-   * It stops counting on its device now. */
-  lp_link_close(&fo->retired);
-  fo->retired = c->link;
-  lp_link_uncount(&fo->retired);
+   * It stops counting on its device now.  The primary's path is kept
+   * instead, for the failback (fo->home); one back there by another way
+   * (a standby) no longer needs it. */
+  lp_link_uncount(&c->link);
+  if (next->dev == fo->primary_dev && fo->home.env != NULL) retire(fo, &fo->home);
+  if (c->link.dev == fo->primary_dev && fo->home.env == NULL)
+    fo->home = c->link;
+  else
+    retire(fo, &c->link);
   c->link = *next;
   memset(next, 0, sizeof(*next));
   fo->sb.next_ns = lp_now_ns() + LP_SB_AFTER_MOVE_NS;
@@ -234,6 +266,22 @@ static void swap_link(struct lp_comm *c, struct lp_link *next) {
 /* Where this connection goes (health.h): its primary's pool. */
 static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
   return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid, c->mr_nics);
+}
+
+/* A path on `dev`: the one a move left there (the primary's), revived,
+ * or else a new one. */
+static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, int nqps) {
+  struct lp_fo *fo = c->fo;
+  if (fo->home.env != NULL && fo->home.dev == dev) {
+    *next = fo->home;
+    memset(&fo->home, 0, sizeof(fo->home));
+    if (next->nqps == nqps && lp_link_revive(next, c->health) == ncclSuccess) {
+      fo->via_home = 1;
+      return ncclSuccess;
+    }
+    lp_link_close(next);
+  }
+  return lp_comm_link_open(next, c, dev, nqps, lp_comm_ctrl_remote_off(c));
 }
 
 /* A new path for this connection on the device it claims: the claim counts
@@ -245,7 +293,7 @@ static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int
   enum lp_dir dir = lp_comm_dir(c);
   int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid, c->mr_nics);
   if (dev < 0) return -1;
-  *opened = lp_comm_link_open(next, c, dev, nqps, lp_comm_ctrl_remote_off(c));
+  *opened = open_on(c, next, dev, nqps);
   lp_health_load_add(c->health, dir, dev, -1);
   return dev;
 }
@@ -270,6 +318,7 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                         .duration_us = took_ns / 1000,
                         .path = kind == LP_REPORT_PATH_LOST ? NULL
                                 : fo->via_standby           ? "standby"
+                                : fo->via_home              ? "revived"
                                                             : "new"};
   lp_report_emit(&c->env->syslog, &r);
   struct lp_fo_stats *st = &c->health->stats;
@@ -312,6 +361,7 @@ static void begin(struct lp_comm *c, int reason) {
     fo->reason = reason;
     fo->attempts = 0;
     fo->via_standby = 0;
+    fo->via_home = 0;
   }
 }
 
@@ -350,9 +400,9 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   int failback = reason == LP_FO_FAILBACK;
   int avoid = failback ? -1 : c->link.dev;
   int prefer = failback ? fo->primary_dev : -1;
-  if (lp_sb_usable(c, &fo->sb, avoid) && (!failback || fo->sb.failback))
+  if (!failback && lp_sb_usable(c, &fo->sb, avoid))
     return request(c, reason, avoid_rail, fo->sb.link.dev, fo->sb.id, &fo->sb.link.local);
-  lp_sb_drop(c, &fo->sb); /* it stood by the path being left: the peer drops its side at this REQ */
+  drop_standby(c); /* it stood by the path being left: the peer drops its side at this REQ */
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
     /* The offer counts on its device from now, not only once the peer answers. */
     ncclResult_t opened;
@@ -446,7 +496,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     dev = next.dev;
     fo->via_standby = 1;
   }
-  if (dev < 0) lp_sb_drop(c, &fo->sb); /* the sender dropped its side: it offers a new path */
+  if (dev < 0) drop_standby(c); /* the sender dropped its side: it offers a new path */
   for (int tries = 0; dev < 0 && tries < LP_MAX_DEVS; tries++) {
     ncclResult_t opened;
     dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
@@ -508,42 +558,20 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
 
 /* ---- standby paths ---- */
 
+/* The primary is trusted again on both sides: the sender moves back at
+ * once (check_health).  Each end revives the path it left there (fo->home,
+ * open_on): nothing is created, nothing waits for paced work. */
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
   return c->link.dev != fo->primary_dev && lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) &&
          fo->peer_primary_ok;
 }
 
-/* The primary is healthy again on both sides: move back onto a standby on
- * the primary, so that the move itself is as short as a failover's.  Until
- * tidy() has built that standby, the connection runs on where it is. */
-static ncclResult_t failback(struct lp_send_comm *s) {
-  struct lp_comm *c = &s->base;
-  struct lp_fo *fo = c->fo;
-  if (!c->env->cfg.standby || (fo->sb.state == LP_SB_READY && fo->sb.failback))
-    return sender_start(s, LP_FO_FAILBACK, -1);
-  return ncclSuccess;
-}
-
 static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_sb_answer *a) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
-  int for_failback = fo->sb.state == LP_SB_OFFERED && fo->sb.id == a->id && fo->sb.failback;
-  if (lp_sb_on_answer(c, &fo->sb, a)) {
-    if (for_failback) fo->seen_gen--; /* re-evaluate: the failback can go now */
-    return ncclSuccess;
-  }
-  if (fo->sb.state != LP_SB_NONE) return ncclSuccess; /* a late answer to an older offer */
-  fo->sb.next_ns = lp_now_ns() + LP_SB_RETRY_NS;
-  if (!for_failback) return ncclSuccess;
-  /* The peer's primary failed again meanwhile: wait for its NOTICE that it
-   * is usable, rather than moving back across rails. */
-  if (a->primary_down) {
-    fo->peer_primary_ok = 0;
-    return ncclSuccess;
-  }
-  /* No standby on the primary at the peer's end: fail back the plain way. */
-  if (fo->state == LP_FO_IDLE && failback_due(c)) return sender_start(s, LP_FO_FAILBACK, -1);
+  /* Not ready, and not a late answer to an older offer: none for now. */
+  if (!lp_sb_on_answer(c, &fo->sb, a) && fo->sb.state == LP_SB_NONE) fo->sb.next_ns = lp_now_ns() + LP_SB_RETRY_NS;
   return ncclSuccess;
 }
 
@@ -552,30 +580,26 @@ enum chore { CHORE_NONE, CHORE_DESTROY, CHORE_OFFER, CHORE_ANSWER };
 
 static enum chore chore_of(const struct lp_comm *c, uint64_t now) {
   const struct lp_fo *fo = c->fo;
-  if (fo->retired.env != NULL) return CHORE_DESTROY;
+  if (has_retired(fo)) return CHORE_DESTROY;
   if (!c->env->cfg.standby) return CHORE_NONE;
   if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED ? CHORE_ANSWER : CHORE_NONE;
   if (fo->sb.state == LP_SB_NONE) return CHORE_OFFER;
   /* An offer the peer never answered (its answer lost with a failed comm
    * of its own, say) is made again, not waited for. */
   if (fo->sb.state == LP_SB_OFFERED && now - fo->sb.offered_ns > LP_SB_ANSWER_NS) return CHORE_OFFER;
-  /* Only a standby built for it is a way back: on the primary at both ends
-   * (one that merely landed on this end's primary may not be on the peer's). */
-  if (fo->sb.state == LP_SB_READY && failback_due(c) && !fo->sb.failback) return CHORE_OFFER;
   return CHORE_NONE;
 }
 
 /* A chore of tidy() waits, or may become due, told without the clock
  * (chore_of needs it): its paced turn comes at a look, so the looks keep
  * their millisecond until it is done (standby paths built at every
- * 16th call took twice as long at 1,024 connections).  A sender off its
- * primary may have a failback to offer. */
+ * 16th call took twice as long at 1,024 connections). */
 static int chore_waits(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  if (fo->retired.env != NULL) return 1;
+  if (has_retired(fo)) return 1;
   if (!c->env->cfg.standby) return 0;
   if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED;
-  return fo->sb.state != LP_SB_READY || c->link.dev != fo->primary_dev;
+  return fo->sb.state != LP_SB_READY;
 }
 
 /* Off the critical path of a sweep (no move of this process under way),
@@ -590,18 +614,17 @@ static ncclResult_t tidy(struct lp_comm *c, uint64_t now) {
     return ncclSuccess;
   ncclResult_t rc = ncclSuccess;
   if (chore == CHORE_DESTROY) {
-    lp_link_close(&fo->retired);
+    int i = 0;
+    while (fo->retired[i].env == NULL) i++; /* one is (chore_of) */
+    lp_link_close(&fo->retired[i]);
   } else if (chore == CHORE_ANSWER) {
     struct lp_fo_sb_answer a;
     lp_sb_answer(c, &fo->sb, fo->primary_dev, &a);
     rc = send_msg(c, &a, sizeof(a));
   } else {
-    int back = failback_due(c);
     struct lp_fo_sb_offer m;
-    if (lp_sb_offer(c, &fo->sb, fo->primary_dev, back, &m) == 0)
+    if (lp_sb_offer(c, &fo->sb, fo->primary_dev, &m) == 0)
       rc = send_msg(c, &m, sizeof(m));
-    else if (back)
-      rc = sender_start((struct lp_send_comm *)c, LP_FO_FAILBACK, -1); /* no standby there: the plain way */
     else
       fo->sb.next_ns = now + LP_SB_RETRY_NS; /* no other healthy device now */
   }
@@ -726,11 +749,11 @@ static ncclResult_t check_health(struct lp_comm *c) {
   /* Rebuilt elsewhere: its port failed, or it was made before the
    * connection carried a buffer that is not registered there. */
   if (fo->sb.link.env != NULL && (!lp_health_ok(h, fo->sb.link.dev) || !lp_comm_may_use(c, fo->sb.link.dev)))
-    lp_sb_drop(c, &fo->sb);
+    drop_standby(c);
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, lp_health_down_reason(h, c->link.dev), -1);
-    if (failback_due(c)) return failback(s);
+    if (failback_due(c)) return sender_start(s, LP_FO_FAILBACK, -1);
     return ncclSuccess;
   }
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
@@ -879,7 +902,8 @@ void lp_fo_fini(struct lp_comm *c) {
     if (fo->ready_fd[i] >= 0) lp_ctl_ready_remove(fo->ready, fo->ready_fd[i]);
   lp_link_close(&fo->next);
   lp_sb_drop(c, &fo->sb);
-  lp_link_close(&fo->retired);
+  for (int i = 0; i < LP_FO_RETIRED; i++) lp_link_close(&fo->retired[i]);
+  lp_link_close(&fo->home);
   if (fo->state != LP_FO_IDLE) lp_health_moving_add(c->health, -1);
   free(fo);
   c->fo = NULL;

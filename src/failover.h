@@ -52,6 +52,8 @@ enum lp_fo_state {
 };
 
 /* A connection's failover state, allocated by lp_fo_init: lp_comm.fo. */
+#define LP_FO_RETIRED 2
+
 struct lp_fo {
   int state; /* enum lp_fo_state; lp_comm.paused says whether it is not IDLE */
   uint32_t epoch;
@@ -62,6 +64,7 @@ struct lp_fo {
   int from_dev;         /* where the connection was when this move began */
   int inflight;         /* requests outstanding when it began */
   int via_standby;      /* the move took the standby path */
+  int via_home;         /* the move revived the path a failover left on the primary */
   uint32_t seen_gen;
   int primary_dev;
   int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
@@ -76,7 +79,12 @@ struct lp_fo {
   uint64_t next_watch_ns;     /* the watchdog's next look (lp_fo_watchdog) */
   struct lp_link next;        /* sender: the path offered to the peer, until it answers */
   struct lp_standby sb;       /* the standby path (standby.h) */
-  struct lp_link retired;     /* the path the last move left, destroyed once no move of the process is under way */
+  /* What the last move left (its old path, the standby it dropped),
+   * destroyed once no move of the process is under way (tidy). */
+  struct lp_link retired[LP_FO_RETIRED];
+  /* The path a move left on the primary NIC, stopped (QPs in ERR) and kept
+   * for the failback to revive (lp_link_revive) instead of building one. */
+  struct lp_link home;
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;

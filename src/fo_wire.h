@@ -138,9 +138,9 @@ struct lp_fo_ready {
 struct lp_fo_sb_offer {
   struct lp_msg_hdr hdr;
   uint64_t conn_id;
-  uint32_t id;       /* grows with every offer of the connection: a late answer names an older one */
-  int32_t rail;      /* NIC index of the sender's standby: the receiver prefers the same */
-  uint32_t failback; /* 1: for a failback: the receiver puts its standby on its primary NIC */
+  uint32_t id;        /* grows with every offer of the connection: a late answer names an older one */
+  int32_t rail;       /* NIC index of the sender's standby: the receiver prefers the same */
+  uint32_t reserved0; /* 0 (was: for a failback, before failbacks revived the primary's path) */
   uint32_t reserved;
   struct lp_link_info link;
 };
@@ -148,9 +148,9 @@ struct lp_fo_sb_offer {
 struct lp_fo_sb_answer {
   struct lp_msg_hdr hdr;
   uint64_t conn_id;
-  uint32_t id;           /* the offer answered */
-  uint32_t ok;           /* 0: no standby here (no healthy NIC, or it could not be built) */
-  uint32_t primary_down; /* with ok 0, for a failback: the primary is not usable here yet (a NOTICE says when) */
+  uint32_t id;        /* the offer answered */
+  uint32_t ok;        /* 0: no standby here (no healthy NIC, or it could not be built) */
+  uint32_t reserved0; /* 0 (was: the primary not usable, for a failback's standby) */
   uint32_t reserved;
   struct lp_link_info link;
 };

@@ -30,6 +30,50 @@ static void query_ece(struct lp_link *link, int q) {
   l->ece_options = ece.options;
 }
 
+/* QP `q` to INIT (from RESET) or to RESET, on the port `d` describes. */
+static int qp_to(struct lp_link *link, int q, enum ibv_qp_state st, const struct lp_dev *d) {
+  struct ibv_qp_attr qa;
+  memset(&qa, 0, sizeof(qa));
+  qa.qp_state = st;
+  int mask = IBV_QP_STATE;
+  if (st == IBV_QPS_INIT) {
+    qa.pkey_index = (uint16_t)link->env->cfg.pkey;
+    qa.port_num = (uint8_t)d->port;
+    qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  }
+  int err = link->env->ibv.modify_qp(link->qps[q], &qa, mask);
+  if (err != 0)
+    LP_WARN("ibv_modify_qp(%s:%d, qp 0x%x, %s) failed: %s", d->name, d->port, link->qps[q]->qp_num,
+            st == IBV_QPS_INIT ? "INIT" : "RESET", strerror(err));
+  return err;
+}
+
+/* What the peer needs to reach the port `d` describes (link->local), but
+ * the control memory's address and key; and what the port allows. */
+static void describe(struct lp_link *link, const struct lp_dev *d) {
+  const struct lp_nic *nic = lp_link_nic(link);
+  struct lp_link_info *l = &link->local;
+  uint64_t ctrl_addr = l->ctrl_addr;
+  uint32_t ctrl_rkey = l->ctrl_rkey;
+  memset(l, 0, sizeof(*l));
+  memcpy(l->gid, d->gid.raw, 16);
+  l->lid = d->lid;
+  l->link_layer = (uint8_t)d->link_layer;
+  l->mtu = (uint8_t)d->active_mtu;
+  l->port = (uint8_t)d->port;
+  l->nqps = (uint8_t)link->nqps;
+  l->gid_index = (uint8_t)d->gid_index;
+  for (int q = 0; q < link->nqps; q++) l->qpn[q] = link->qps[q]->qp_num;
+  l->ctrl_addr = ctrl_addr;
+  l->ctrl_rkey = ctrl_rkey;
+  l->nic_guid = nic->attr.sys_image_guid;
+  snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, d->name);
+  query_ece(link, 0);
+  const int ar = link->env->cfg.adaptive_routing;
+  link->adaptive = ar == -2 ? d->link_layer == IBV_LINK_LAYER_INFINIBAND : ar != 0;
+}
+
 ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
                           int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off) {
   const struct lp_ibv *ibv = &env->ibv;
@@ -43,7 +87,6 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
   const struct lp_nic *nic = lp_env_nic_of(env, dev);
   struct lp_dev dcopy = env->devs[dev];
   if (lp_dev_refresh(ibv, &env->cfg, nic, &dcopy) != 0) return ncclSystemError;
-  int pkey = env->cfg.pkey;
 
   int cqe = nqps * (LP_SQ_DEPTH + LP_RQ_DEPTH);
   if (nic->attr.max_cqe > 0 && cqe > nic->attr.max_cqe) cqe = nic->attr.max_cqe;
@@ -73,18 +116,7 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
     link->sq_free[q] = LP_SQ_DEPTH;
     link->max_inline = (int)ia.cap.max_inline_data;
 
-    struct ibv_qp_attr qa;
-    memset(&qa, 0, sizeof(qa));
-    qa.qp_state = IBV_QPS_INIT;
-    qa.pkey_index = (uint16_t)pkey;
-    qa.port_num = (uint8_t)dcopy.port;
-    qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    int err = ibv->modify_qp(link->qps[q], &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (err != 0) {
-      LP_WARN("ibv_modify_qp(%s:%d, qp 0x%x, INIT) failed: %s", dcopy.name, dcopy.port, link->qps[q]->qp_num,
-              strerror(err));
-      goto fail;
-    }
+    if (qp_to(link, q, IBV_QPS_INIT, &dcopy) != 0) goto fail;
   }
   link->ctrl_mr =
       ibv->reg_mr(nic->pd, ctrl, ctrl_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -94,23 +126,9 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
     goto fail;
   }
 
-  struct lp_link_info *l = &link->local;
-  memset(l, 0, sizeof(*l));
-  memcpy(l->gid, dcopy.gid.raw, 16);
-  l->lid = dcopy.lid;
-  l->link_layer = (uint8_t)dcopy.link_layer;
-  l->mtu = (uint8_t)dcopy.active_mtu;
-  l->port = (uint8_t)dcopy.port;
-  l->nqps = (uint8_t)nqps;
-  l->gid_index = (uint8_t)dcopy.gid_index;
-  for (int q = 0; q < nqps; q++) l->qpn[q] = link->qps[q]->qp_num;
-  l->ctrl_addr = (uint64_t)(uintptr_t)ctrl + remote_off;
-  l->ctrl_rkey = link->ctrl_mr->rkey;
-  l->nic_guid = nic->attr.sys_image_guid;
-  snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, dcopy.name);
-  query_ece(link, 0);
-  link->adaptive =
-      env->cfg.adaptive_routing == -2 ? dcopy.link_layer == IBV_LINK_LAYER_INFINIBAND : env->cfg.adaptive_routing != 0;
+  describe(link, &dcopy);
+  link->local.ctrl_addr = (uint64_t)(uintptr_t)ctrl + remote_off;
+  link->local.ctrl_rkey = link->ctrl_mr->rkey;
   link->health = health;
   link->dir = dir;
   if (link->health != NULL) lp_health_load_add(link->health, link->dir, dev, 1);
@@ -118,6 +136,31 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
 fail:
   lp_link_close(link);
   return ncclSystemError;
+}
+
+ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health) {
+  const struct lp_nic *nic = lp_link_nic(link);
+  struct lp_dev dcopy = link->env->devs[link->dev];
+  if (lp_dev_refresh(&link->env->ibv, &link->env->cfg, nic, &dcopy) != 0) return ncclSystemError;
+  for (int q = 0; q < link->nqps; q++) {
+    /* RESET discards both queues; the provider cleans the QP's entries
+     * from the CQ, which the poll below makes sure of. */
+    if (qp_to(link, q, IBV_QPS_RESET, &dcopy) != 0 || qp_to(link, q, IBV_QPS_INIT, &dcopy) != 0) return ncclSystemError;
+    link->sq_free[q] = LP_SQ_DEPTH;
+    link->unsignaled[q] = 0;
+  }
+  struct ibv_wc wcs[16];
+  int n;
+  while ((n = ibv_poll_cq(link->cq, 16, wcs)) > 0) continue; /* completions of its former life */
+  if (n < 0) {
+    LP_WARN("ibv_poll_cq(%s:%d) failed (%d) while reviving a path", dcopy.name, dcopy.port, n);
+    return ncclSystemError;
+  }
+  link->rq_owed = 0;
+  describe(link, &dcopy); /* the port's address may have changed while it was down */
+  link->health = health;
+  if (health != NULL) lp_health_load_add(health, link->dir, link->dev, 1);
+  return ncclSuccess;
 }
 
 /* Every QP to RTS towards link->remote, with the given transport timer. */

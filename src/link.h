@@ -48,6 +48,13 @@ struct lp_link {
  * end on `dev` until it is closed. */
 ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct lp_health *health, enum lp_dir dir,
                           int dev, int nqps, void *ctrl, size_t ctrl_len, size_t remote_off);
+/* A link left stopped (its QPs in ERR) made ready to connect again, as
+ * lp_link_open leaves a new one: every QP reset and back to INIT, with the
+ * same QP numbers and control memory key, its CQ emptied, the port's
+ * address read again, counted on `health` if not NULL.  Creating QPs and
+ * registering memory cost a ConnectX about a millisecond each; this is four
+ * state changes.  On failure the link is still only fit to be closed. */
+ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health);
 /* Bring every QP to RTS towards `link->remote`; with ECE offered by both
  * ends, each QP first takes the peer's offer (the device keeps what both
  * support) and `link->local` then says what was agreed. */

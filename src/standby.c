@@ -38,24 +38,17 @@ static int claim_and_open(struct lp_comm *c, struct lp_standby *sb, int primary,
   return 0;
 }
 
-int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, int failback, struct lp_fo_sb_offer *m) {
+int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, struct lp_fo_sb_offer *m) {
   lp_sb_drop(c, sb);
-  if (failback && !lp_health_ok(c->health, primary)) return -1;
-  if (claim_and_open(c, sb, primary, failback ? primary : -1, c->link.nqps) != 0) return -1;
-  if (failback && sb->link.dev != primary) {
-    lp_sb_drop(c, sb);
-    return -1;
-  }
+  if (claim_and_open(c, sb, primary, -1, c->link.nqps) != 0) return -1;
   set_state(c, sb, LP_SB_OFFERED);
   sb->offered_ns = lp_now_ns();
   sb->id++;
-  sb->failback = failback;
   memset(m, 0, sizeof(*m));
   lp_msg_hdr_init(&m->hdr, (enum lp_msg_type)LP_MSG_FO_SB_OFFER, sizeof(*m));
   m->conn_id = c->conn_id;
   m->id = sb->id;
   m->rail = sb->link.dev;
-  m->failback = (uint32_t)failback;
   m->link = sb->link.local;
   return 0;
 }
@@ -73,18 +66,7 @@ void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, struct 
   lp_msg_hdr_init(&a->hdr, (enum lp_msg_type)LP_MSG_FO_SB_ANSWER, sizeof(*a));
   a->conn_id = c->conn_id;
   a->id = m->id;
-  /* A way back is only worth building on the primary: not yet, if it is
-   * still down or held down here (this end says so when it is usable). */
-  if (m->failback && !lp_health_ok(c->health, primary)) {
-    a->primary_down = 1;
-    return;
-  }
-  if (claim_and_open(c, sb, primary, m->failback ? primary : m->rail, m->link.nqps) != 0) return;
-  if (m->failback && sb->link.dev != primary) {
-    lp_sb_drop(c, sb);
-    a->primary_down = 1;
-    return;
-  }
+  if (claim_and_open(c, sb, primary, m->rail, m->link.nqps) != 0) return;
   sb->link.remote = m->link;
   if (lp_link_connect(&sb->link, c->traffic_class) != ncclSuccess) {
     lp_sb_drop(c, sb);
@@ -92,7 +74,6 @@ void lp_sb_answer(struct lp_comm *c, struct lp_standby *sb, int primary, struct 
   }
   set_state(c, sb, LP_SB_READY);
   sb->id = m->id;
-  sb->failback = (int)m->failback;
   a->ok = 1;
   a->link = sb->link.local;
 }
@@ -127,11 +108,18 @@ void lp_sb_take(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out) {
   memset(&sb->link, 0, sizeof(sb->link));
 }
 
-void lp_sb_drop(struct lp_comm *c, struct lp_standby *sb) {
+void lp_sb_set_aside(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out) {
   set_state(c, sb, LP_SB_NONE);
+  memset(out, 0, sizeof(*out));
   if (sb->link.env != NULL) {
     lp_health_standby_release(c->health, lp_comm_dir(c), sb->from, sb->link.dev);
-    lp_link_close(&sb->link);
+    *out = sb->link;
     memset(&sb->link, 0, sizeof(sb->link));
   }
+}
+
+void lp_sb_drop(struct lp_comm *c, struct lp_standby *sb) {
+  struct lp_link l;
+  lp_sb_set_aside(c, sb, &l);
+  lp_link_close(&l);
 }

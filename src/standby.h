@@ -34,7 +34,6 @@ struct lp_standby {
   int state;                   /* enum lp_sb_state */
   uint32_t id;                 /* the offer it belongs to; a sender's ids grow */
   int from;                    /* the device of the path it stands by for (its count in health.h) */
-  int failback;                /* offered on the primary, for a failback */
   struct lp_link link;         /* the standby link itself */
   uint64_t next_ns;            /* sender: no new offer before this time */
   uint64_t offered_ns;         /* sender, OFFERED: when */
@@ -42,9 +41,9 @@ struct lp_standby {
 };
 
 /* Sender: a new standby for the connection's current path, on another
- * healthy device (failback: on its primary `primary`); fills `m`.  0: an
+ * healthy device of the pool of its primary `primary`; fills `m`.  0: an
  * offer to send; -1: no device for one now (state stays NONE). */
-int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, int failback, struct lp_fo_sb_offer *m);
+int lp_sb_offer(struct lp_comm *c, struct lp_standby *sb, int primary, struct lp_fo_sb_offer *m);
 
 /* Receiver: an offer arrived; any standby it held is dropped, and the
  * offer waits to be answered (ASKED). */
@@ -68,5 +67,8 @@ void lp_sb_take(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out);
 
 /* Forget it: close its link, give its count back.  Safe on NONE. */
 void lp_sb_drop(struct lp_comm *c, struct lp_standby *sb);
+/* The same, but its link goes to `out` (zeroed when it had none), to be
+ * closed later: destroying QPs costs as much as creating them. */
+void lp_sb_set_aside(struct lp_comm *c, struct lp_standby *sb, struct lp_link *out);
 
 #endif

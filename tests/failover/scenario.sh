@@ -600,11 +600,20 @@ last_nic_fails)
   expect_event event=path_lost
   ;;
 failback_after_holddown)
+  # Each end kept the path it left on mlx5_0 and revives it: the failback
+  # creates no QP, and the very QPs that carried the traffic before the
+  # pull carry it again after.
   run_perf 1M 6
   wait_for '^ +1\.0 ' "$tmp/out"
+  busy_qps | grep ':mlx5_0:' | sort >"$tmp/qps_before"
+  [ -s "$tmp/qps_before" ] || fail "no QP carries traffic on mlx5_0 before the pull"
   pull_and_failback
+  wait_for_count "event=failback" "$tmp/syslog" 4 20
+  busy_qps | grep ':mlx5_0:' | sort >"$tmp/qps_after"
+  diff "$tmp/qps_before" "$tmp/qps_after" || fail "the QPs carrying traffic on mlx5_0 after the failback are not those of before"
   expect_clean_run
-  expect_event event=failback new_dev=mlx5_0 reason=failback path=standby
+  expect_event event=failback new_dev=mlx5_0 reason=failback path=revived
+  ! grep "event=failback" "$tmp/syslog" | grep -qv "path=revived" || fail "a failback built a path instead of reviving"
   ;;
 shape_record_form | shape_qps4 | shape_zero_bytes | shape_small_wr)
   # The message shapes the other scenarios do not use, through a pull and

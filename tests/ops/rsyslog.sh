@@ -56,7 +56,7 @@ kill -0 "$rsyslog_pid" 2>/dev/null || fail "rsyslogd died during the run: $(cat 
 
 # Exactly those lines, nothing else, every field in order.
 out=$tmp/rsyslog.out
-fields='event=[a-z_]+ comm=0x[0-9a-f]+ dir=(send|recv) dev=[^ =]+ port=[0-9]+ new_dev=[^ =]+ new_port=[0-9]+ peer=[^ ]+ reason=[a-z_]+ inflight=[0-9]+ replayed=[0-9]+ replayed_bytes=[0-9]+ duration_us=[0-9]+ path=(standby|new)'
+fields='event=[a-z_]+ comm=0x[0-9a-f]+ dir=(send|recv) dev=[^ =]+ port=[0-9]+ new_dev=[^ =]+ new_port=[0-9]+ peer=[^ ]+ reason=[a-z_]+ inflight=[0-9]+ replayed=[0-9]+ replayed_bytes=[0-9]+ duration_us=[0-9]+ path=(standby|revived|new)'
 n=$(wc -l <"$out")
 ((n == 2 * ends)) || fail "$n lines from linkpass, expected $ends failover and $ends failback lines"
 bad=$(grep -vE "^local3\.(warning|notice) linkpass\[[0-9]+\]: $fields\$" "$out" || true)
