@@ -355,6 +355,7 @@ static void begin(struct lp_comm *c, int reason) {
   if (fo->state == LP_FO_IDLE) {
     if (silent(reason) && lp_health_ok(c->health, c->link.dev))
       lp_health_silent_fault(c->health, c->link.dev, reason, c->conn_id);
+    if (reason != LP_FO_DEGRADED && reason != LP_FO_FAILBACK) lp_health_left_for_fault(c->health, c->link.dev);
     fo->start_ns = lp_now_ns();
     fo->from_dev = c->link.dev;
     fo->inflight = outstanding_requests(c);

@@ -485,6 +485,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   for (int d = 0; d < env->ndevs; d++) {
     uint64_t packets = 0, resends = 0;
     int ok = lp_port_resend_counters(lp_env_nic_of(env, d), env->devs[d].port, &packets, &resends) == 0;
+    if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) lp_gray_reset(&h->gray[d]);
     lp_gray_window(&h->gray[d], ok, packets, resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t busy = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);

@@ -80,10 +80,11 @@ struct lp_health {
    * (standby.h): when `from` fails, its ends move to their standbys, which
    * this count spread over the pool beforehand. */
   _Atomic int standby[2][LP_MAX_DEVS][LP_MAX_DEVS];
-  _Atomic int standby_ready[LP_MAX_DEVS]; /* standby paths connected on the device (the metrics) */
-  _Atomic int moving;                     /* connection ends of this process with a move under way */
-  _Atomic uint64_t paced_until;           /* lp_health_paced: no paced work before this time */
-  _Atomic int fatal[LP_MAX_NICS];         /* NIC reported DEVICE_FATAL: never used again */
+  _Atomic int standby_ready[LP_MAX_DEVS];  /* standby paths connected on the device (the metrics) */
+  _Atomic int moving;                      /* connection ends of this process with a move under way */
+  _Atomic uint64_t paced_until;            /* lp_health_paced: no paced work before this time */
+  _Atomic int left_for_fault[LP_MAX_DEVS]; /* lp_health_left_for_fault since the last gray tick */
+  _Atomic int fatal[LP_MAX_NICS];          /* NIC reported DEVICE_FATAL: never used again */
   /* A device a connection left for a silent fault (a stall, an error
    * completion: its port stayed up) is suspect until this time (0: not):
    * no failback onto it and no new path there while another will do, but
@@ -159,6 +160,16 @@ int lp_health_claim(struct lp_health *h, enum lp_dir dir, int primary, int prefe
 int lp_health_claim_standby(struct lp_health *h, enum lp_dir dir, int primary, int from, int prefer, uint32_t nics);
 static inline void lp_health_standby_release(struct lp_health *h, enum lp_dir dir, int from, int to) {
   atomic_fetch_sub_explicit(&h->standby[dir][from][to], 1, memory_order_relaxed);
+}
+
+/* A connection leaves `dev` for a fault (a port down here or at the peer,
+ * an error completion, a stall): what its port resent until then is that
+ * fault's retries, not a gray failure's, so the port's resend window starts
+ * over at the next gray tick.  Else a peer's pulled cable, whose local ACK
+ * timeouts this port counted, made it "degraded" two windows later, once
+ * traffic came back to close them (seen at 1,024 connections). */
+static inline void lp_health_left_for_fault(struct lp_health *h, int dev) {
+  atomic_store_explicit(&h->left_for_fault[dev], 1, memory_order_relaxed);
 }
 
 /* Moves under way in this process: standby paths are rebuilt, and retired
