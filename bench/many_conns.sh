@@ -17,8 +17,9 @@
 #        pull), PULL_AFTER (s to wait before the pull once every end has its
 #        standby path, default 0), FAILBACK_AFTER (s
 #        after the pull to plug the cable back in, with a 500 ms hold-down:
-#        the failback columns; unset: the cable stays out), BOUND_MS (exit 1 when a run's longest pause with the pull is
-#        above it: the ctest uses this), KEEP (a folder: each run's syslog lines and output
+#        the failback columns, and exit 1 unless every end came back; unset: the cable stays out), BOUND_MS (exit 1
+#        when a run's longest pause with the pull is above it: the ctest uses this), FAILBACK_BOUND_MS (exit 1 when
+#        the p99 from the plug-in to the failback lines is above it: the ctest uses this too), KEEP (a folder: each run's syslog lines and output
 #        are copied there as syslog.K.PULL and out.K.PULL, for a closer look)
 set -euo pipefail
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
@@ -148,6 +149,14 @@ for k in "${ks[@]}"; do
   fi
   if ((m1 != 4 * k)); then
     echo "# K=$k: $m1 connection ends moved, not $((4 * k))" >&2
+    status=1
+  fi
+  if [ -n "${FAILBACK_AFTER:-}" ] && ((b1 != 4 * k)); then
+    echo "# K=$k: $b1 connection ends moved back, not $((4 * k))" >&2
+    status=1
+  fi
+  if [ -n "${FAILBACK_BOUND_MS:-}" ] && awk -v p="$fbp99" -v b="$FAILBACK_BOUND_MS" 'BEGIN { exit !(p == "-" || p > b) }'; then
+    echo "# K=$k: the failback p99 from the plug-in, ${fbp99} ms, is above FAILBACK_BOUND_MS=$FAILBACK_BOUND_MS" >&2
     status=1
   fi
   if [ -n "${BOUND_MS:-}" ] && awk -v g="$g1" -v b="$BOUND_MS" 'BEGIN { exit !(g * 1000 > b) }'; then
