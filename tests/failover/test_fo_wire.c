@@ -124,29 +124,3 @@ Test(fo_wire, a_refusal_names_a_known_cause) {
   cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1);
   cr_assert(strstr(why, "refusal with cause 2"), "%s", why);
 }
-
-/* `connected` (a failback onto revived paths without READY) is a flag. */
-Test(fo_wire, connected_is_a_flag) {
-  char why[160];
-  size_t len;
-  struct lp_fo_ack *a = ack_with(0, &len);
-  a->connected = 1;
-  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), LP_MSG_FO_ACK, "%s", why);
-  a->connected = 2;
-  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1);
-  cr_assert(strstr(why, "ack with connected = 2"), "%s", why);
-  struct lp_fo_req m;
-  memset(&m, 0, sizeof(m));
-  lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_FO_REQ, sizeof(m));
-  m.conn_id = 77;
-  m.epoch = 2;
-  m.reason = LP_FO_FAILBACK;
-  m.rail = -1;
-  m.avoid_rail = -1;
-  m.link = link_info();
-  m.connected = 1;
-  cr_assert_eq(lp_fo_msg_check(&m, sizeof(m), 77, 1, why, sizeof(why)), LP_MSG_FO_REQ, "%s", why);
-  m.connected = 7;
-  cr_assert_eq(lp_fo_msg_check(&m, sizeof(m), 77, 1, why, sizeof(why)), -1);
-  cr_assert(strstr(why, "request with connected = 7"), "%s", why);
-}
