@@ -269,19 +269,14 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
 }
 
 /* A path on `dev`: the one a move left there (the primary's), revived,
- * or else a new one.  *same: revived, at the address it had (lp_link_info:
- * the QPs the peer knew of it are still there). */
-static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, int nqps, int *same) {
+ * or else a new one. */
+static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, int nqps) {
   struct lp_fo *fo = c->fo;
-  fo->via_home = 0;
-  *same = 0;
   if (fo->home.env != NULL && fo->home.dev == dev) {
     *next = fo->home;
     memset(&fo->home, 0, sizeof(fo->home));
-    struct lp_link_info before = next->local;
     if (next->nqps == nqps && lp_link_revive(next, c->health) == ncclSuccess) {
       fo->via_home = 1;
-      *same = lp_link_same_address(&before, &next->local);
       return ncclSuccess;
     }
     lp_link_close(next);
@@ -293,12 +288,12 @@ static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, in
  * from the choice until the link counts itself, so the moves of one sweep,
  * on any thread, spread over the pool instead of all taking the device that
  * was least loaded before any of them chose.  -1: no device left. */
-static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int avoid, int nqps, ncclResult_t *opened,
-                        int *same) {
+static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int avoid, int nqps,
+                        ncclResult_t *opened) {
   enum lp_dir dir = lp_comm_dir(c);
   int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid, c->mr_nics);
   if (dev < 0) return -1;
-  *opened = open_on(c, next, dev, nqps, same);
+  *opened = open_on(c, next, dev, nqps);
   lp_health_load_add(c->health, dir, dev, -1);
   return dev;
 }
@@ -387,7 +382,6 @@ static ncclResult_t request(struct lp_comm *c, int reason, int avoid_rail, int r
   m.rail = rail;
   m.avoid_rail = avoid_rail;
   m.standby = standby;
-  m.connected = standby == 0 && fo->next_connected;
   m.link = *link;
   set_state(c, LP_FO_REQUESTED);
   fo->attempts++;
@@ -402,7 +396,6 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   struct lp_fo *fo = c->fo;
   begin(c, reason);
   if (fo->state == LP_FO_REQUESTED) lp_link_close(&fo->next); /* the offer is void: a newer one follows */
-  fo->next_connected = 0;
   fo->epoch++;
   quiesce(&c->link);
   int failback = reason == LP_FO_FAILBACK;
@@ -414,22 +407,10 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   for (int tries = 0; tries < LP_MAX_DEVS; tries++) {
     /* The offer counts on its device from now, not only once the peer answers. */
     ncclResult_t opened;
-    int same;
-    int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened, &same);
+    int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened);
     if (dev < 0) {
       send_nack(c, reason, LP_NACK_NO_NIC);
       return path_lost(c, "no healthy NIC on this side");
-    }
-    /* A revived path still knows the peer's QPs of before: connected to
-     * them now, it spares the READY if the peer revives those (a failback:
-     * REQ and ACK say `connected`); else it is reset and connected at the
-     * ACK, as a new one. */
-    if (opened == ncclSuccess && fo->via_home) {
-      fo->next_connected = lp_link_connect(&fo->next, c->traffic_class) == ncclSuccess;
-      if (!fo->next_connected && lp_link_reset(&fo->next) != ncclSuccess) {
-        lp_link_close(&fo->next);
-        opened = ncclSystemError;
-      }
     }
     if (opened == ncclSuccess) return request(c, reason, avoid_rail, failback ? -1 : dev, 0, &fo->next.local);
     prefer = -1;
@@ -457,11 +438,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
                           a->standby);
     lp_sb_take(c, &fo->sb, &fo->next);
     fo->via_standby = 1;
-  } else if (fo->next_connected && a->connected) {
-    fo->next.remote = a->link; /* the QPs connected to before the REQ: the receiver waits for no READY */
   } else {
-    if (fo->next_connected && lp_link_reset(&fo->next) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
-    fo->next_connected = 0;
     fo->next.remote = a->link;
     if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
     rc = send_ready(c);
@@ -521,10 +498,9 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     fo->via_standby = 1;
   }
   if (dev < 0) drop_standby(c); /* the sender dropped its side: it offers a new path */
-  int same = 0;
   for (int tries = 0; dev < 0 && tries < LP_MAX_DEVS; tries++) {
     ncclResult_t opened;
-    dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened, &same);
+    dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
     if (dev < 0) break;
     if (opened == ncclSuccess) {
       next.remote = m->link;
@@ -561,12 +537,8 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
   a->standby = m->standby;
-  /* The sender connected its revived QPs to this end's of before, and this
-   * end revived those, at the same address: they are ready. */
-  a->connected = m->connected && same;
-  /* The sender's new QPs may still be in INIT, unless they are its standby's
-   * or connected already. */
-  set_state(c, m->standby != 0 || a->connected ? LP_FO_IDLE : LP_FO_AWAIT_READY);
+  /* The sender's new QPs may still be in INIT, unless they are its standby's. */
+  set_state(c, m->standby != 0 ? LP_FO_IDLE : LP_FO_AWAIT_READY);
   fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
   free(a);

@@ -65,7 +65,6 @@ struct lp_fo {
   int inflight;         /* requests outstanding when it began */
   int via_standby;      /* the move took the standby path */
   int via_home;         /* the move revived the path a failover left on the primary */
-  int next_connected;   /* sender: fo->next, revived, is already RTS towards the peer's QPs of before */
   uint32_t seen_gen;
   int primary_dev;
   int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */

@@ -59,10 +59,6 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   if (l != NULL && lp_link_info_check(l, nqps, why, whylen) != 0) return -1;
   if (h->type == LP_MSG_FO_ACK && ((const struct lp_fo_ack *)buf)->refused > 1)
     return bad(why, whylen, "%s %llu", "ack with refused =", ((const struct lp_fo_ack *)buf)->refused);
-  if (h->type == LP_MSG_FO_ACK && ((const struct lp_fo_ack *)buf)->connected > 1)
-    return bad(why, whylen, "%s %llu", "ack with connected =", ((const struct lp_fo_ack *)buf)->connected);
-  if (h->type == LP_MSG_FO_REQ && ((const struct lp_fo_req *)buf)->connected > 1)
-    return bad(why, whylen, "%s %llu", "request with connected =", ((const struct lp_fo_req *)buf)->connected);
   if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok > 1)
     return bad(why, whylen, "%s %llu",
                "standby answer with a flag that is neither 0 nor 1, ok =", ((const struct lp_fo_sb_answer *)buf)->ok);

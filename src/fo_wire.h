@@ -88,10 +88,7 @@ struct lp_fo_req {
   int32_t rail;       /* NIC index the sender moved to: the receiver prefers the same */
   int32_t avoid_rail; /* receiver's NIC index known to be bad, -1 none */
   uint32_t standby;   /* 0: a new path, `link`; else the id of the standby both ends hold */
-  /* 1: `link` is the sender's revived path, its QPs already RTS towards the
-   * QPs the receiver had on that path before (a failback): a receiver that
-   * revived those, at the same address, needs no READY. */
-  uint32_t connected;
+  uint32_t reserved;
   struct lp_link_info link;
 };
 
@@ -111,8 +108,6 @@ struct lp_fo_ack {
   uint64_t resume_seq; /* every message below this one is complete here */
   uint32_t standby;    /* the REQ's standby id, when the receiver moved onto it */
   uint32_t refused;    /* 1: the REQ's standby is gone here; nothing else in this ACK counts */
-  uint32_t connected;  /* 1: the REQ's `connected` held here too: the receiver waits for no READY */
-  uint32_t reserved;
   struct lp_link_info link;
   struct lp_fo_pending pending[LP_FIFO_DEPTH];
 };

@@ -138,7 +138,7 @@ fail:
   return ncclSystemError;
 }
 
-ncclResult_t lp_link_reset(struct lp_link *link) {
+ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health) {
   const struct lp_nic *nic = lp_link_nic(link);
   struct lp_dev dcopy = link->env->devs[link->dev];
   if (lp_dev_refresh(&link->env->ibv, &link->env->cfg, nic, &dcopy) != 0) return ncclSystemError;
@@ -158,24 +158,9 @@ ncclResult_t lp_link_reset(struct lp_link *link) {
   }
   link->rq_owed = 0;
   describe(link, &dcopy); /* the port's address may have changed while it was down */
-  return ncclSuccess;
-}
-
-ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health) {
-  ncclResult_t rc = lp_link_reset(link);
-  if (rc != ncclSuccess) return rc;
   link->health = health;
   if (health != NULL) lp_health_load_add(health, link->dir, link->dev, 1);
   return ncclSuccess;
-}
-
-int lp_link_same_address(const struct lp_link_info *a, const struct lp_link_info *b) {
-  if (a->nqps != b->nqps || a->lid != b->lid || a->mtu != b->mtu || a->port != b->port ||
-      memcmp(a->gid, b->gid, sizeof(a->gid)) != 0)
-    return 0;
-  for (int q = 0; q < a->nqps && q < LP_MAX_QPS; q++)
-    if (a->qpn[q] != b->qpn[q]) return 0;
-  return 1;
 }
 
 /* Every QP to RTS towards link->remote, with the given transport timer. */

@@ -55,11 +55,6 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
  * registering memory cost a ConnectX about a millisecond each; this is four
  * state changes.  On failure the link is still only fit to be closed. */
 ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health);
-/* The same without the count: a link already counted, back to INIT. */
-ncclResult_t lp_link_reset(struct lp_link *link);
-/* 1 when both describe the same QPs at the same address (QP numbers, GID,
- * LID, MTU, port): what a peer connected to is still what is there. */
-int lp_link_same_address(const struct lp_link_info *a, const struct lp_link_info *b);
 /* Bring every QP to RTS towards `link->remote`; with ECE offered by both
  * ends, each QP first takes the peer's offer (the device keeps what both
  * support) and `link->local` then says what was agreed. */
