@@ -38,8 +38,9 @@ static struct hnet net;
 static int is_recv;
 static const char *scenario;
 static int fd_h = -1, fd_b = -1;
-static int warns, rejected;
-static _Atomic int saw_down, saw_failover; /* the logger is called from the plugin's threads too */
+/* The logger is called from the plugin's threads too. */
+static _Atomic int warns, rejected;
+static _Atomic int saw_down, saw_failover;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -403,7 +404,7 @@ static void run_garbage(void) {
     while (rejected < 3) {
       CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
       if (c[0].comm) die("accepted a garbage connection");
-      if (time(NULL) > until) die("only %d of 3 garbage connections were rejected", rejected);
+      if (time(NULL) > until) die("only %d of 3 garbage connections were rejected", atomic_load(&rejected));
     }
     signal_peer('g');
     while (c[0].comm == NULL) CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
@@ -518,7 +519,7 @@ static void run_peer_exit(int sender_dies) {
     int done = 0;
     ncclResult_t rc = is_recv ? hnet_test(&net, req, &done, NULL) : hnet_isend(&net, c[0].comm, b, 100, 1, mh, &req);
     if (rc != ncclSuccess) {
-      if (rc != ncclRemoteError || warns == 0) die("failed with %d and %d warnings", rc, warns);
+      if (rc != ncclRemoteError || warns == 0) die("failed with %d and %d warnings", rc, atomic_load(&warns));
       fprintf(stderr, "harness: the survivor failed as expected (%d)\n", rc);
       break;
     }

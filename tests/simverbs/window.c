@@ -149,11 +149,12 @@ static void span_remove(uintptr_t start, uintptr_t end) {
 
 /* Copy one page word by word without the sanitizer's checks: the bytes
  * that share the first and last page with a registration are someone
- * else's (malloc's headers, AddressSanitizer's own redzones).  Copying them
+ * else's (malloc's headers, AddressSanitizer's own redzones, blocks
+ * ThreadSanitizer saw freed).  Copying them
  * is right, they must survive the move, but a checked copy reports them.
  * Volatile keeps the compiler from making this a memcpy call, which the
  * sanitizer intercepts. */
-__attribute__((no_sanitize("address", "undefined"))) static void copy_foreign_page(char *dst, uintptr_t src) {
+__attribute__((no_sanitize("address", "undefined", "thread"))) static void copy_foreign_page(char *dst, uintptr_t src) {
   volatile const uint64_t *from = (volatile const uint64_t *)src;
   uint64_t *to = (uint64_t *)dst;
   for (size_t i = 0; i < SV_PAGE / sizeof(uint64_t); i++) to[i] = from[i];
