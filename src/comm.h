@@ -30,7 +30,6 @@
 #define LP_SIGNAL_EVERY 64           /* force a signaled WR at least this often */
 #define LP_CTS_SIGNAL_EVERY 16       /* receiver: one clear-to-send in this many is signaled */
 #define LP_PROBE_AFTER_NS 1000000ull /* receiver: quiet time before its unsignaled writes get a signaled one */
-#define LP_POLL_BATCH 16
 
 enum lp_comm_kind { LP_COMM_SEND = 1, LP_COMM_RECV = 2, LP_COMM_LISTEN = 3 };
 enum lp_req_type { LP_REQ_SEND = 1, LP_REQ_RECV = 2, LP_REQ_FLUSH = 3 };

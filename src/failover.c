@@ -216,17 +216,14 @@ static ncclResult_t drain(struct lp_comm *c) {
   }
 }
 
-/* The new path replaces the old one (each link counts on its device from
- * open to close: link.h). */
-/* Into the first free slot of fo->retired; with none free, the oldest is
- * destroyed now. */
+/* Into the first free slot of fo->retired; with none free, the link in
+ * the first slot is destroyed now to make room. */
 static void retire(struct lp_fo *fo, struct lp_link *l) {
   int i = 0;
   while (i < LP_FO_RETIRED && fo->retired[i].env != NULL) i++;
   if (i == LP_FO_RETIRED) {
+    i = 0;
     lp_link_close(&fo->retired[0]);
-    memmove(&fo->retired[0], &fo->retired[1], sizeof(fo->retired[0]) * (LP_FO_RETIRED - 1));
-    i = LP_FO_RETIRED - 1;
   }
   fo->retired[i] = *l;
   memset(l, 0, sizeof(*l));
@@ -245,6 +242,8 @@ static int has_retired(const struct lp_fo *fo) {
   return 0;
 }
 
+/* The new path replaces the old one (each link counts on its device from
+ * open to close: link.h). */
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
   struct lp_fo *fo = c->fo;
   /* Destroying QPs costs about a millisecond each on a ConnectX: the old

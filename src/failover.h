@@ -51,9 +51,9 @@ enum lp_fo_state {
   LP_FO_AWAIT_READY, /* receiver: ACK sent, waiting for READY before writing to the new QPs */
 };
 
-/* A connection's failover state, allocated by lp_fo_init: lp_comm.fo. */
-#define LP_FO_RETIRED 2
+#define LP_FO_RETIRED 2 /* links a move leaves to destroy later: its old path, the standby it dropped */
 
+/* A connection's failover state, allocated by lp_fo_init: lp_comm.fo. */
 struct lp_fo {
   int state; /* enum lp_fo_state; lp_comm.paused says whether it is not IDLE */
   uint32_t epoch;

@@ -109,6 +109,12 @@ static int sweep_some(struct lp_idle_watch *w) {
   return w->sweep_next >= 0;
 }
 
+/* An eventfd that fired, read back to 0 (it is non-blocking). */
+static void clear_eventfd(int fd) {
+  uint64_t v;
+  if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
+}
+
 /* c is still on the list (the list changed while the thread waited). */
 static int listed(const struct lp_idle_watch *w, const struct lp_comm *c) {
   for (int i = 0; i < w->n; i++)
@@ -153,14 +159,11 @@ static void *watch_main(void *arg) {
     for (int j = 0; j < r; j++) {
       struct lp_comm *c = evs[j].data.ptr;
       if (c == NULL) { /* the eventfd: the list changed, or stop */
-        uint64_t v;
-        if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) LP_WARN("idle-receiver watch: %s", strerror(errno));
+        clear_eventfd(w->wake_fd);
         continue;
       }
       if ((void *)c == (void *)w) { /* a health change: every comm looks again, from the first */
-        uint64_t v;
-        if (read(w->health_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-          LP_WARN("idle-receiver watch: %s", strerror(errno));
+        clear_eventfd(w->health_fd);
         w->sweep_next = 0;
         continue;
       }

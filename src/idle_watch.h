@@ -24,8 +24,9 @@
  * A port's health change (the control plane's eventfd, health.h) wakes the
  * thread too: a comm learns of it only at a progress call, so the thread
  * sweeps its list, a few comms between two waits, and makes that call on
- * each comm NCCL has not called for LP_IDLE_NS.  An idle comm on a failed
- * NIC moves at once rather than at its next operation (docs/SCALE.md).
+ * each comm NCCL is not inside (whether idle or not: see look_again).  An
+ * idle comm on a failed NIC moves at once rather than at its next
+ * operation (docs/SCALE.md).
  *
  * NCCL's thread and this one take a comm with lp_comm_enter/leave (an
  * uncontended atomic exchange on the comm's own line in every isend, irecv

@@ -149,9 +149,9 @@ ncclResult_t lp_link_revive(struct lp_link *link, struct lp_health *health) {
     link->sq_free[q] = LP_SQ_DEPTH;
     link->unsignaled[q] = 0;
   }
-  struct ibv_wc wcs[16];
+  struct ibv_wc wcs[LP_POLL_BATCH];
   int n;
-  while ((n = ibv_poll_cq(link->cq, 16, wcs)) > 0) continue; /* completions of its former life */
+  while ((n = ibv_poll_cq(link->cq, LP_POLL_BATCH, wcs)) > 0) continue; /* completions of its former life */
   if (n < 0) {
     LP_WARN("ibv_poll_cq(%s:%d) failed (%d) while reviving a path", dcopy.name, dcopy.port, n);
     return ncclSystemError;

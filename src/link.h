@@ -15,8 +15,9 @@
 #include "linkpass/nccl_net.h"
 #include "wire.h"
 
-#define LP_SQ_DEPTH 512 /* send WRs per QP, as NCCL */
-#define LP_RQ_DEPTH 256 /* receive WRs per QP */
+#define LP_SQ_DEPTH 512  /* send WRs per QP, as NCCL */
+#define LP_RQ_DEPTH 256  /* receive WRs per QP */
+#define LP_POLL_BATCH 16 /* completions taken from a CQ per ibv_poll_cq */
 /* NCCL_IB_USE_INLINE: inline room asked for on a receiver's QPs, enough for
  * the clear-to-sends of an irecv of up to four sub-receives (a larger one
  * goes through the control memory's key as without the setting). */
