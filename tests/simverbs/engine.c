@@ -181,11 +181,11 @@ static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need
   for (uint32_t i = 0; i < w->num_sge; i++) {
     struct ibv_sge *s = &w->sge[i];
     if (!s->length) continue;
-    struct sv_mr *m = sv_mr_lookup(f, s->lkey);
-    if (!m || m->owner != sv_lib.proc || m->pd_id != q->pd_id) return IBV_WC_LOC_PROT_ERR;
-    if (need_write && !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
-    if (s->addr < m->iova || s->addr + s->length > m->iova + m->length) return IBV_WC_LOC_PROT_ERR;
-    x->local[x->nlocal].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
+    struct sv_mr m;
+    if (!sv_mr_read(f, s->lkey, &m) || m.owner != sv_lib.proc || m.pd_id != q->pd_id) return IBV_WC_LOC_PROT_ERR;
+    if (need_write && !(m.access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    if (s->addr < m.iova || s->addr + s->length > m.iova + m.length) return IBV_WC_LOC_PROT_ERR;
+    x->local[x->nlocal].iov_base = (void *)(uintptr_t)(m.addr + (s->addr - m.iova));
     x->local[x->nlocal].iov_len = s->length;
     x->nlocal++;
     x->len += s->length;
@@ -196,9 +196,9 @@ static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need
 /* Where this process can reach a peer's registered address directly: our
  * own memory, or the peer's shared window mapped here.  NULL: use
  * process_vm_writev/readv. */
-static char *direct_ptr(struct sv_fabric *f, struct sv_mr *m, void *remote) {
+static char *direct_ptr(struct sv_fabric *f, const struct sv_mr *m, uint32_t key, void *remote) {
   if (m->owner == sv_lib.proc) return remote;
-  char *base = sv_window_map(f, m);
+  char *base = sv_window_map(f, m, sv_key_index(key));
   return base ? base + ((uintptr_t)remote - m->addr) : NULL;
 }
 
@@ -206,14 +206,14 @@ static char *direct_ptr(struct sv_fabric *f, struct sv_mr *m, void *remote) {
 static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len, uint32_t need, struct iovec *out,
                         char **direct, pid_t *pid, uint32_t *mr_access) {
   struct sv_fabric *f = fab();
-  struct sv_mr *m = sv_mr_lookup(f, rkey);
-  if (!m || m->pd_id != d->pd_id || !(m->access & need) || !(d->access & need)) return 0;
-  if (va < m->iova || va + len > m->iova + m->length || va + len < va) return 0;
-  out->iov_base = (void *)(uintptr_t)(m->addr + (va - m->iova));
+  struct sv_mr m;
+  if (!sv_mr_read(f, rkey, &m) || m.pd_id != d->pd_id || !(m.access & need) || !(d->access & need)) return 0;
+  if (va < m.iova || va + len > m.iova + m.length || va + len < va) return 0;
+  out->iov_base = (void *)(uintptr_t)(m.addr + (va - m.iova));
   out->iov_len = len;
-  *direct = direct_ptr(f, m, out->iov_base);
-  *pid = f->procs[m->owner].pid;
-  *mr_access = m->access;
+  *direct = direct_ptr(f, &m, rkey, out->iov_base);
+  *pid = f->procs[m.owner].pid;
+  *mr_access = m.access;
   return 1;
 }
 
@@ -332,13 +332,14 @@ static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec
   *pid = f->procs[d->owner].pid;
   for (uint32_t i = 0; i < r->num_sge && left; i++) {
     struct ibv_sge *s = &r->sge[i];
-    struct sv_mr *m = sv_mr_lookup(f, s->lkey);
-    if (!m || m->pd_id != d->pd_id || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
-    if (s->addr < m->iova || s->addr + s->length > m->iova + m->length) return IBV_WC_LOC_PROT_ERR;
+    struct sv_mr m;
+    if (!sv_mr_read(f, s->lkey, &m) || m.pd_id != d->pd_id || !(m.access & IBV_ACCESS_LOCAL_WRITE))
+      return IBV_WC_LOC_PROT_ERR;
+    if (s->addr < m.iova || s->addr + s->length > m.iova + m.length) return IBV_WC_LOC_PROT_ERR;
     size_t take = s->length < left ? s->length : left;
-    out[*n].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
+    out[*n].iov_base = (void *)(uintptr_t)(m.addr + (s->addr - m.iova));
     out[*n].iov_len = take;
-    direct[*n] = direct_ptr(f, m, out[*n].iov_base);
+    direct[*n] = direct_ptr(f, &m, s->lkey, out[*n].iov_base);
     (*n)++;
     left -= take;
   }
@@ -615,9 +616,9 @@ static size_t wr_bytes(struct sv_swqe *w) {
 static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
   struct sv_fabric *f = fab();
   if ((w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && wr_bytes(w) > 0) {
-    struct sv_mr *m = sv_mr_lookup(f, w->rkey);
-    if (m && w->remote_addr >= m->iova && w->remote_addr < m->iova + m->length) {
-      char *p = direct_ptr(f, m, (void *)(uintptr_t)(m->addr + (w->remote_addr - m->iova)));
+    struct sv_mr m;
+    if (sv_mr_read(f, w->rkey, &m) && w->remote_addr >= m.iova && w->remote_addr < m.iova + m.length) {
+      char *p = direct_ptr(f, &m, w->rkey, (void *)(uintptr_t)(m.addr + (w->remote_addr - m.iova)));
       if (p) __builtin_prefetch(p, 1);
     }
   }

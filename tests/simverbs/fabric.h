@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  13 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events */
+  14 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -210,8 +210,15 @@ struct sv_cq {
   _Alignas(64) _Atomic uint64_t head;
 };
 
+/* A slot of the MR table.  Every process's engine reads it while a
+ * registration in any process may take the slot once it is free and
+ * rewrite it: the fields are written with release and read with acquire
+ * accesses, and `seq` is a sequence lock (odd while mr_publish rewrites
+ * them), so that a reader holding a stale key never takes half of one
+ * registration and half of the next (sv_mr_read). */
 struct sv_mr {
   _Atomic uint32_t in_use;
+  _Atomic uint32_t seq;
   uint32_t gen;
   int32_t owner;
   uint32_t dev;

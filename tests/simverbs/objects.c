@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,12 +30,36 @@ SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 
 /* ---- memory regions ---- */
 
-struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key) {
+/* Every field of a slot but in_use and seq, copied with `op` (below). */
+#define SV_MR_FIELDS(op)                                                                                       \
+  op(gen) op(owner) op(dev) op(pd_id) op(addr) op(length) op(iova) op(access) op(win_fd) op(dmabuf) op(win_id) \
+      op(win_off) op(win_len)
+#define SV_MR_LOAD(field) out->field = __atomic_load_n(&m->field, __ATOMIC_ACQUIRE);
+#define SV_MR_STORE(field) __atomic_store_n(&m->field, from->field, __ATOMIC_RELEASE);
+
+int sv_mr_read(struct sv_fabric *f, uint32_t key, struct sv_mr *out) {
   uint32_t idx = sv_key_index(key);
-  if (idx >= SV_MAX_MRS) return NULL;
+  if (idx >= SV_MAX_MRS) return 0;
   struct sv_mr *m = &f->mrs[idx];
-  if (!atomic_load_explicit(&m->in_use, memory_order_acquire) || m->gen != sv_key_gen(key)) return NULL;
-  return m;
+  for (;;) {
+    uint32_t s1 = atomic_load_explicit(&m->seq, memory_order_acquire);
+    if (!atomic_load_explicit(&m->in_use, memory_order_acquire)) return 0;
+    if (s1 & 1) { /* being rewritten: the key it had is gone */
+      sched_yield();
+      continue;
+    }
+    SV_MR_FIELDS(SV_MR_LOAD) /* acquire: the second look at seq stays after them */
+    if (atomic_load_explicit(&m->seq, memory_order_relaxed) == s1) break;
+  }
+  return out->gen == sv_key_gen(key);
+}
+
+/* Rewrite slot m from *from (the fabric lock held: one writer a slot). */
+static void mr_write(struct sv_mr *m, const struct sv_mr *from) {
+  uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+  atomic_store_explicit(&m->seq, s + 1, memory_order_relaxed);
+  SV_MR_FIELDS(SV_MR_STORE) /* release: a reader that sees one of them sees seq odd */
+  atomic_store_explicit(&m->seq, s + 2, memory_order_release);
 }
 
 static const int sv_known_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -57,26 +82,23 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
   struct sv_fabric *f = fab();
   struct sv_mr_handle *h = calloc(1, sizeof(*h));
   int idx = -1;
+  uint32_t gen = 0;
   if (h) {
     sv_lock(&f->lock);
     for (int i = 1; i < SV_MAX_MRS; i++) /* index 0 unused: key 0 is never valid */
       if (!atomic_load(&f->mrs[i].in_use)) {
         idx = i;
         struct sv_mr *m = &f->mrs[i];
-        m->gen = (m->gen + 1) & 0xffff;
-        if (m->gen == 0) m->gen = 1;
-        m->owner = sv_lib.proc;
-        m->dev = (uint32_t)sv_ctx_of(pd->context)->dev;
-        m->pd_id = ((struct sv_pd *)pd)->id;
-        m->addr = shared->addr;
-        m->length = shared->length;
-        m->iova = iova;
-        m->access = access;
-        m->dmabuf = shared->dmabuf;
-        m->win_fd = shared->win_fd;
-        m->win_id = shared->win_id;
-        m->win_off = shared->win_off;
-        m->win_len = shared->win_len;
+        struct sv_mr next = *shared;
+        next.gen = (__atomic_load_n(&m->gen, __ATOMIC_RELAXED) + 1) & 0xffff;
+        if (next.gen == 0) next.gen = 1;
+        next.owner = sv_lib.proc;
+        next.dev = (uint32_t)sv_ctx_of(pd->context)->dev;
+        next.pd_id = ((struct sv_pd *)pd)->id;
+        next.iova = iova;
+        next.access = access;
+        mr_write(m, &next);
+        gen = next.gen;
         atomic_store_explicit(&m->in_use, 1, memory_order_release);
         break;
       }
@@ -95,7 +117,7 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
    * no other address for it (ours is the library's own mapping). */
   h->mr.addr = (void *)(uintptr_t)(shared->dmabuf ? iova : shared->addr);
   h->mr.length = shared->length;
-  h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, f->mrs[idx].gen);
+  h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, gen);
   h->mr.handle = (uint32_t)idx;
   return &h->mr;
 }

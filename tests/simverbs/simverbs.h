@@ -179,7 +179,9 @@ struct sv_ctx *sv_ctx_of(struct ibv_context *c);
 int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc);
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
-struct sv_mr *sv_mr_lookup(struct sv_fabric *f, uint32_t key);
+/* A consistent copy of the registration `key` names into *out; 0 when it
+ * names none (never registered, deregistered, or its slot taken since). */
+int sv_mr_read(struct sv_fabric *f, uint32_t key, struct sv_mr *out);
 
 /* window.c */
 void sv_window_share(struct sv_mr *m);
@@ -187,7 +189,8 @@ void sv_window_release(struct sv_mr *m);
 /* Map the dma-buf `fd`'s [offset, offset + length) for a registration at
  * `iova` into `m` (addr, window); 0 or the errno the kernel would give. */
 int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, uint64_t iova);
-char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m);
+/* `m`: a copy of MR table slot `slot` (sv_mr_read). */
+char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m, uint32_t slot);
 
 /* qp.c */
 int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -289,11 +289,11 @@ void sv_window_release(struct sv_mr *m) {
  * never evicted: an executor in another thread may be copying into one, and
  * address space is cheap.  When the table is full, peers fall back to
  * process_vm_writev. */
-char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m) {
+char *sv_window_map(struct sv_fabric *f, const struct sv_mr *m, uint32_t slot) {
   if (m->win_fd < 0) return NULL;
   pid_t pid = f->procs[m->owner].pid;
   /* Every work request lands here: look at the hint before the table. */
-  _Atomic(struct sv_peer_map *) *hint = &sv_lib.window_hint[m - f->mrs];
+  _Atomic(struct sv_peer_map *) *hint = &sv_lib.window_hint[slot];
   struct sv_peer_map *known = atomic_load_explicit(hint, memory_order_acquire);
   if (known && known->id == m->win_id && known->pid == pid) return known->base + m->win_off;
   char *base = NULL;
