@@ -669,6 +669,22 @@ Test(bad_input, bad_rkey_and_out_of_bounds_are_remote_access_errors) {
   cr_assert_eq(qp_state(&B), IBV_QPS_ERR);
 }
 
+/* A NIC refuses a destroyed mkey.  Here the new registration of the very
+ * same buffer takes the freed slot of the MR table; only the key's
+ * generation tells the old key from the new one. */
+Test(bad_input, a_key_kept_after_dereg_is_refused_when_its_slot_is_reused) {
+  connect_pair(8);
+  uint32_t old = B.mr->rkey;
+  cr_assert_eq(ibv_dereg_mr(B.mr), 0);
+  B.mr = ibv_reg_mr(B.pd, B.buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  cr_assert_not_null(B.mr);
+  cr_assert_neq(B.mr->rkey, old);
+  fill(A.buf, 64, 7);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, old), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR);
+  for (int i = 0; i < 64; i++) cr_assert_eq(B.buf[i], 0, "nothing of a refused write lands");
+}
+
 Test(bad_input, out_of_bounds_write_is_remote_access_error) {
   connect_pair(8);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
