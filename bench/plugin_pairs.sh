@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One size, two plugins, alternated run by run on one fabric: the ratio of
+# each pair and their median (docs/PERFORMANCE.md, issue 10).  For the
+# small gaps that the sweeps of bench/linkpass_vs_ibext.sh cannot separate
+# from the machine's noise: many short runs of one size, each plugin right
+# after the other.
+#
+# usage: bench/plugin_pairs.sh BUILD_DIR SIZE
+#   env: A, B     the two plugins (default: this build's linkpass, and the
+#                 reference plugin built by tests/peers/ibext.sh)
+#        PAIRS    pairs of runs (default 11)
+#        ITERS    iterations a run (default 60000)
+#        RANKS    2 or 4 (default 2)
+#        LATENCY  1: compare the time of an iteration (A / B: below 1 is A
+#                 faster); else busbw (A / B: above 1 is A faster)
+# Every run is a checked sendrecv with registered buffers (-R 1) on
+# two-hosts-ib.conf; a run with a wrong element stops the script.
+set -euo pipefail
+build=$(cd "${1:?usage: plugin_pairs.sh BUILD_DIR SIZE}" && pwd)
+size=${2:?usage: plugin_pairs.sh BUILD_DIR SIZE}
+top=$(cd "$(dirname "$0")/.." && pwd)
+sv="$build/simverbs/simverbs"
+a=${A:-$build/lib/libnccl-net-linkpass.so}
+b=${B:-$build/tests/peers/ibext/libnccl-net-ibext.so}
+for f in "$sv" "$build/bench/linkpass-perf" "$a" "$b"; do
+  [ -e "$f" ] || { echo "plugin_pairs: $f is missing (build first; the reference plugin: bash tests/peers/ibext.sh)" >&2; exit 2; }
+done
+fabric="pairs$$"
+tmp=$(mktemp -d /tmp/lppairs.XXXXXX)
+cleanup() {
+  "$sv" down --fabric "$fabric" >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+"$sv" up "$top/tests/simverbs/configs/two-hosts-ib.conf" --fabric "$fabric" >/dev/null
+export NCCL_SHARP_MAX_COMMS=64 # the reference plugin's comms on an IB port
+field='$(NF - 1)'              # busbw
+[ "${LATENCY:-0}" = 1 ] && field='$(NF - 3)'
+# run PLUGIN: one run; prints its figure
+run() {
+  "$build/bench/linkpass-perf" --fabric "$fabric" --simverbs "$sv" --hosts node0,node1 --plugin "$1" --timeout 300 \
+    -N "${RANKS:-2}" --op sendrecv -R 1 -b "$size" -e "$size" -n "${ITERS:-60000}" -w 100 -c 1 >"$tmp/out" 2>&1 ||
+    { cat "$tmp/out" >&2; exit 1; }
+  awk '$1 ~ /^[0-9]+$/ && NF >= 9 { if ($NF != 0) bad = 1; v = '"$field"' } END { if (bad) exit 1; print v }' "$tmp/out" ||
+    { echo "plugin_pairs: wrong elements with $1" >&2; cat "$tmp/out" >&2; exit 1; }
+}
+what=busbw
+[ "${LATENCY:-0}" = 1 ] && what="time (us)"
+echo "# sendrecv -R 1, $size, ${RANKS:-2} ranks, ${ITERS:-60000} iterations a run; $what"
+echo "# A: $a"
+echo "# B: $b"
+printf '%6s %12s %12s %8s\n' pair A B "A / B"
+for i in $(seq "${PAIRS:-11}"); do
+  x=$(run "$a")
+  y=$(run "$b")
+  printf '%6d %12s %12s %8.3f\n' "$i" "$x" "$y" "$(awk -v x="$x" -v y="$y" 'BEGIN { print x / y }')"
+done | tee "$tmp/pairs"
+awk '{ print $4 }' "$tmp/pairs" | sort -g |
+  awk '{ v[NR] = $1 } END { printf "median A / B over %d pairs: %.3f (lowest %.3f, highest %.3f)\n", NR, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'
