@@ -57,6 +57,7 @@ int sv_mr_read(struct sv_fabric *f, uint32_t key, struct sv_mr *out) {
 /* Rewrite slot m from *from (the fabric lock held: one writer a slot). */
 static void mr_write(struct sv_mr *m, const struct sv_mr *from) {
   uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+  s += s & 1; /* odd: its last writer died in the middle, and the slot was reclaimed free */
   atomic_store_explicit(&m->seq, s + 1, memory_order_relaxed);
   SV_MR_FIELDS(SV_MR_STORE) /* release: a reader that sees one of them sees seq odd */
   atomic_store_explicit(&m->seq, s + 2, memory_order_release);
