@@ -96,17 +96,17 @@ done
 # (Each look bounded: one status seen to take seconds on a loaded CI machine
 # must not eat the whole wait.)
 looks=0 slow=0
+in_rts() { awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" 2>/dev/null | wc -l; }
 rts() {
-  local t0=$SECONDS
+  local t0=${EPOCHREALTIME/./}
   looks=$((looks + 1))
   timeout 10 "$SIMVERBS" status >"$tmp/status.new" && mv "$tmp/status.new" "$tmp/status"
   local rc=$?
-  ((SECONDS - t0 < 2)) || slow=$((slow + 1))
-  ((rc == 0)) && (($(awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" | wc -l) >= 8))
+  ((${EPOCHREALTIME/./} - t0 < 2000000)) || slow=$((slow + 1))
+  ((rc == 0)) && (($(in_rts) >= 8))
 }
 why_not_rts() {
-  echo "$(awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" 2>/dev/null | wc -l) of 8 QPs in RTS after $looks looks" \
-    "($slow of them took 2 s or more): $(cat "$tmp/status" 2>/dev/null)"
+  echo "$(in_rts) of 8 QPs in RTS after $looks looks ($slow of them took 2 s or more): $(cat "$tmp/status" 2>/dev/null)"
 }
 deadline=$((SECONDS + 45))
 until rts; do
