@@ -4,8 +4,9 @@
 # checked sendrecv over K channels a direction, every channel on mlx5_0
 # (linkpass-perf --channels K --same-dev, 1 KiB a channel a message); after
 # the first second node0's mlx5_0 cable is pulled once.  Per K it prints the
-# longest pause between two completions of a rank with nothing failing and
-# with the pull, the moved connection ends against the 4 K expected, the
+# longest pause between two completions of a rank and the slowest iteration
+# (every channel's message of one repetition) with nothing failing and with
+# the pull, the moved connection ends against the 4 K expected, the
 # plugin's own move durations (fault seen to traffic flowing, p50 / p99 over
 # every end), the same from the pull itself (the cable pulled to each end's
 # event line reaching the syslog sink: this counts the time until an end
@@ -53,7 +54,7 @@ for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
 export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock"
 
 # run K PULL: one run; prints "longest_gap_s moved p50_ms p99_ms wrong rc
-# failbacks fb_p50_ms fb_p99_ms standby_s pull_p50_ms pull_p99_ms plug_p50_ms plug_p99_ms"
+# failbacks fb_p50_ms fb_p99_ms standby_s pull_p50_ms pull_p99_ms plug_p50_ms plug_p99_ms slowest_ms"
 run() {
   local k=$1 pull=$2 rc=0 t_pull=- t_plug=-
   : >"$tmp/syslog"
@@ -101,8 +102,9 @@ run() {
   moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
   back=$(grep -c 'event=failback' "$tmp/syslog" || true)
   wrong=$(sed -n 's/^# Wrong elements *: *\([0-9]*\).*/\1/p' "$tmp/out")
+  slowest=$(sed -n 's/^# Slowest iteration *: *\([0-9.]*\) ms.*/\1/p' "$tmp/out")
   echo "$gap $moved $(percentiles failover) ${wrong:-?} $rc $back $(percentiles failback) $ready" \
-    "$(since failover "$t_pull") $(since failback "$t_plug")"
+    "$(since failover "$t_pull") $(since failback "$t_plug") ${slowest:--}"
 }
 
 # Every connection end (2 K in each of the 2 processes) has a ready standby path.
@@ -132,16 +134,22 @@ since() {
 echo "# many connections on one NIC: sendrecv, 2 processes, K channels a direction on mlx5_0, one pull of node0:mlx5_0"
 echo "# longest pause between two completions of a rank (s); moved = failover lines (4 K expected: both ends, both directions)"
 echo "# standby s: from the start until every end has a standby path (the pull waits for it; - without LINKPASS_STANDBY)"
+echo "# slow ms: the slowest iteration of the run (every channel's message of one repetition; with the pull, it holds the"
+echo "#   time from the pull until traffic flows on every connection again, plus one iteration)"
 echo "# p50/p99 ms: each end's move (fault seen -> traffic flowing); pull p50/p99: the pull (or the plug-in) -> each end's line at the sink"
-printf '%6s | %10s | %9s | %10s %9s %9s %9s %9s %9s %7s | %9s %9s %9s %9s %9s\n' K "no fault" "standby s" "one pull" \
-  moved "p50 ms" "p99 ms" "pull p50" "pull p99" wrong "back" "p50 ms" "p99 ms" "plug p50" "plug p99"
+echo "#   (a line waits for the end of its process's sweep, 100 ms after the last move: docs/OPERATIONS.md)"
+printf '%6s | %10s %8s | %9s | %10s %8s %9s %9s %9s %9s %9s %7s | %9s %9s %9s %9s %9s\n' K "no fault" "slow ms" \
+  "standby s" "one pull" "slow ms" moved "p50 ms" "p99 ms" "pull p50" "pull p99" wrong "back" "p50 ms" "p99 ms" \
+  "plug p50" "plug p99"
 status=0
 for k in "${ks[@]}"; do
   g0=- w0=0 rc0=0
-  [ "${NOFAULT:-1}" = 0 ] || read -r g0 _ _ _ w0 rc0 _ <<<"$(run "$k" 0)"
-  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 sb1 fp50 fp99 fbp50 fbp99 <<<"$(run "$k" 1)"
-  printf '%6s | %10s | %9s | %10s %4s/%-4s %9s %9s %9s %9s %7s | %4s/%-4s %9s %9s %9s %9s\n' "$k" "$g0" "$sb1" "$g1" \
-    "$m1" $((4 * k)) "$p50" "$p99" "$fp50" "$fp99" "$w1" "$b1" $((4 * k)) "$bp50" "$bp99" "$fbp50" "$fbp99"
+  s0=-
+  [ "${NOFAULT:-1}" = 0 ] || read -r g0 _ _ _ w0 rc0 _ _ _ _ _ _ _ _ s0 <<<"$(run "$k" 0)"
+  read -r g1 m1 p50 p99 w1 rc1 b1 bp50 bp99 sb1 fp50 fp99 fbp50 fbp99 s1 <<<"$(run "$k" 1)"
+  printf '%6s | %10s %8s | %9s | %10s %8s %4s/%-4s %9s %9s %9s %9s %7s | %4s/%-4s %9s %9s %9s %9s\n' "$k" "$g0" "$s0" \
+    "$sb1" "$g1" "$s1" "$m1" $((4 * k)) "$p50" "$p99" "$fp50" "$fp99" "$w1" "$b1" $((4 * k)) "$bp50" "$bp99" "$fbp50" \
+    "$fbp99"
   if ((rc0 || rc1)) || [ "$w0" != 0 ] || [ "$w1" != 0 ]; then
     echo "# K=$k: a run failed (exit $rc0 / $rc1, wrong $w0 / $w1); its output:" >&2
     tail -5 "$tmp/out" >&2

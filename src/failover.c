@@ -38,12 +38,16 @@ static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev]
  * one after another (a peer's ends only as its messages arrive), so the
  * count of moves under way alone drops to 0 between them, and the paced
  * work took a third of the thread the rest of the sweep needed.  Not for
- * failbacks: they wait for the paced work (a standby on the primary). */
+ * failbacks: they wait for the paced work (a standby on the primary).
+ * Every move, failbacks too, also holds back the event lines of the sweep
+ * (lp_health_sweep_over, lp_report_emit). */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
   int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
   if (was_idle != idle) {
+    uint64_t now = lp_now_ns();
     lp_health_moving_add(c->health, idle ? -1 : 1);
-    if (c->fo->reason != LP_FO_FAILBACK) lp_health_paced_after(c->health, lp_now_ns() + LP_SWEEP_QUIET_NS);
+    lp_health_sweep_seen(c->health, now, LP_SWEEP_QUIET_NS);
+    if (c->fo->reason != LP_FO_FAILBACK) lp_health_paced_after(c->health, now + LP_SWEEP_QUIET_NS);
   }
   c->fo->state = st;
   c->paused = !idle;
@@ -319,7 +323,7 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                                 : fo->via_standby           ? "standby"
                                 : fo->via_home              ? "revived"
                                                             : "new"};
-  lp_report_emit(&c->env->syslog, &r);
+  lp_report_emit(&c->env->syslog, &r, kind != LP_REPORT_PATH_LOST); /* a lost path, at once: it may end the job */
   struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
   if (kind == LP_REPORT_FAILOVER) {

@@ -22,6 +22,7 @@
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
 #define LP_RING_CAPACITY 1024
 #define LP_SYSLOG_RETRY_NS 2000000ull /* held syslog lines are tried again this often */
+#define LP_SWEEP_LOOK_NS 10000000ull  /* and lines held for a sweep's end, this often */
 
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id) {
   if (!h->running || dev < 0) return;
@@ -549,8 +550,11 @@ static void *control_main(void *arg) {
       }
     }
     next = suspect_expiry(h, now, next);
-    /* Event lines the syslog socket had no room for: soon again. */
-    if (lp_syslog_flush(&h->env->syslog) > 0 && now + LP_SYSLOG_RETRY_NS < next) next = now + LP_SYSLOG_RETRY_NS;
+    /* Event lines the syslog socket had no room for: soon again; those of
+     * a sweep, once it is over. */
+    int sweep_over = lp_health_sweep_over(h, now);
+    uint64_t retry = sweep_over ? LP_SYSLOG_RETRY_NS : LP_SWEEP_LOOK_NS;
+    if (lp_syslog_flush(&h->env->syslog, sweep_over) > 0 && now + retry < next) next = now + retry;
     if (h->env->cfg.gray && h->next_gray_ns < next) next = h->next_gray_ns > now ? h->next_gray_ns : now;
     int ms = (int)((next - now) / 1000000ull) + 1;
     lp_ring_wait(&h->ring, ms);

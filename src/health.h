@@ -83,6 +83,7 @@ struct lp_health {
   _Atomic int standby_ready[LP_MAX_DEVS];  /* standby paths connected on the device (the metrics) */
   _Atomic int moving;                      /* connection ends of this process with a move under way */
   _Atomic uint64_t paced_until;            /* lp_health_paced: no paced work before this time */
+  _Atomic uint64_t sweep_quiet_at;         /* lp_health_sweep_over: no sweep before this time */
   _Atomic int left_for_fault[LP_MAX_DEVS]; /* lp_health_left_for_fault since the last gray tick */
   _Atomic int fatal[LP_MAX_NICS];          /* NIC reported DEVICE_FATAL: never used again */
   /* A device a connection left for a silent fault (a stall, an error
@@ -179,6 +180,18 @@ static inline void lp_health_moving_add(struct lp_health *h, int delta) {
 }
 static inline int lp_health_moving(struct lp_health *h) {
   return atomic_load_explicit(&h->moving, memory_order_relaxed);
+}
+
+/* A move began or ended at `now`: the sweep it belongs to is over once no
+ * move is under way and none began or ended for `quiet_ns`.  The event
+ * lines of a sweep wait for its end (lp_report_emit). */
+static inline void lp_health_sweep_seen(struct lp_health *h, uint64_t now, uint64_t quiet_ns) {
+  uint64_t until = atomic_load_explicit(&h->sweep_quiet_at, memory_order_relaxed), t = now + quiet_ns;
+  while (until < t && !atomic_compare_exchange_weak_explicit(&h->sweep_quiet_at, &until, t, memory_order_relaxed,
+                                                             memory_order_relaxed)) {}
+}
+static inline int lp_health_sweep_over(struct lp_health *h, uint64_t now) {
+  return lp_health_moving(h) == 0 && now >= atomic_load_explicit(&h->sweep_quiet_at, memory_order_relaxed);
 }
 
 /* Work that is not urgent (building a standby path, destroying a retired

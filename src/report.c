@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 static const char *kind_name(enum lp_report_kind k) {
@@ -46,20 +48,37 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
   return snprintf(buf, len, "<%d>%s linkpass[%d]: %s", facility | severity, stamp, (int)getpid(), msg);
 }
 
-#define LP_SYSLOG_DGRAM 1024 /* the longest datagram sent */
-#define LP_SYSLOG_HELD 2048  /* datagrams held while the daemon's socket is full */
-#define LP_SYSLOG_CLOSE_S 1  /* how long the last ones may wait for room at exit */
+#define LP_SYSLOG_DGRAM 1024         /* the longest datagram sent */
+#define LP_SYSLOG_HELD 2048          /* lines held: for room in the syslog socket, or for a sweep's end */
+#define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
+#define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
 
-/* Lines the socket had no room for, oldest first, sent by the next line or
- * the control thread's next look (lp_syslog_flush).  A sweep of a thousand
- * moves makes a thousand lines in a millisecond or two; the kernel queues
- * only net.unix.max_dgram_qlen of them (10 unless raised), and a blocking
- * send would stall the thread that moves connections until the daemon
- * caught up: a sweep was timed at the pace of the syslog reader. */
+/* Lines not sent yet, oldest first.  Two reasons to hold one:
+ *  - the socket had no room: a sweep of a thousand moves makes a thousand
+ *    lines in a millisecond or two; the kernel queues only
+ *    net.unix.max_dgram_qlen of them (10 unless raised), and a blocking send
+ *    would stall the thread that moves connections until the daemon caught
+ *    up: a sweep was timed at the pace of the syslog reader;
+ *  - the line tells of a move made in a sweep (lp_report_emit's `sweep`):
+ *    sending it, mirroring it to NCCL's log and the daemon's reading it took
+ *    a sixth of the CPU of a sweep of 4,096 moves on two cores
+ *    (docs/SCALE.md), from the moves still waiting.  Such a line waits,
+ *    with the time of the move in its header, until the control thread
+ *    says the sweep is over (lp_syslog_flush), LP_HOLD_MAX_NS at most.
+ * Lines leave in order: a line behind a held one waits for it. */
+struct lp_held_line {
+  uint64_t at_ns;  /* when it was held */
+  uint16_t len;    /* of the datagram */
+  uint16_t msg;    /* where the message starts in it (after the syslog header) */
+  uint8_t mirror;  /* NCCL's log has not had it yet */
+  uint8_t sweep;   /* held for the sweep's end, not only for room */
+  uint8_t to_sock; /* for the syslog socket */
+  char dgram[LP_SYSLOG_DGRAM];
+};
+
 struct lp_syslog_held {
   pthread_mutex_t mu;
-  char (*dgram)[LP_SYSLOG_DGRAM]; /* a ring, allocated when the socket is first full */
-  uint16_t *len;
+  struct lp_held_line *line; /* a ring of LP_SYSLOG_HELD, allocated when first needed */
   unsigned head, count;
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
 };
@@ -72,57 +91,82 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
   return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 }
 
-/* Send held lines while the socket takes them; under h->mu.  A line the
- * socket refuses for another reason (no daemon) is lost, as syslog(3)
+/* Send held lines while the socket takes them and they may go (one held for
+ * a sweep: once `sweep_over`, or past LP_HOLD_MAX_NS); under h->mu.  A line
+ * the socket refuses for another reason (no daemon) is lost, as syslog(3)
  * loses it.  Returns the lines still held. */
-static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags) {
+static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over,
+                          uint64_t now) {
   while (h->count > 0) {
-    unsigned i = h->head % LP_SYSLOG_HELD;
-    if (send_dgram(sl, h->dgram[i], h->len[i], flags) == -EAGAIN) break;
+    struct lp_held_line *l = &h->line[h->head % LP_SYSLOG_HELD];
+    if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) break;
+    l->sweep = 0;
+    if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
+    l->mirror = 0;
+    if (l->to_sock && send_dgram(sl, l->dgram, l->len, flags) == -EAGAIN) break;
     h->head++;
     h->count--;
   }
   return h->count;
 }
 
-static void hold(struct lp_syslog_held *h, const char *dgram, size_t n) {
-  if (h->dgram == NULL) h->dgram = malloc(sizeof(*h->dgram) * LP_SYSLOG_HELD);
-  if (h->len == NULL) h->len = malloc(sizeof(*h->len) * LP_SYSLOG_HELD);
-  if (h->dgram == NULL || h->len == NULL || h->count == LP_SYSLOG_HELD) {
+/* Keep a line at the ring's end; under h->mu.  A ring full of lines held
+ * for a sweep lets its oldest go first: a sweep longer than the ring sends
+ * its first lines sooner.  A line that still finds no place (the socket has
+ * no room for the oldest) is dropped from syslog, and counted. */
+static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
+  if (h->line == NULL) h->line = malloc(sizeof(*h->line) * LP_SYSLOG_HELD);
+  if (h->line != NULL && h->count == LP_SYSLOG_HELD) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns);
+  if (h->line == NULL || h->count == LP_SYSLOG_HELD) {
     h->dropped++;
+    if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     return;
   }
-  unsigned i = (h->head + h->count++) % LP_SYSLOG_HELD;
-  memcpy(h->dgram[i], dgram, n);
-  h->len[i] = (uint16_t)n;
+  struct lp_held_line *at = &h->line[(h->head + h->count++) % LP_SYSLOG_HELD];
+  memcpy(at, l, offsetof(struct lp_held_line, dgram) + l->len + 1);
 }
 
-/* One datagram to the syslog socket, never waiting for room: lines the
- * socket cannot take yet are held, in order (lp_syslog_held).  A missing
- * daemon loses the line, as syslog(3) does; NCCL's log still has it.  The
- * socket is opened once (lp_syslog_open) and shared by every thread;
- * naming the address each time keeps working when the syslog daemon
- * restarts and makes its socket anew. */
-static void syslog_send(const struct lp_syslog *sl, int severity, const char *msg) {
-  char dgram[LP_SYSLOG_DGRAM];
-  int n = lp_syslog_format(sl->facility, severity, msg, dgram, sizeof(dgram));
-  if (n < 0 || sl->fd < 0) return;
-  if ((size_t)n >= sizeof(dgram)) n = (int)sizeof(dgram) - 1;
+/* One line to the syslog socket (when enabled) and to NCCL's log, never
+ * waiting for room: lines the socket cannot take yet are held, in order,
+ * and so are lines of a sweep (lp_syslog_held).  A missing daemon loses the
+ * line, as syslog(3) does; NCCL's log still has it.  The socket is opened
+ * once (lp_syslog_open) and shared by every thread; naming the address each
+ * time keeps working when the syslog daemon restarts and makes its socket
+ * anew. */
+static void emit(const struct lp_syslog *sl, int severity, const char *msg, int sweep) {
   struct lp_syslog_held *h = sl->held;
+  if (h == NULL) {
+    LP_WARN("%s", msg);
+    return;
+  }
+  struct lp_held_line l = {.at_ns = lp_now_ns(), .mirror = 1, .sweep = (uint8_t)(sweep != 0), .to_sock = sl->fd >= 0};
+  int n = lp_syslog_format(sl->facility, severity, msg, l.dgram, sizeof(l.dgram));
+  size_t msg_len = strlen(msg);
+  if (n < 0 || (size_t)n < msg_len) return;
+  l.msg = (uint16_t)((size_t)n - msg_len); /* the message ends the datagram */
+  if ((size_t)n >= sizeof(l.dgram)) n = (int)sizeof(l.dgram) - 1;
+  l.len = (uint16_t)n;
+  int rc = 0;
   pthread_mutex_lock(&h->mu);
-  int rc = send_held(sl, h, MSG_DONTWAIT) > 0 ? -EAGAIN : send_dgram(sl, dgram, (size_t)n, MSG_DONTWAIT);
-  if (rc == -EAGAIN) hold(h, dgram, (size_t)n);
+  if (!sweep) { /* NCCL's log at once, even ahead of a sweep's lines still held */
+    LP_WARN("%s", msg);
+    l.mirror = 0;
+  }
+  if (sweep || (l.to_sock && send_held(sl, h, MSG_DONTWAIT, 0, l.at_ns) > 0))
+    hold(sl, h, &l);
+  else if (l.to_sock && (rc = send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT)) == -EAGAIN)
+    hold(sl, h, &l);
   pthread_mutex_unlock(&h->mu);
   if (rc != 0 && rc != -EAGAIN)
     LP_INFO(NCCL_NET, "syslog socket %s does not take lines (%s); the event is in this log only", sl->socket,
             strerror(-rc));
 }
 
-unsigned lp_syslog_flush(const struct lp_syslog *sl) {
+unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over) {
   struct lp_syslog_held *h = sl->held;
-  if (h == NULL || sl->fd < 0) return 0;
+  if (h == NULL) return 0;
   pthread_mutex_lock(&h->mu);
-  unsigned left = send_held(sl, h, MSG_DONTWAIT);
+  unsigned left = send_held(sl, h, MSG_DONTWAIT, sweep_over, lp_now_ns());
   uint64_t dropped = h->dropped, said = h->dropped_said;
   h->dropped_said = dropped;
   pthread_mutex_unlock(&h->mu);
@@ -134,14 +178,17 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl) {
   return left;
 }
 
+/* The held lines exist with syslog or without: a sweep's lines wait for
+ * NCCL's log too. */
 int lp_syslog_open(struct lp_syslog *sl) {
   sl->fd = -1;
   sl->held = NULL;
-  if (!sl->enabled) return 0;
   struct lp_syslog_held *h = calloc(1, sizeof(*h));
   if (h == NULL || pthread_mutex_init(&h->mu, NULL) != 0) goto fail;
-  sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (sl->fd < 0) goto fail_mu;
+  if (sl->enabled) {
+    sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sl->fd < 0) goto fail_mu;
+  }
   sl->held = h;
   return 0;
 fail_mu:
@@ -157,16 +204,15 @@ fail:
 void lp_syslog_close(struct lp_syslog *sl) {
   struct lp_syslog_held *h = sl->held;
   if (h != NULL) {
+    pthread_mutex_lock(&h->mu);
+    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns()); /* NCCL's log has every line after this */
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
-    if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0) {
-      pthread_mutex_lock(&h->mu);
-      h->dropped += send_held(sl, h, 0);
-      pthread_mutex_unlock(&h->mu);
-    }
-    lp_syslog_flush(sl); /* says what was dropped */
+    if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
+      h->dropped += send_held(sl, h, 0, 1, lp_now_ns());
+    pthread_mutex_unlock(&h->mu);
+    lp_syslog_flush(sl, 1); /* says what was dropped */
     pthread_mutex_destroy(&h->mu);
-    free(h->dgram);
-    free(h->len);
+    free(h->line);
     free(h);
     sl->held = NULL;
   }
@@ -174,13 +220,10 @@ void lp_syslog_close(struct lp_syslog *sl) {
   sl->fd = -1;
 }
 
-void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r) {
+void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep) {
   char line[512];
   lp_report_format(r, line, sizeof(line));
-  lp_report_line(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line);
+  emit(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line, sweep);
 }
 
-void lp_report_line(const struct lp_syslog *sl, int severity, const char *line) {
-  if (sl->enabled) syslog_send(sl, severity, line);
-  LP_WARN("%s", line);
-}
+void lp_report_line(const struct lp_syslog *sl, int severity, const char *line) { emit(sl, severity, line, 0); }

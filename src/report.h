@@ -48,22 +48,28 @@ struct lp_syslog {
   struct lp_syslog_held *held; /* lines the socket had no room for yet (report.c) */
 };
 
-/* Open / close the one socket lines are sent through.  0, or -1 (warned:
- * lines then go to NCCL's log only). */
+/* Open / close the one socket lines are sent through, and the lines held
+ * (below).  0, or -1 (warned: lines then go to NCCL's log only). */
 int lp_syslog_open(struct lp_syslog *sl);
 void lp_syslog_close(struct lp_syslog *sl);
-/* Lines are never waited for: those the socket has no room for are held
- * (2,048 at most; more are counted and warned about) and go out with the
- * next line or this call, which the control thread makes on every look.
- * Returns how many are still held. */
-unsigned lp_syslog_flush(const struct lp_syslog *sl);
+/* Lines are never waited for, and a sweep's are held: those the socket has
+ * no room for (2,048 lines at most are held; more are counted and warned
+ * about) and those of moves made in a sweep (lp_report_emit) go out with
+ * the next line that is not held or with this call, which the control
+ * thread makes on every look; a sweep's lines only once `sweep_over`, or a
+ * second after they were held.  At close, every line goes.  Returns how
+ * many are still held. */
+unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */
 int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len);
 
-/* Send the line to syslog (when enabled) and to NCCL's log. */
-void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r);
+/* Send the line to syslog (when enabled) and to NCCL's log.  With `sweep`
+ * (the move is one of a sweep that is still going on), both wait for
+ * lp_syslog_flush: the moves still to come need the CPU more than the line
+ * does, and the line's syslog header keeps the time of the move. */
+void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep);
 
 /* Any event line, already formatted as key=value fields (the lines above,
  * a port drained as degraded: health.c), the same two ways at `severity`. */

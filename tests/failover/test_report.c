@@ -2,6 +2,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
 #include "report.h"
 
 Test(report, failover_line_has_every_field_in_order) {
@@ -120,12 +123,12 @@ Test(report, lines_a_full_syslog_socket_cannot_take_are_held_in_order, .timeout 
   daemon_start(&d, &sl);
   const int n = 1500;
   for (int i = 0; i < n; i++) emit_seq(&sl, i);
-  cr_assert_gt(lp_syslog_flush(&sl), 0, "the socket took %d lines at once: no line was held", n);
+  cr_assert_gt(lp_syslog_flush(&sl, 1), 0, "the socket took %d lines at once: no line was held", n);
   for (int i = 0; i < n; i++) {
     cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
-    lp_syslog_flush(&sl); /* the control thread's look */
+    lp_syslog_flush(&sl, 1); /* the control thread's look */
   }
-  cr_assert_eq(lp_syslog_flush(&sl), 0);
+  cr_assert_eq(lp_syslog_flush(&sl, 1), 0);
   lp_syslog_close(&sl);
   daemon_stop(&d);
 }
@@ -149,12 +152,79 @@ Test(report, held_lines_go_out_at_close, .timeout = 30) {
   daemon_start(&d, &sl);
   const int n = 1000;
   for (int i = 0; i < n; i++) emit_seq(&sl, i);
-  cr_assert_gt(lp_syslog_flush(&sl), 0);
+  cr_assert_gt(lp_syslog_flush(&sl, 1), 0);
   struct reader r = {.fd = d.fd, .want = n};
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, read_all, &r), 0);
   lp_syslog_close(&sl);
   pthread_join(t, NULL);
   cr_assert_eq(r.got, n, "the daemon read %d of %d lines in order", r.got, n);
+  daemon_stop(&d);
+}
+
+/* NCCL's log, as the plugin's logger sees it: the lines with "seq=". */
+static _Atomic int logged_seq[8], logged;
+static void count_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
+                         ...) {
+  (void)level, (void)flags, (void)file, (void)line;
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const char *at = strstr(msg, "seq=");
+  if (at != NULL && logged < 8) logged_seq[logged++] = atoi(at + 4);
+}
+
+static void emit_sweep_seq(const struct lp_syslog *sl, int i) {
+  struct lp_report r = {.kind = LP_REPORT_FAILOVER, .comm = (uint64_t)i, .reason = "port_down"};
+  char peer[16];
+  snprintf(peer, sizeof(peer), "seq=%d", i);
+  r.peer = peer;
+  lp_report_emit(sl, &r, 1);
+}
+
+/* The lines of a sweep's moves wait for its end, in syslog and in NCCL's
+ * log alike, while a line that is not a sweep's (a lost path) is in NCCL's
+ * log at once and waits its turn in syslog behind them; at the sweep's end
+ * all go out in order.  Send them at once and the daemon reads them first,
+ * or the lost path before them. */
+Test(report, a_sweeps_lines_wait_for_its_end_and_keep_their_order, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  lp_log_set_logger(count_logger);
+  emit_sweep_seq(&sl, 0);
+  emit_sweep_seq(&sl, 1);
+  emit_seq(&sl, 2); /* not a sweep's */
+  cr_assert_eq(logged, 1, "NCCL's log had %d lines, not only the one that is not a sweep's", logged);
+  cr_assert_eq(logged_seq[0], 2);
+  cr_assert_eq(lp_syslog_flush(&sl, 0), 3, "lines of a sweep not over went out");
+  char buf[64];
+  cr_assert_lt(recv(d.fd, buf, sizeof(buf), MSG_DONTWAIT), 0, "the daemon got a line while the sweep went on");
+  cr_assert_eq(lp_syslog_flush(&sl, 1), 0, "the sweep is over but lines are still held");
+  cr_assert_eq(logged, 3);
+  cr_assert_eq(logged_seq[1], 0);
+  cr_assert_eq(logged_seq[2], 1);
+  for (int i = 0; i < 3; i++) cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
+  lp_log_set_logger(NULL);
+  lp_syslog_close(&sl);
+  daemon_stop(&d);
+}
+
+/* A process that ends in a sweep still says what it did: close sends the
+ * held lines to both logs. */
+Test(report, a_sweeps_lines_go_out_at_close, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  logged = 0;
+  lp_log_set_logger(count_logger);
+  emit_sweep_seq(&sl, 0);
+  cr_assert_eq(logged, 0);
+  lp_syslog_close(&sl);
+  cr_assert_eq(logged, 1, "NCCL's log did not get the held line at close");
+  cr_assert_eq(read_seq(d.fd), 0);
+  lp_log_set_logger(NULL);
   daemon_stop(&d);
 }
