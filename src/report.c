@@ -52,6 +52,8 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 #define LP_SYSLOG_HELD 2048          /* lines held: for room in the syslog socket, or for a sweep's end */
 #define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
 #define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
+#define LP_SYSLOG_WAIT_MS 2          /* after a sweep, how long one send waits for room */
+#define LP_FLUSH_BATCH 64            /* lines sent under the lock at a time then */
 
 /* Lines not sent yet, oldest first.  Two reasons to hold one:
  *  - the socket had no room: a sweep of a thousand moves makes a thousand
@@ -95,9 +97,9 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
  * a sweep: once `sweep_over`, or past LP_HOLD_MAX_NS); under h->mu.  A line
  * the socket refuses for another reason (no daemon) is lost, as syslog(3)
  * loses it.  Returns the lines still held. */
-static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over,
-                          uint64_t now) {
-  while (h->count > 0) {
+static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
+                          unsigned most) {
+  for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
     struct lp_held_line *l = &h->line[h->head % LP_SYSLOG_HELD];
     if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) break;
     l->sweep = 0;
@@ -116,7 +118,7 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
   if (h->line == NULL) h->line = malloc(sizeof(*h->line) * LP_SYSLOG_HELD);
-  if (h->line != NULL && h->count == LP_SYSLOG_HELD) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns);
+  if (h->line != NULL && h->count == LP_SYSLOG_HELD) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD);
   if (h->line == NULL || h->count == LP_SYSLOG_HELD) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -152,7 +154,7 @@ static void emit(const struct lp_syslog *sl, int severity, const char *msg, int 
     LP_WARN("%s", msg);
     l.mirror = 0;
   }
-  if (sweep || (l.to_sock && send_held(sl, h, MSG_DONTWAIT, 0, l.at_ns) > 0))
+  if (sweep || (l.to_sock && send_held(sl, h, MSG_DONTWAIT, 0, l.at_ns, LP_SYSLOG_HELD) > 0))
     hold(sl, h, &l);
   else if (l.to_sock && (rc = send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT)) == -EAGAIN)
     hold(sl, h, &l);
@@ -162,14 +164,26 @@ static void emit(const struct lp_syslog *sl, int severity, const char *msg, int 
             strerror(-rc));
 }
 
+/* Once the sweep is over, its lines go at the pace the daemon reads: each
+ * send waits for room, LP_SYSLOG_WAIT_MS at most (the socket's send
+ * timeout), LP_FLUSH_BATCH lines at a time so that a thread with a new
+ * line to hold is not kept waiting long.  Without the wait, the control
+ * thread sent the queue's ten lines every 2 ms: a sweep's 2,000 lines
+ * reached syslog 400 ms after it ended.  During a sweep nothing waits. */
 unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over) {
   struct lp_syslog_held *h = sl->held;
   if (h == NULL) return 0;
-  pthread_mutex_lock(&h->mu);
-  unsigned left = send_held(sl, h, MSG_DONTWAIT, sweep_over, lp_now_ns());
-  uint64_t dropped = h->dropped, said = h->dropped_said;
-  h->dropped_said = dropped;
-  pthread_mutex_unlock(&h->mu);
+  unsigned before, left;
+  uint64_t dropped, said;
+  do {
+    pthread_mutex_lock(&h->mu);
+    before = h->count;
+    left = send_held(sl, h, sweep_over ? 0 : MSG_DONTWAIT, sweep_over, lp_now_ns(),
+                     sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD);
+    dropped = h->dropped, said = h->dropped_said;
+    h->dropped_said = dropped;
+    pthread_mutex_unlock(&h->mu);
+  } while (sweep_over && left > 0 && left < before);
   if (dropped != said)
     LP_WARN(
         "syslog socket %s was full: %llu event lines were not sent to syslog (NCCL's log has them); raise "
@@ -188,6 +202,8 @@ int lp_syslog_open(struct lp_syslog *sl) {
   if (sl->enabled) {
     sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sl->fd < 0) goto fail_mu;
+    struct timeval wait = {.tv_usec = LP_SYSLOG_WAIT_MS * 1000}; /* for lp_syslog_flush; other sends never wait */
+    setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
   }
   sl->held = h;
   return 0;
@@ -205,10 +221,10 @@ void lp_syslog_close(struct lp_syslog *sl) {
   struct lp_syslog_held *h = sl->held;
   if (h != NULL) {
     pthread_mutex_lock(&h->mu);
-    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns()); /* NCCL's log has every line after this */
+    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD); /* NCCL's log has every line after this */
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
     if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
-      h->dropped += send_held(sl, h, 0, 1, lp_now_ns());
+      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD);
     pthread_mutex_unlock(&h->mu);
     lp_syslog_flush(sl, 1); /* says what was dropped */
     pthread_mutex_destroy(&h->mu);
