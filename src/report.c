@@ -49,7 +49,8 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 }
 
 #define LP_SYSLOG_DGRAM 1024         /* the longest datagram sent */
-#define LP_SYSLOG_HELD 2048          /* lines held: for room in the syslog socket, or for a sweep's end */
+#define LP_SYSLOG_HELD_FIRST 64      /* lines held at first: for room in the syslog socket, or for a sweep's end */
+#define LP_SYSLOG_HELD 8192          /* and at most (the ring doubles as needed: 8.5 MiB then) */
 #define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
 #define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
 #define LP_SYSLOG_WAIT_MS 2          /* after a sweep, how long one send waits for room */
@@ -80,8 +81,8 @@ struct lp_held_line {
 
 struct lp_syslog_held {
   pthread_mutex_t mu;
-  struct lp_held_line *line; /* a ring of LP_SYSLOG_HELD, allocated when first needed */
-  unsigned head, count;
+  struct lp_held_line *line; /* a ring of `cap` lines, grown when full (hold) */
+  unsigned cap, head, count;
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
 };
 
@@ -100,7 +101,7 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
 static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
                           unsigned most) {
   for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
-    struct lp_held_line *l = &h->line[h->head % LP_SYSLOG_HELD];
+    struct lp_held_line *l = &h->line[h->head % h->cap];
     if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) break;
     l->sweep = 0;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -112,19 +113,33 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
   return h->count;
 }
 
-/* Keep a line at the ring's end; under h->mu.  A ring full of lines held
- * for a sweep lets its oldest go first: a sweep longer than the ring sends
+/* Twice the room, the lines in order from the start; under h->mu.  -1: the
+ * ring is as large as it gets, or no memory. */
+static int grow(struct lp_syslog_held *h) {
+  unsigned cap = h->cap == 0 ? LP_SYSLOG_HELD_FIRST : h->cap * 2;
+  if (cap > LP_SYSLOG_HELD) return -1;
+  struct lp_held_line *line = malloc(sizeof(*line) * cap);
+  if (line == NULL) return -1;
+  for (unsigned i = 0; i < h->count; i++) line[i] = h->line[(h->head + i) % h->cap];
+  free(h->line);
+  h->line = line;
+  h->cap = cap;
+  h->head = 0;
+  return 0;
+}
+
+/* Keep a line at the ring's end; under h->mu.  A ring at its largest and
+ * full lets its oldest lines go first: a sweep longer than the ring sends
  * its first lines sooner.  A line that still finds no place (the socket has
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
-  if (h->line == NULL) h->line = malloc(sizeof(*h->line) * LP_SYSLOG_HELD);
-  if (h->line != NULL && h->count == LP_SYSLOG_HELD) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD);
-  if (h->line == NULL || h->count == LP_SYSLOG_HELD) {
+  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD);
+  if (h->count == h->cap) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     return;
   }
-  struct lp_held_line *at = &h->line[(h->head + h->count++) % LP_SYSLOG_HELD];
+  struct lp_held_line *at = &h->line[(h->head + h->count++) % h->cap];
   memcpy(at, l, offsetof(struct lp_held_line, dgram) + l->len + 1);
 }
 
@@ -221,7 +236,12 @@ void lp_syslog_close(struct lp_syslog *sl) {
   struct lp_syslog_held *h = sl->held;
   if (h != NULL) {
     pthread_mutex_lock(&h->mu);
-    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD); /* NCCL's log has every line after this */
+    for (unsigned i = 0; i < h->count; i++) { /* NCCL's log first, whatever room the socket has */
+      struct lp_held_line *l = &h->line[(h->head + i) % h->cap];
+      if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
+      l->mirror = 0;
+    }
+    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD);
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
     if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
       h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD);

@@ -53,7 +53,7 @@ struct lp_syslog {
 int lp_syslog_open(struct lp_syslog *sl);
 void lp_syslog_close(struct lp_syslog *sl);
 /* Lines are never waited for, and a sweep's are held: those the socket has
- * no room for (2,048 lines at most are held; more are counted and warned
+ * no room for (8,192 lines at most are held; more are counted and warned
  * about) and those of moves made in a sweep (lp_report_emit) go out with
  * the next line that is not held or with this call, which the control
  * thread makes on every look; a sweep's lines only once `sweep_over`, or a
