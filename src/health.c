@@ -584,16 +584,19 @@ static void *control_main(void *arg) {
       h->metrics.dirty = 1;
     }
     /* A connection end that moved changed the counters: the file follows
-     * within this thread's longest wait (LP_POLL_DOWN_NS).  Moves do not
-     * wake the thread: a thousand of them in one sweep would rewrite the
-     * file a thousand times, on the cores the moves need. */
+     * within this thread's longest wait (LP_POLL_DOWN_NS), or once its
+     * sweep is over.  Moves do not wake the thread: a thousand of them in
+     * one sweep would rewrite the file a thousand times, on the cores the
+     * moves need; and while a sweep goes on, the thread's looks for its
+     * event lines (every 10 ms) rewrite it only at its period. */
     uint64_t moves = moves_counted(&h->stats);
     if (moves != moves_written) {
       moves_written = moves;
       h->metrics.dirty = 1;
     }
     now = lp_now_ns();
-    if (lp_metrics_file_due(&h->metrics, now)) metrics_write(h, now, 1);
+    if (lp_metrics_file_due(&h->metrics, now) && (now >= h->metrics.next_ns || lp_health_sweep_over(h, now)))
+      metrics_write(h, now, 1);
   }
   return NULL;
 }
