@@ -88,10 +88,14 @@ static inline enum lp_dir lp_comm_dir(const struct lp_comm *c) {
   return c->kind == LP_COMM_SEND ? LP_DIR_SEND : LP_DIR_RECV;
 }
 
-/* Enter / leave a comm: NCCL's calls into a receive comm (irecv, test),
- * which the idle watch may be in for a moment (idle_watch.h). */
+/* Enter / leave a comm: NCCL's calls into a comm, which the idle watch may
+ * be in for a moment (idle_watch.h).  lp_comm_try_enter does not wait: 1
+ * when the caller now holds the comm. */
+static inline int lp_comm_try_enter(struct lp_comm *c) {
+  return !atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire);
+}
 static inline void lp_comm_enter(struct lp_comm *c) {
-  while (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) sched_yield();
+  while (!lp_comm_try_enter(c)) sched_yield();
 }
 static inline void lp_comm_leave(struct lp_comm *c) { atomic_store_explicit(&c->in_call, 0, memory_order_release); }
 

@@ -24,10 +24,25 @@
 #define LP_SYSLOG_RETRY_NS 2000000ull /* held syslog lines are tried again this often */
 #define LP_SWEEP_LOOK_NS 10000000ull  /* and lines held for a sweep's end, this often */
 
+/* A connection left `dev` for a fault its port did not report.  Every
+ * connection on a black-holed NIC stalls at about the same moment: the
+ * faults of one LP_SILENT_COALESCE_NS count as one flap of the hold-down. */
+#define LP_SILENT_COALESCE_NS (1000ull * 1000 * 1000)
+
+/* The control thread ignores a fault of a suspect device within
+ * LP_SILENT_COALESCE_NS of the flap it counted (silent_fault): such a fault
+ * is not queued at all. */
+static int silent_fault_counted(struct lp_health *h, int dev, uint64_t now) {
+  return atomic_load_explicit(&h->suspect_until[dev], memory_order_relaxed) != 0 &&
+         now - atomic_load_explicit(&h->silent_counted_ns[dev], memory_order_relaxed) < LP_SILENT_COALESCE_NS;
+}
+
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id) {
-  if (!h->running || dev < 0) return;
+  if (!h->running || dev < 0 || dev >= h->env->ndevs) return;
+  uint64_t now = lp_now_ns();
+  if (silent_fault_counted(h, dev, now)) return;
   struct lp_event e = {
-      .type = LP_EV_SILENT_FAULT, .dev = (uint32_t)dev, .status = reason, .comm_id = comm_id, .time_ns = lp_now_ns()};
+      .type = LP_EV_SILENT_FAULT, .dev = (uint32_t)dev, .status = reason, .comm_id = comm_id, .time_ns = now};
   lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
 }
 
@@ -159,10 +174,6 @@ static void port_event(struct lp_health *h, const struct lp_event *e, uint64_t n
     port_up(h, dev, why, now);
 }
 
-/* A connection left `dev` for a fault its port did not report.  Every
- * connection on a black-holed NIC stalls at about the same moment: the
- * faults of one LP_SILENT_COALESCE_NS count as one flap of the hold-down. */
-#define LP_SILENT_COALESCE_NS (1000ull * 1000 * 1000)
 static void silent_fault(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   int dev = (int)e->dev;
   if (dev < 0 || dev >= h->env->ndevs) return;
@@ -171,6 +182,7 @@ static void silent_fault(struct lp_health *h, const struct lp_event *e, uint64_t
   if (until != 0 && now - sd->since_ns < LP_SILENT_COALESCE_NS) return;
   unsigned flaps = lp_holddown_down(sd, now);
   lp_holddown_up(sd, now);
+  atomic_store_explicit(&h->silent_counted_ns[dev], sd->since_ns, memory_order_relaxed);
   atomic_store_explicit(&h->suspect_until[dev], lp_holddown_ready_at(sd), memory_order_relaxed);
   changed(h);
   LP_WARN(

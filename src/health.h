@@ -92,6 +92,10 @@ struct lp_health {
    * the connections still on it stay.  The hold-down and its damping are
    * those of a port flap (silent[]). */
   _Atomic uint64_t suspect_until[LP_MAX_DEVS];
+  /* When the control thread last counted a silent fault of the device as a
+   * flap (silent[].since_ns, published): faults within LP_SILENT_COALESCE_NS
+   * of it are not even queued (lp_health_silent_fault). */
+  _Atomic uint64_t silent_counted_ns[LP_MAX_DEVS];
   /* Why a device is not healthy (enum lp_fo_reason): LP_FO_PORT_DOWN, or
    * LP_FO_DEGRADED for a port that is up but resends too many packets. */
   _Atomic int down_reason[LP_MAX_DEVS];
@@ -129,7 +133,9 @@ void lp_health_stop(struct lp_health *h);
 
 /* A connection end left `dev` for a silent fault (`reason`, enum
  * lp_fo_reason): the device becomes suspect (lp_health_trusted); never
- * blocks. */
+ * blocks.  A fault the control thread would take for the same flap is not
+ * queued: a black-holed NIC makes hundreds at once, and each woke the
+ * control thread, which took the CPU from the threads moving connections. */
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id);
 
 /* Where a `dir` end whose primary device is `primary` goes: a healthy

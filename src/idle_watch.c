@@ -36,8 +36,8 @@ static void note_paths(struct lp_comm *c) {
 /* One progress call on a comm whose control socket is ready, if NCCL is
  * not calling it and has not for LP_IDLE_NS.  Under w->mu. */
 static void answer(struct lp_comm *c, uint64_t now) {
-  c->fo->watch_skip_until_ns = now + LP_IDLE_NS;                              /* at most one look per idle period */
-  if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) return; /* NCCL is in it */
+  c->fo->watch_skip_until_ns = now + LP_IDLE_NS; /* at most one look per idle period */
+  if (!lp_comm_try_enter(c)) return;             /* NCCL is in it */
   if (now - c->progress_ns < LP_IDLE_NS) {
     c->fo->watch_skip_until_ns = c->progress_ns + LP_IDLE_NS; /* NCCL is calling: it reads the socket */
   } else {
@@ -78,7 +78,7 @@ static void arm(struct lp_idle_watch *w, struct lp_comm *c) {
  * is calling only starts its move a little sooner.  Under w->mu. */
 static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
   if (c->fo->watch_off) return;
-  if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) return; /* NCCL is in it: it looks itself */
+  if (!lp_comm_try_enter(c)) return; /* NCCL is in it: it looks itself */
   if (lp_fo_due(c)) {
     lp_comm_progress(c);
     c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);

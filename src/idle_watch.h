@@ -28,9 +28,10 @@
  * idle comm on a failed NIC moves at once rather than at its next
  * operation (docs/SCALE.md).
  *
- * NCCL's thread and this one take a comm with lp_comm_enter/leave (an
+ * NCCL's thread and this one take a comm with lp_comm_try_enter/leave (an
  * uncontended atomic exchange on the comm's own line in every isend, irecv
- * and test; this thread tries and never waits).
+ * and test); neither waits for the other: NCCL's call returns "not now",
+ * this thread leaves the comm to NCCL.
  */
 #ifndef LP_IDLE_WATCH_H
 #define LP_IDLE_WATCH_H
