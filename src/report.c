@@ -113,6 +113,17 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
   return h->count;
 }
 
+/* Every held line NCCL's log has not had yet goes there now, in order;
+ * under h->mu.  They stay held for the syslog socket. */
+static void mirror_held(struct lp_syslog_held *h) {
+  for (unsigned i = 0; i < h->count; i++) {
+    struct lp_held_line *l = &h->line[(h->head + i) % h->cap];
+    if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
+    l->mirror = 0;
+    l->sweep = 0;
+  }
+}
+
 /* Twice the room, the lines in order from the start; under h->mu.  -1: the
  * ring is as large as it gets, or no memory. */
 static int grow(struct lp_syslog_held *h) {
@@ -165,14 +176,21 @@ static void emit(const struct lp_syslog *sl, int severity, const char *msg, int 
   l.len = (uint16_t)n;
   int rc = 0;
   pthread_mutex_lock(&h->mu);
-  if (!sweep) { /* NCCL's log at once, even ahead of a sweep's lines still held */
+  if (sweep) {
+    hold(sl, h, &l);
+  } else {
+    /* A line not of a sweep (a lost path, a degraded port) may be the
+     * process's last: the sweep's lines it follows go out first, in order,
+     * then it, at once in NCCL's log and as room allows in syslog. */
+    mirror_held(h);
+    unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD);
     LP_WARN("%s", msg);
     l.mirror = 0;
+    if (l.to_sock && left > 0)
+      hold(sl, h, &l);
+    else if (l.to_sock && (rc = send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT)) == -EAGAIN)
+      hold(sl, h, &l);
   }
-  if (sweep || (l.to_sock && send_held(sl, h, MSG_DONTWAIT, 0, l.at_ns, LP_SYSLOG_HELD) > 0))
-    hold(sl, h, &l);
-  else if (l.to_sock && (rc = send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT)) == -EAGAIN)
-    hold(sl, h, &l);
   pthread_mutex_unlock(&h->mu);
   if (rc != 0 && rc != -EAGAIN)
     LP_INFO(NCCL_NET, "syslog socket %s does not take lines (%s); the event is in this log only", sl->socket,
@@ -236,11 +254,7 @@ void lp_syslog_close(struct lp_syslog *sl) {
   struct lp_syslog_held *h = sl->held;
   if (h != NULL) {
     pthread_mutex_lock(&h->mu);
-    for (unsigned i = 0; i < h->count; i++) { /* NCCL's log first, whatever room the socket has */
-      struct lp_held_line *l = &h->line[(h->head + i) % h->cap];
-      if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
-      l->mirror = 0;
-    }
+    mirror_held(h); /* NCCL's log first, whatever room the socket has */
     send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD);
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
     if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)

@@ -203,28 +203,43 @@ static void emit_sweep_seq(const struct lp_syslog *sl, int i) {
 }
 
 /* The lines of a sweep's moves wait for its end, in syslog and in NCCL's
- * log alike, while a line that is not a sweep's (a lost path) is in NCCL's
- * log at once and waits its turn in syslog behind them; at the sweep's end
- * all go out in order.  Send them at once and the daemon reads them first,
- * or the lost path before them. */
-Test(report, a_sweeps_lines_wait_for_its_end_and_keep_their_order, .timeout = 30) {
+ * log alike; a line that is not a sweep's (a lost path, maybe the
+ * process's last) brings them out first, in order, then itself.  Send the
+ * sweep's lines at once and the daemon reads them before the sweep is over;
+ * hold the other line too (or behind them) and it is late or lost. */
+Test(report, a_sweeps_lines_wait_for_its_end_or_for_a_line_not_of_a_sweep, .timeout = 30) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
   lp_log_set_logger(count_logger);
   emit_sweep_seq(&sl, 0);
   emit_sweep_seq(&sl, 1);
-  emit_seq(&sl, 2); /* not a sweep's */
-  cr_assert_eq(logged, 1, "NCCL's log had %d lines, not only the one that is not a sweep's", logged);
-  cr_assert_eq(logged_seq[0], 2);
-  cr_assert_eq(lp_syslog_flush(&sl, 0), 3, "lines of a sweep not over went out");
+  cr_assert_eq(logged, 0, "NCCL's log had %d lines of a sweep not over", (int)logged);
+  cr_assert_eq(lp_syslog_flush(&sl, 0), 2, "lines of a sweep not over went out");
   char buf[64];
   cr_assert_lt(recv(d.fd, buf, sizeof(buf), MSG_DONTWAIT), 0, "the daemon got a line while the sweep went on");
+  emit_seq(&sl, 2); /* not a sweep's */
+  cr_assert_eq(logged, 3, "NCCL's log had %d lines, not the sweep's two and the other", (int)logged);
+  for (int i = 0; i < 3; i++) cr_assert_eq(logged_seq[i], i, "NCCL's log: line %d came out of order", i);
+  cr_assert_eq(lp_syslog_flush(&sl, 0), 0, "lines are still held");
+  for (int i = 0; i < 3; i++) cr_assert_eq(read_seq(d.fd), i, "syslog: line %d came out of order", i);
+  lp_log_set_logger(NULL);
+  lp_syslog_close(&sl);
+  daemon_stop(&d);
+}
+
+/* A sweep that ends sends its lines: the control thread's look. */
+Test(report, a_sweeps_lines_go_out_when_it_is_over, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  lp_log_set_logger(count_logger);
+  emit_sweep_seq(&sl, 0);
+  emit_sweep_seq(&sl, 1);
+  cr_assert_eq(lp_syslog_flush(&sl, 0), 2);
   cr_assert_eq(lp_syslog_flush(&sl, 1), 0, "the sweep is over but lines are still held");
-  cr_assert_eq(logged, 3);
-  cr_assert_eq(logged_seq[1], 0);
-  cr_assert_eq(logged_seq[2], 1);
-  for (int i = 0; i < 3; i++) cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
+  cr_assert_eq(logged, 2);
+  for (int i = 0; i < 2; i++) cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
   lp_log_set_logger(NULL);
   lp_syslog_close(&sl);
   daemon_stop(&d);
