@@ -73,7 +73,8 @@ static const struct cmd_help helps[] = {
      "interface down or up in its host's namespace and waits for the port to\n"
      "follow.\n"},
     {"fault",
-     "simverbs fault HOST:NIC[:PORT] blackhole on|off|ack-loss [N]|partial-write [N]|access-error [N]|delay US|\n"
+     "simverbs fault HOST:NIC[:PORT][,HOST:NIC[:PORT]...] blackhole on|off|ack-loss [N]|partial-write [N]|\n"
+     "                               access-error [N]|delay US|\n"
      "                               rate PERCENT|loss PERCENT|recv-post-fail [N]|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
      "simverbs fault qp QPN fatal",
@@ -89,7 +90,8 @@ static const struct cmd_help helps[] = {
      "or receives (a packet before a message's last: a NAK and a resend one round\n"
      "trip later; the last: a local ACK timeout, then the resend).  recv-post-fail\n"
      "makes the next N ibv_post_recv calls on the port's QPs fail with ENOMEM\n"
-     "(a consumer's error path, on this host).  clear removes them all.\n"
+     "(a consumer's error path, on this host).  clear removes them all.  Ports\n"
+     "joined by commas get the fault together, in one pass.\n"
      "device-fatal\n"
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
      "device-recover lets it be opened again.  qp QPN fatal moves one QP\n"
@@ -853,9 +855,16 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
   return 0;
 }
 
+#define MAX_FAULT_TARGETS 16
+
+/* One port fault on one or more ports (HOST:NIC[:PORT],HOST:NIC...): every
+ * target is checked first, then the fault is set on all of them in one
+ * pass, microseconds apart.  "Every port alike" must hold from the first
+ * packet: set one command at a time, under load, the first port was faulty
+ * half a second before the last, and a detector that compares ports rightly
+ * saw the difference. */
 static int fault_port(struct args *a, struct sv_fabric *f) {
-  int dev, port, rc;
-  struct sv_port *p;
+  int dev[MAX_FAULT_TARGETS], port[MAX_FAULT_TARGETS], n = 0, rc;
   if (!is_port_fault(a->pos[1]))
     return bad_usage(
         a->cmd,
@@ -863,17 +872,29 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
         "rate PERCENT, loss PERCENT, recv-post-fail [N], clear, "
         "device-fatal or device-recover",
         a->pos[1]);
-  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) return 1;
-  p = &f->devs[dev].ports[port - 1];
-  if ((rc = fault_port_apply(a, p)) != 0) return rc;
-  sv_wake_all(f); /* engines re-check the port at once */
-  uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
-  printf(
-      "%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
-      "%u.%04u%%, recv-post-fail %u\n",
-      f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, atomic_load(&p->blackhole) ? "on" : "off",
-      atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
-      atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000, atomic_load(&p->recv_post_fail));
+  char targets[512];
+  if (snprintf(targets, sizeof(targets), "%s", a->pos[0]) >= (int)sizeof(targets))
+    return bad_usage(a->cmd, "the target list is too long");
+  char *save = NULL;
+  for (char *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (n == MAX_FAULT_TARGETS) return bad_usage(a->cmd, "at most %d ports in one fault", MAX_FAULT_TARGETS);
+    if (resolve_target(f, a->cmd, t, true, &dev[n], &port[n]) != 0) return 1;
+    n++;
+  }
+  if (n == 0) return bad_usage(a->cmd, "expected a port: HOST:NIC[:PORT], or several joined by commas");
+  for (int i = 0; i < n; i++)
+    if ((rc = fault_port_apply(a, &f->devs[dev[i]].ports[port[i] - 1])) != 0) return rc;
+  sv_wake_all(f); /* engines re-check the ports at once */
+  for (int i = 0; i < n; i++) {
+    struct sv_port *p = &f->devs[dev[i]].ports[port[i] - 1];
+    uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
+    printf(
+        "%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
+        "%u.%04u%%, recv-post-fail %u\n",
+        f->hosts[f->devs[dev[i]].host].name, f->devs[dev[i]].name, port[i], atomic_load(&p->blackhole) ? "on" : "off",
+        atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
+        atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000, atomic_load(&p->recv_post_fail));
+  }
   return 0;
 }
 
