@@ -848,8 +848,11 @@ static void one_message(struct conn *c, int msg, size_t len, double *took) {
 /* A connection set up on a port that is already down (node0's mlx5_0,
  * pulled before the receiver listens, after its plugin saw the port up at
  * init) moves at its first progress call: the first message, 1 MiB, is
- * through within 50 ms of the setup, and a failover line says so.  Without
- * the check at setup it waited for the port's RC retries or the watchdog. */
+ * through within 500 ms of the setup, and a failover line says so.  Without
+ * the check at setup it waited for the port's RC retries (4.3 s each at
+ * NCCL's default timeout) or the watchdog (2 s).  The move builds a path
+ * (no standby yet): about 5 ms here, 71 ms once under ASan on a loaded CI
+ * machine, which the bound of 50 ms it had failed. */
 static void run_down_setup(void) {
   struct conn c[1];
   memset(c, 0, sizeof(c));
@@ -870,7 +873,7 @@ static void run_down_setup(void) {
   if (is_recv) {
     fprintf(stderr, "the first message on a connection set up on a down port took %.1f ms\n", took * 1e3);
     await_failover_line("the connection did not leave the down port");
-    if (took > 0.050) die("the first message took %.1f ms (more than 50 ms)", took * 1e3);
+    if (took > 0.500) die("the first message took %.1f ms (more than 500 ms)", took * 1e3);
   }
   signal_peer('d');
   wait_peer();
