@@ -26,7 +26,6 @@
 #define LP_SB_RETRY_NS 1000000000ull     /* 1 s */
 #define LP_SB_PACE_NS 2000000ull         /* 2 ms between two pieces of such work in a process */
 #define LP_SWEEP_QUIET_NS 100000000ull   /* 100 ms without a move before paced work resumes (set_state) */
-#define LP_SWEEP_HOLD_AFTER 64           /* a sweep's lines wait for its end past this many moves (report) */
 #define LP_SB_ANSWER_NS 10000000000ull   /* 10 s: a standby offer not answered by then is made again */
 
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
@@ -40,13 +39,12 @@ static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev]
  * count of moves under way alone drops to 0 between them, and the paced
  * work took a third of the thread the rest of the sweep needed.  Not for
  * failbacks: they wait for the paced work (a standby on the primary).
- * Every move, failbacks too, also counts in the sweep whose event lines
- * wait for its end once it is large (lp_health_sweep_over, report). */
+ * Every move, failbacks too, also holds back the event lines of the sweep
+ * (lp_health_sweep_over, lp_report_emit). */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
   int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
   if (was_idle != idle) {
     uint64_t now = lp_now_ns();
-    if (!idle) lp_health_sweep_begin(c->health, now);
     lp_health_moving_add(c->health, idle ? -1 : 1);
     lp_health_sweep_seen(c->health, now, LP_SWEEP_QUIET_NS);
     if (c->fo->reason != LP_FO_FAILBACK) lp_health_paced_after(c->health, now + LP_SWEEP_QUIET_NS);
@@ -325,12 +323,7 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                                 : fo->via_standby           ? "standby"
                                 : fo->via_home              ? "revived"
                                                             : "new"};
-  /* A lost path goes out at once: it may end the job.  So do the first
-   * lines of a sweep: a job with a few connections on the NIC, most jobs,
-   * shows its moves as they happen; only a sweep large enough for its
-   * lines to cost its moves CPU holds the rest until it is over. */
-  int hold = kind != LP_REPORT_PATH_LOST && lp_health_sweep_moves(c->health) > LP_SWEEP_HOLD_AFTER;
-  lp_report_emit(&c->env->syslog, &r, hold);
+  lp_report_emit(&c->env->syslog, &r, kind != LP_REPORT_PATH_LOST); /* a lost path, at once: it may end the job */
   struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
   if (kind == LP_REPORT_FAILOVER) {

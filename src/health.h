@@ -84,7 +84,6 @@ struct lp_health {
   _Atomic int moving;                      /* connection ends of this process with a move under way */
   _Atomic uint64_t paced_until;            /* lp_health_paced: no paced work before this time */
   _Atomic uint64_t sweep_quiet_at;         /* lp_health_sweep_over: no sweep before this time */
-  _Atomic unsigned sweep_moves;            /* moves begun in the sweep under way (lp_health_sweep_begin) */
   _Atomic int left_for_fault[LP_MAX_DEVS]; /* lp_health_left_for_fault since the last gray tick */
   _Atomic int fatal[LP_MAX_NICS];          /* NIC reported DEVICE_FATAL: never used again */
   /* A device a connection left for a silent fault (a stall, an error
@@ -199,18 +198,6 @@ static inline void lp_health_sweep_seen(struct lp_health *h, uint64_t now, uint6
 }
 static inline int lp_health_sweep_over(struct lp_health *h, uint64_t now) {
   return lp_health_moving(h) == 0 && now >= atomic_load_explicit(&h->sweep_quiet_at, memory_order_relaxed);
-}
-/* A move begins at `now`, before it counts as under way: one more move of
- * the process's sweep, or the first of a new one when the last is over.
- * Returns the moves of the sweep so far, this one included.  Two threads
- * beginning moves at once may count a move in the sweep before: the count
- * only decides whether the sweep's lines wait (failover.c report). */
-static inline unsigned lp_health_sweep_begin(struct lp_health *h, uint64_t now) {
-  if (lp_health_sweep_over(h, now)) atomic_store_explicit(&h->sweep_moves, 0, memory_order_relaxed);
-  return atomic_fetch_add_explicit(&h->sweep_moves, 1, memory_order_relaxed) + 1;
-}
-static inline unsigned lp_health_sweep_moves(struct lp_health *h) {
-  return atomic_load_explicit(&h->sweep_moves, memory_order_relaxed);
 }
 
 /* Work that is not urgent (building a standby path, destroying a retired

@@ -66,10 +66,9 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over);
 int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len);
 
 /* Send the line to syslog (when enabled) and to NCCL's log.  With `sweep`
- * (the move is one of a large sweep that is still going on: failover.c
- * says which), both wait for lp_syslog_flush: the moves still to come need
- * the CPU more than the line does, and the line's syslog header keeps the
- * time of the move. */
+ * (the move is one of a sweep that is still going on), both wait for
+ * lp_syslog_flush: the moves still to come need the CPU more than the line
+ * does, and the line's syslog header keeps the time of the move. */
 void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep);
 
 /* Any event line, already formatted as key=value fields (the lines above,

@@ -159,29 +159,3 @@ Test(choose, a_suspect_device_only_as_a_last_healthy_resort, .init = machine) {
   atomic_store(&h.suspect_until[1], lp_now_ns() - 1);
   cr_assert(lp_health_trusted(&h, 1, lp_now_ns()), "its hold-down passed");
 }
-
-/* The moves of a sweep are counted from its first; a move after the sweep
- * is over (no move under way, none begun or ended for the quiet time)
- * starts the count again.  report() holds a sweep's lines only past a
- * count, so a count that never restarted would hold every later line. */
-Test(choose, a_sweeps_moves_are_counted_from_its_first, .init = machine) {
-  const uint64_t quiet = 100;
-  uint64_t now = 1000;
-  for (unsigned i = 1; i <= 3; i++) {
-    cr_assert_eq(lp_health_sweep_begin(&h, now), i, "move %u of the sweep was not counted as such", i);
-    lp_health_moving_add(&h, 1);
-    lp_health_sweep_seen(&h, now, quiet);
-  }
-  for (int i = 0; i < 3; i++) {
-    lp_health_moving_add(&h, -1);
-    lp_health_sweep_seen(&h, now + 10, quiet);
-  }
-  cr_assert_eq(lp_health_sweep_begin(&h, now + 50), 4, "a move within the quiet time began a new sweep");
-  lp_health_moving_add(&h, 1);
-  lp_health_sweep_seen(&h, now + 50, quiet);
-  cr_assert_eq(lp_health_sweep_begin(&h, now + 500), 5, "a move while one is under way began a new sweep");
-  lp_health_moving_add(&h, -1);
-  lp_health_sweep_seen(&h, now + 60, quiet);
-  cr_assert_eq(lp_health_sweep_moves(&h), 5);
-  cr_assert_eq(lp_health_sweep_begin(&h, now + 60 + quiet), 1, "the sweep was over, but the count went on");
-}
