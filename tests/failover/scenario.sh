@@ -645,6 +645,11 @@ different_rails_a | different_rails_b)
   # b: node1's first).  Afterwards both ends of every connection are back
   # on their own rail: only the four rail-0/1 ports carry traffic, whichever
   # end noticed which fault.
+  # Without the gray detector: on a machine whose CPU, not the wire, sets
+  # the pace, its rate meter drained a rail here as slow that was not, in 3
+  # of 4 CI runs of 2026-12-05 (an open bug: docs/FAILOVER.md, "Gray
+  # failures"), and these scenarios are about the rails.
+  export LINKPASS_GRAY=0
   run_perf 1M 14 2 all_reduce --channels 2 -c 2
   wait_for '^ +1\.0 ' "$tmp/out"
   sv link node0:mlx5_0 down
