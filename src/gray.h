@@ -86,11 +86,13 @@ static inline int lp_gray_clearly_better(const struct lp_gray *g, const struct l
 #define LP_GRAY_RATE_FRESH 1 /* a window that closed this many ticks ago still counts as now */
 
 struct lp_gray_rate {
-  int valid;               /* the window is open: bytes and busy_ns are its start */
+  int valid;               /* the window is open: bytes, busy_ns and opened_ns are its start */
   uint64_t bytes, busy_ns; /* the meter at the window's opening */
+  uint64_t opened_ns;      /* and the clock */
   uint64_t resends;        /* and the port's resend counters (lp_gray_window's `errors`) */
   int lossy;               /* the last closed window saw resends: its slowness is the loss detector's */
   int64_t mbps;            /* the last closed window: MB/s while busy (bytes per microsecond), -1: none */
+  int busy_pct;            /* and the share of its wall-clock time the port was busy */
   int age;                 /* ticks since that window closed */
   unsigned recent;         /* the last LP_GRAY_RATE_SPAN windows judged, newest in bit 0: 1 slow */
   int unjudged;            /* closed windows in a row that could not be judged (lp_gray_rate_judge) */
@@ -98,8 +100,9 @@ struct lp_gray_rate {
 
 void lp_gray_rate_reset(struct lp_gray_rate *r);
 
-/* A tick with the meter's totals (bytes moved by large messages, time with
- * one in flight) and the port's resend counters (0 when unreadable).  The
+/* A tick at `now` with the meter's totals (bytes moved by large messages,
+ * time with one in flight) and the port's resend counters (0 when
+ * unreadable).  The
  * window closes when at least LP_GRAY_RATE_MIN_BYTES moved since it
  * opened, and then this returns its rate in MB/s while busy; otherwise -1
  * (the first tick, totals that went back, too little yet: the window stays
@@ -111,7 +114,8 @@ void lp_gray_rate_reset(struct lp_gray_rate *r);
  * in which the process did not look and its messages all completed, though
  * the wire may have worked through part of it, so a port near its speed can
  * measure above it. */
-int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t bytes, uint64_t busy_ns, uint64_t resends, int speed_mbps);
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns, uint64_t resends,
+                            int speed_mbps);
 
 /* Whether the last window counts as now (for the port judged, and for the
  * ports it is compared with). */
@@ -120,6 +124,7 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
 }
 
 #define LP_GRAY_RATE_WIRE_PCT 80 /* the typical port runs at this share of its speed or more: the wire sets the pace */
+#define LP_GRAY_RATE_BUSY_PCT 20 /* and the port judged was busy this share of the window or more: it set the pace */
 #define LP_GRAY_RATE_STRIKES 3   /* slow windows among the last LP_GRAY_RATE_SPAN judged before a port is slow */
 #define LP_GRAY_RATE_SPAN 4      /* (a preempted sender makes one slow window; a sender away makes one fast) */
 
@@ -132,6 +137,15 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * wire idle part of the time (latency-bound, or bound by the CPU, as on a
  * simulated fabric) makes rates that vary with the traffic's timing, not
  * the ports' speed, and is not judged: a slow port also costs it little.
+ * Nor is a window in which the port judged was busy under
+ * LP_GRAY_RATE_BUSY_PCT of its wall-clock time: the traffic waited for the
+ * process, not for the port.  A rate while busy leaves out the gaps in
+ * which the process did not look, so where the CPU sets the pace the
+ * typical port can seem wire-bound (near its speed while busy) though the
+ * wires idle most of the time, and the port judged, measured over other
+ * messages' timing, slow (on a 2-core machine, 4,200-5,800 MB/s next to
+ * 23,000-25,000 at 200 Gb/s, with 250 MB/s moving in all).  A port that is
+ * slow for real and carries the traffic is busy most of the time.
  * Returns 1 when this window is slow and LP_GRAY_RATE_STRIKES of the last
  * LP_GRAY_RATE_SPAN judged were.  Not "so many in a row": a process that is
  * away (reducing on the CPU) while a slow port finishes its messages leaves
@@ -139,8 +153,9 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * 4-rank ring, a slow rail at 25 % measured 700-1,250 MB/s of 1,250 in one
  * window in four): each such window started the count of slow ones over,
  * and delayed the drain by seconds.
- * A window that cannot be judged (no typical port measured, or the typical
- * port not wire-bound) and a lossy one count neither way; more than
+ * A window that cannot be judged (no typical port measured, the typical
+ * port not wire-bound, the port mostly idle) and a lossy one count neither
+ * way; more than
  * LP_GRAY_RATE_SPAN unjudged in a row forget the slow ones.  When every
  * port is slow alike, none is under a share of the others, and nothing is
  * judged slow. */

@@ -433,16 +433,18 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
 static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typical_mbps, uint64_t now) {
   const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
   long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)typical_mbps;
+  int busy_pct = h->rate[dev].busy_pct; /* read before the drain resets the windows */
   unsigned flaps = drain_degraded(h, dev, now);
-  char evidence[160];
-  snprintf(evidence, sizeof(evidence), "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d",
-           mbps, tmbps, t->name, t->port, d->speed_mbps);
+  char evidence[176];
+  snprintf(evidence, sizeof(evidence),
+           "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d busy_pct=%d", mbps, tmbps,
+           t->name, t->port, d->speed_mbps, busy_pct);
   report_degraded(h, dev, evidence, LP_GRAY_RATE_STRIKES, flaps);
   LP_WARN(
-      "%s:%d is degraded: it moved %lld MB/s while busy (expected: %lld MB/s, as %s:%d did, the typical port of "
-      "its pool), %d of its last %d windows under %d%% of that and of its %d Mb/s: connections on it move to other "
-      "NICs; traffic may try it again after %llu ms (flap %u)",
-      d->name, d->port, mbps, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, LP_GRAY_RATE_SPAN,
+      "%s:%d is degraded: it moved %lld MB/s while busy, %d%% of the time (expected: %lld MB/s, as %s:%d did, the "
+      "typical port of its pool), %d of its last %d windows under %d%% of that and of its %d Mb/s: connections on it "
+      "move to other NICs; traffic may try it again after %llu ms (flap %u)",
+      d->name, d->port, mbps, busy_pct, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, LP_GRAY_RATE_SPAN,
       h->env->cfg.gray_rate_pct, d->speed_mbps, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
@@ -510,7 +512,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     /* Time the port had a message out while this process looked. */
     uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
     busy = busy > unwatched ? busy - unwatched : 0;
-    closed[d] = lp_gray_rate_window(&h->rate[d], bytes, busy, ok ? resends : 0, env->devs[d].speed_mbps) >= 0;
+    closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, ok ? resends : 0, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
     lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,
                       h->rate_at_ns[d], now);
