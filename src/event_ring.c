@@ -229,6 +229,7 @@ const char *lp_event_type_name(uint32_t type) {
       [LP_EV_PORT_DOWN] = "port_down",
       [LP_EV_PORT_UP] = "port_up",
       [LP_EV_SILENT_FAULT] = "silent_fault",
+      [LP_EV_LINES_HELD] = "lines_held",
       [LP_EV_STOP] = "stop",
   };
   return type < LP_EV_TYPE_COUNT ? names[type] : "unknown";

@@ -28,6 +28,7 @@ enum lp_event_type {
   LP_EV_PORT_DOWN,    /* a device's RoCE interface lost its link (netwatch.c): dev */
   LP_EV_PORT_UP,      /* it has its link again: dev */
   LP_EV_SILENT_FAULT, /* a connection left a device whose port is up (stall, error completion): dev, status = reason */
+  LP_EV_LINES_HELD,   /* a sweep's first event line is held: the control thread looks (report.h) */
   LP_EV_STOP,         /* the control thread is asked to finish */
   LP_EV_TYPE_COUNT
 };

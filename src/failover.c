@@ -39,8 +39,9 @@ static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev]
  * count of moves under way alone drops to 0 between them, and the paced
  * work took a third of the thread the rest of the sweep needed.  Not for
  * failbacks: they wait for the paced work (a standby on the primary).
- * Every move, failbacks too, also holds back the event lines of the sweep
- * (lp_health_sweep_over, lp_report_emit). */
+ * Every move, failbacks too, also counts in the sweep whose event lines
+ * after its first LP_SWEEP_EARLY_LINES wait for its end (lp_health_sweep_over,
+ * lp_report_emit). */
 static void set_state(struct lp_comm *c, enum lp_fo_state st) {
   int was_idle = c->fo->state == LP_FO_IDLE, idle = st == LP_FO_IDLE;
   if (was_idle != idle) {
@@ -323,7 +324,8 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                                 : fo->via_standby           ? "standby"
                                 : fo->via_home              ? "revived"
                                                             : "new"};
-  lp_report_emit(&c->env->syslog, &r, kind != LP_REPORT_PATH_LOST); /* a lost path, at once: it may end the job */
+  /* A lost path goes out at once: it may end the job. */
+  if (lp_report_emit(&c->env->syslog, &r, kind != LP_REPORT_PATH_LOST)) lp_health_lines_held(c->health);
   struct lp_fo_stats *st = &c->health->stats;
   const memory_order rx = memory_order_relaxed;
   if (kind == LP_REPORT_FAILOVER) {

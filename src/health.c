@@ -23,6 +23,12 @@
 #define LP_RING_CAPACITY 1024
 #define LP_SYSLOG_RETRY_NS 2000000ull /* held syslog lines are tried again this often */
 #define LP_SWEEP_LOOK_NS 10000000ull  /* and lines held for a sweep's end, this often */
+/* A sweep's first lines go out as soon as this thread looks (woken by the
+ * first line held: lp_health_lines_held): a job with a few connections on
+ * the failed NIC, most jobs, sees each move within milliseconds.  Only a
+ * large sweep's later lines wait for its end, when sending them no longer
+ * takes CPU from the moves still to come. */
+#define LP_SWEEP_EARLY_LINES 64
 
 /* A connection left `dev` for a fault its port did not report.  Every
  * connection on a black-holed NIC stalls at about the same moment: the
@@ -44,6 +50,12 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
   struct lp_event e = {
       .type = LP_EV_SILENT_FAULT, .dev = (uint32_t)dev, .status = reason, .comm_id = comm_id, .time_ns = now};
   lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
+}
+
+void lp_health_lines_held(struct lp_health *h) {
+  if (!h->running) return;
+  struct lp_event e = {.type = LP_EV_LINES_HELD, .dev = LP_EV_NO_DEV, .time_ns = lp_now_ns()};
+  lp_ring_push(&h->ring, &e); /* lost to a full ring: the next look (10 ms) sends them */
 }
 
 /* ---- async events: one thread per NIC ---- */
@@ -565,10 +577,12 @@ static void *control_main(void *arg) {
     }
     next = suspect_expiry(h, now, next);
     /* Event lines the syslog socket had no room for: soon again; those of
-     * a sweep, once it is over. */
+     * a sweep: its first LP_SWEEP_EARLY_LINES now, the rest once it is
+     * over. */
     int sweep_over = lp_health_sweep_over(h, now);
     uint64_t retry = sweep_over ? LP_SYSLOG_RETRY_NS : LP_SWEEP_LOOK_NS;
-    if (lp_syslog_flush(&h->env->syslog, sweep_over) > 0 && now + retry < next) next = now + retry;
+    if (lp_syslog_flush(&h->env->syslog, sweep_over, LP_SWEEP_EARLY_LINES) > 0 && now + retry < next)
+      next = now + retry;
     if (h->env->cfg.gray && h->next_gray_ns < next) next = h->next_gray_ns > now ? h->next_gray_ns : now;
     int ms = (int)((next - now) / 1000000ull) + 1;
     lp_ring_wait(&h->ring, ms);

@@ -138,6 +138,11 @@ void lp_health_stop(struct lp_health *h);
  * control thread, which took the CPU from the threads moving connections. */
 void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t comm_id);
 
+/* A sweep's first event line was held (lp_report_emit returned 1): the
+ * control thread looks now, and sends it (LP_SWEEP_EARLY_LINES, health.c).
+ * One eventfd write; never blocks. */
+void lp_health_lines_held(struct lp_health *h);
+
 /* Where a `dir` end whose primary device is `primary` goes: a healthy
  * device of the primary's pool with the same link layer, fewest ends of
  * that direction first,

@@ -83,6 +83,7 @@ struct lp_syslog_held {
   pthread_mutex_t mu;
   struct lp_held_line *line; /* a ring of `cap` lines, grown when full (hold) */
   unsigned cap, head, count;
+  unsigned early_sent;            /* lines of the sweep under way sent before its end (lp_syslog_flush's `early`) */
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
 };
 
@@ -95,14 +96,18 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
 }
 
 /* Send held lines while the socket takes them and they may go (one held for
- * a sweep: once `sweep_over`, or past LP_HOLD_MAX_NS); under h->mu.  A line
- * the socket refuses for another reason (no daemon) is lost, as syslog(3)
- * loses it.  Returns the lines still held. */
+ * a sweep: once `sweep_over`, past LP_HOLD_MAX_NS, or while `*early`, when
+ * not NULL, allows: one less for each); under h->mu.  A line the socket
+ * refuses for another reason (no daemon) is lost, as syslog(3) loses it.
+ * Returns the lines still held. */
 static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
-                          unsigned most) {
+                          unsigned most, unsigned *early) {
   for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
     struct lp_held_line *l = &h->line[h->head % h->cap];
-    if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) break;
+    if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) {
+      if (early == NULL || *early == 0) break;
+      (*early)--;
+    }
     l->sweep = 0;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     l->mirror = 0;
@@ -144,7 +149,7 @@ static int grow(struct lp_syslog_held *h) {
  * its first lines sooner.  A line that still finds no place (the socket has
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
-  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD);
+  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, NULL);
   if (h->count == h->cap) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -161,29 +166,30 @@ static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const str
  * once (lp_syslog_open) and shared by every thread; naming the address each
  * time keeps working when the syslog daemon restarts and makes its socket
  * anew. */
-static void emit(const struct lp_syslog *sl, int severity, const char *msg, int sweep) {
+static int emit(const struct lp_syslog *sl, int severity, const char *msg, int sweep) {
   struct lp_syslog_held *h = sl->held;
   if (h == NULL) {
     LP_WARN("%s", msg);
-    return;
+    return 0;
   }
   struct lp_held_line l = {.at_ns = lp_now_ns(), .mirror = 1, .sweep = (uint8_t)(sweep != 0), .to_sock = sl->fd >= 0};
   int n = lp_syslog_format(sl->facility, severity, msg, l.dgram, sizeof(l.dgram));
   size_t msg_len = strlen(msg);
-  if (n < 0 || (size_t)n < msg_len) return;
+  if (n < 0 || (size_t)n < msg_len) return 0;
   l.msg = (uint16_t)((size_t)n - msg_len); /* the message ends the datagram */
   if ((size_t)n >= sizeof(l.dgram)) n = (int)sizeof(l.dgram) - 1;
   l.len = (uint16_t)n;
-  int rc = 0;
+  int rc = 0, first = 0;
   pthread_mutex_lock(&h->mu);
   if (sweep) {
+    first = h->count == 0;
     hold(sl, h, &l);
   } else {
     /* A line not of a sweep (a lost path, a degraded port) may be the
      * process's last: the sweep's lines it follows go out first, in order,
      * then it, at once in NCCL's log and as room allows in syslog. */
     mirror_held(h);
-    unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD);
+    unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD, NULL);
     LP_WARN("%s", msg);
     l.mirror = 0;
     if (l.to_sock && left > 0)
@@ -195,6 +201,7 @@ static void emit(const struct lp_syslog *sl, int severity, const char *msg, int 
   if (rc != 0 && rc != -EAGAIN)
     LP_INFO(NCCL_NET, "syslog socket %s does not take lines (%s); the event is in this log only", sl->socket,
             strerror(-rc));
+  return first;
 }
 
 /* Once the sweep is over, its lines go at the pace the daemon reads: each
@@ -203,7 +210,7 @@ static void emit(const struct lp_syslog *sl, int severity, const char *msg, int 
  * line to hold is not kept waiting long.  Without the wait, the control
  * thread sent the queue's ten lines every 2 ms: a sweep's 2,000 lines
  * reached syslog 400 ms after it ended.  During a sweep nothing waits. */
-unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over) {
+unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned early) {
   struct lp_syslog_held *h = sl->held;
   if (h == NULL) return 0;
   unsigned before, left;
@@ -211,8 +218,11 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over) {
   do {
     pthread_mutex_lock(&h->mu);
     before = h->count;
+    if (sweep_over) h->early_sent = 0;
+    unsigned may = early > h->early_sent ? early - h->early_sent : 0, allowed = may;
     left = send_held(sl, h, sweep_over ? 0 : MSG_DONTWAIT, sweep_over, lp_now_ns(),
-                     sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD);
+                     sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD, &may);
+    h->early_sent += allowed - may;
     dropped = h->dropped, said = h->dropped_said;
     h->dropped_said = dropped;
     pthread_mutex_unlock(&h->mu);
@@ -255,12 +265,12 @@ void lp_syslog_close(struct lp_syslog *sl) {
   if (h != NULL) {
     pthread_mutex_lock(&h->mu);
     mirror_held(h); /* NCCL's log first, whatever room the socket has */
-    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD);
+    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, NULL);
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
     if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
-      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD);
+      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, NULL);
     pthread_mutex_unlock(&h->mu);
-    lp_syslog_flush(sl, 1); /* says what was dropped */
+    lp_syslog_flush(sl, 1, 0); /* says what was dropped */
     pthread_mutex_destroy(&h->mu);
     free(h->line);
     free(h);
@@ -270,10 +280,10 @@ void lp_syslog_close(struct lp_syslog *sl) {
   sl->fd = -1;
 }
 
-void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep) {
+int lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep) {
   char line[512];
   lp_report_format(r, line, sizeof(line));
-  emit(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line, sweep);
+  return emit(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line, sweep);
 }
 
-void lp_report_line(const struct lp_syslog *sl, int severity, const char *line) { emit(sl, severity, line, 0); }
+void lp_report_line(const struct lp_syslog *sl, int severity, const char *line) { (void)emit(sl, severity, line, 0); }

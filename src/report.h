@@ -56,10 +56,12 @@ void lp_syslog_close(struct lp_syslog *sl);
  * no room for (8,192 lines at most are held; more are counted and warned
  * about) and those of moves made in a sweep (lp_report_emit) go out with
  * the next line that is not held or with this call, which the control
- * thread makes on every look; a sweep's lines only once `sweep_over`, or a
- * second after they were held.  At close, every line goes.  Returns how
- * many are still held. */
-unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over);
+ * thread makes on every look; a sweep's lines once `sweep_over`, a second
+ * after they were held, or while the sweep's lines sent before its end
+ * number fewer than `early` (the count starts again once a call says the
+ * sweep is over).  At close, every line goes.  Returns how many are still
+ * held. */
+unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned early);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */
@@ -67,9 +69,11 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 
 /* Send the line to syslog (when enabled) and to NCCL's log.  With `sweep`
  * (the move is one of a sweep that is still going on), both wait for
- * lp_syslog_flush: the moves still to come need the CPU more than the line
- * does, and the line's syslog header keeps the time of the move. */
-void lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep);
+ * lp_syslog_flush: the thread that moves connections makes no system call
+ * for the line, and the line's syslog header keeps the time of the move.
+ * Returns 1 when the line is the first held (none was before): whoever
+ * calls lp_syslog_flush should look soon. */
+int lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep);
 
 /* Any event line, already formatted as key=value fields (the lines above,
  * a port drained as degraded: health.c), the same two ways at `severity`. */

@@ -124,12 +124,12 @@ Test(report, lines_a_full_syslog_socket_cannot_take_are_held_in_order, .timeout 
   daemon_start(&d, &sl);
   const int n = 1500;
   for (int i = 0; i < n; i++) emit_seq(&sl, i);
-  cr_assert_gt(lp_syslog_flush(&sl, 0), 0, "the socket took %d lines at once: no line was held", n);
+  cr_assert_gt(lp_syslog_flush(&sl, 0, 0), 0, "the socket took %d lines at once: no line was held", n);
   for (int i = 0; i < n; i++) {
     cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
-    lp_syslog_flush(&sl, 0); /* the control thread's look, in a sweep: it does not wait for room */
+    lp_syslog_flush(&sl, 0, 0); /* the control thread's look, in a sweep: it does not wait for room */
   }
-  cr_assert_eq(lp_syslog_flush(&sl, 1), 0);
+  cr_assert_eq(lp_syslog_flush(&sl, 1, 0), 0);
   lp_syslog_close(&sl);
   daemon_stop(&d);
 }
@@ -162,7 +162,7 @@ Test(report, held_lines_go_out_at_close, .timeout = 30) {
   daemon_start(&d, &sl);
   const int n = 1000;
   for (int i = 0; i < n; i++) emit_seq(&sl, i);
-  cr_assert_gt(lp_syslog_flush(&sl, 1), 0);
+  cr_assert_gt(lp_syslog_flush(&sl, 1, 0), 0);
   struct reader r = {.fd = d.fd, .want = n};
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, read_in_order, &r), 0);
@@ -188,12 +188,13 @@ static void count_logger(ncclDebugLogLevel level, unsigned long flags, const cha
   if (i < 8) logged_seq[i] = atoi(at + 4);
 }
 
-static void emit_sweep_seq(const struct lp_syslog *sl, int i) {
+/* Returns lp_report_emit's answer: 1 when the line is the first held. */
+static int emit_sweep_seq(const struct lp_syslog *sl, int i) {
   struct lp_report r = {.kind = LP_REPORT_FAILOVER, .comm = (uint64_t)i, .reason = "port_down"};
   char peer[16];
   snprintf(peer, sizeof(peer), "seq=%d", i);
   r.peer = peer;
-  lp_report_emit(sl, &r, 1);
+  return lp_report_emit(sl, &r, 1);
 }
 
 /* The lines of a sweep's moves wait for its end, in syslog and in NCCL's
@@ -209,13 +210,13 @@ Test(report, a_sweeps_lines_wait_for_its_end_or_for_a_line_not_of_a_sweep, .time
   emit_sweep_seq(&sl, 0);
   emit_sweep_seq(&sl, 1);
   cr_assert_eq(logged, 0, "NCCL's log had %d lines of a sweep not over", (int)logged);
-  cr_assert_eq(lp_syslog_flush(&sl, 0), 2, "lines of a sweep not over went out");
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 0), 2, "lines of a sweep not over went out");
   char buf[64];
   cr_assert_lt(recv(d.fd, buf, sizeof(buf), MSG_DONTWAIT), 0, "the daemon got a line while the sweep went on");
   emit_seq(&sl, 2); /* not a sweep's */
   cr_assert_eq(logged, 3, "NCCL's log had %d lines, not the sweep's two and the other", (int)logged);
   for (int i = 0; i < 3; i++) cr_assert_eq(logged_seq[i], i, "NCCL's log: line %d came out of order", i);
-  cr_assert_eq(lp_syslog_flush(&sl, 0), 0, "lines are still held");
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 0), 0, "lines are still held");
   for (int i = 0; i < 3; i++) cr_assert_eq(read_seq(d.fd), i, "syslog: line %d came out of order", i);
   lp_log_set_logger(NULL);
   lp_syslog_close(&sl);
@@ -230,10 +231,41 @@ Test(report, a_sweeps_lines_go_out_when_it_is_over, .timeout = 30) {
   lp_log_set_logger(count_logger);
   emit_sweep_seq(&sl, 0);
   emit_sweep_seq(&sl, 1);
-  cr_assert_eq(lp_syslog_flush(&sl, 0), 2);
-  cr_assert_eq(lp_syslog_flush(&sl, 1), 0, "the sweep is over but lines are still held");
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 0), 2);
+  cr_assert_eq(lp_syslog_flush(&sl, 1, 0), 0, "the sweep is over but lines are still held");
   cr_assert_eq(logged, 2);
   for (int i = 0; i < 2; i++) cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
+  lp_log_set_logger(NULL);
+  lp_syslog_close(&sl);
+  daemon_stop(&d);
+}
+
+/* A sweep's first lines go out at the control thread's next look, which
+ * the first line held asks for; past `early` lines in the sweep, the rest
+ * wait for its end; the next sweep has its first lines at once again.
+ * Hold them all and a job with one connection on the NIC learns of its
+ * move 100 ms late; send them all and a sweep of a thousand moves pays
+ * for a thousand lines while its moves wait. */
+Test(report, a_sweeps_first_lines_go_out_at_once_and_the_rest_at_its_end, .timeout = 30) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  logged = 0;
+  lp_log_set_logger(count_logger);
+  cr_assert_eq(emit_sweep_seq(&sl, 0), 1, "the first line held did not ask for a look");
+  cr_assert_eq(emit_sweep_seq(&sl, 1), 0, "a line behind a held one asked for a look");
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 3), 0, "the sweep's first lines were held");
+  cr_assert_eq(logged, 2);
+  cr_assert_eq(emit_sweep_seq(&sl, 2), 1, "a line held after the others went did not ask for a look");
+  cr_assert_eq(emit_sweep_seq(&sl, 3), 0);
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 3), 1, "the sweep's 4th line went before its end, with 3 allowed");
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 3), 1, "a later look sent it");
+  cr_assert_eq(logged, 3, "NCCL's log had %d lines, not the first 3", (int)logged);
+  cr_assert_eq(lp_syslog_flush(&sl, 1, 3), 0, "the sweep is over but a line is still held");
+  for (int i = 0; i < 4; i++) cr_assert_eq(read_seq(d.fd), i, "line %d came out of order", i);
+  emit_sweep_seq(&sl, 4);
+  cr_assert_eq(lp_syslog_flush(&sl, 0, 3), 0, "the next sweep's first line waited: the count did not start again");
+  cr_assert_eq(read_seq(d.fd), 4);
   lp_log_set_logger(NULL);
   lp_syslog_close(&sl);
   daemon_stop(&d);
@@ -271,7 +303,7 @@ Test(report, after_a_sweep_the_looks_send_every_line_in_order_as_the_daemon_read
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, read_in_order, &r), 0);
   unsigned left = n, looks = 0;
-  while (left > 0 && looks++ < 1000) left = lp_syslog_flush(&sl, 1);
+  while (left > 0 && looks++ < 1000) left = lp_syslog_flush(&sl, 1, 0);
   pthread_join(t, NULL);
   cr_assert_eq(left, 0, "%u looks after the sweep left %u of %d lines held", looks, left, n);
   cr_assert_eq(r.got, n, "the daemon read %d of %d lines in order", r.got, n);
@@ -292,7 +324,7 @@ Test(report, a_sweep_longer_than_the_ring_loses_no_line_from_nccls_log, .timeout
   for (int i = 0; i < n; i++) emit_sweep_seq(&sl, i);
   cr_assert_geq(logged, n - 8192, "the oldest lines of a full ring did not go to NCCL's log");
   cr_assert_lt(logged, n, "lines of a sweep not over went to NCCL's log though the ring had room");
-  lp_syslog_flush(&sl, 0); /* MSG_DONTWAIT: nothing waits for the daemon */
+  lp_syslog_flush(&sl, 0, 0); /* MSG_DONTWAIT: nothing waits for the daemon */
   cr_assert_lt(logged, n);
   lp_syslog_close(&sl); /* waits 1 s for room */
   cr_assert_eq(logged, n, "NCCL's log got %d of %d lines", (int)logged, n);
