@@ -137,7 +137,7 @@ echo "# standby s: from the start until every end has a standby path (the pull w
 echo "# slow ms: the slowest iteration of the run (every channel's message of one repetition; with the pull, it holds the"
 echo "#   time from the pull until traffic flows on every connection again, plus one iteration)"
 echo "# p50/p99 ms: each end's move (fault seen -> traffic flowing); pull p50/p99: the pull (or the plug-in) -> each end's line at the sink"
-echo "#   (a line waits for the end of its process's sweep, 100 ms after the last move: docs/OPERATIONS.md)"
+echo "#   (a sweep's first 64 lines a process go out at once, later ones 100 ms after its last move: docs/OPERATIONS.md)"
 printf '%6s | %10s %8s | %9s | %10s %8s %9s %9s %9s %9s %9s %7s | %9s %9s %9s %9s %9s\n' K "no fault" "slow ms" \
   "standby s" "one pull" "slow ms" moved "p50 ms" "p99 ms" "pull p50" "pull p99" wrong "back" "p50 ms" "p99 ms" \
   "plug p50" "plug p99"

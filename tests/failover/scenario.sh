@@ -724,7 +724,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
       "$tmp/syslog" || fail "no event=degraded line in syslog with the measured and allowed resends"
     if [ "$name" = gray_loss_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
-      # node0 drains it too; its lines wait for the end of its sweep (100 ms)
+      # node0 drains it too; its lines follow at its control thread's next look
       wait_for "linkpass\[$pid0\]: event=failover .* dev=$nic .*reason=degraded" "$tmp/syslog" 5
     fi
     sv fault "$host:$nic" loss 0
@@ -790,7 +790,7 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
       fail "no event=degraded line in syslog with the measured and expected rates"
     if [ "$name" = gray_rate_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
-      # node0's ends leave it too; their lines wait for the end of its sweep (100 ms)
+      # node0's ends leave it too; their lines follow at its control thread's next look
       wait_for "linkpass\[$pid0\]: event=failover .* dev=$nic " "$tmp/syslog" 5
     fi
     sv fault "$host:$nic" clear
