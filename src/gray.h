@@ -102,9 +102,10 @@ void lp_gray_rate_reset(struct lp_gray_rate *r);
 
 /* A tick at `now` with the meter's totals (bytes moved by large messages,
  * time with one in flight) and the port's resend counters (0 when
- * unreadable).  The
- * window closes when at least LP_GRAY_RATE_MIN_BYTES moved since it
- * opened, and then this returns its rate in MB/s while busy; otherwise -1
+ * unreadable).  The window closes when at least LP_GRAY_RATE_MIN_BYTES
+ * moved since it opened, and then this returns its rate in MB/s while busy
+ * (and keeps the share of the window's wall-clock time that was busy,
+ * `busy_pct`); otherwise -1
  * (the first tick, totals that went back, too little yet: the window stays
  * open, and the last rate grows older).  A window in which the port resent
  * packets is `lossy`: a lost packet can cost a whole local ACK timeout, so
