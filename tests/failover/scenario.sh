@@ -32,6 +32,9 @@ fail() {
   cat "$tmp/syslog" >&2 2>/dev/null || true
   exit 1
 }
+# A command that fails where set -e would end the script silently (a grep
+# that matched nothing in a pipeline) says which, with the driver's output.
+trap 'fail "line $LINENO: command failed (exit $?): $BASH_COMMAND"' ERR
 
 # Poll (bounded) until FILE has at least N lines matching PATTERN.
 wait_for_count() {
@@ -609,11 +612,18 @@ failback_after_holddown)
   # pull carry it again after.
   run_perf 1M 6
   wait_for '^ +1\.0 ' "$tmp/out"
-  busy_qps | grep ':mlx5_0:' | sort >"$tmp/qps_before"
+  qps_on_mlx5_0() { { busy_qps | grep ':mlx5_0:' || true; } | sort; }
+  qps_on_mlx5_0 >"$tmp/qps_before"
   [ -s "$tmp/qps_before" ] || fail "no QP carries traffic on mlx5_0 before the pull"
   pull_and_failback
   wait_for_count "event=failback" "$tmp/syslog" 4 20
-  busy_qps | grep ':mlx5_0:' | sort >"$tmp/qps_after"
+  # Each end's line follows its own move: the other end's QP may still be
+  # on its way back to RTS for a moment (looked at for 10 s at most).
+  for _ in $(seq 200); do
+    qps_on_mlx5_0 >"$tmp/qps_after"
+    cmp -s "$tmp/qps_before" "$tmp/qps_after" && break
+    sleep 0.05
+  done
   diff "$tmp/qps_before" "$tmp/qps_after" || fail "the QPs carrying traffic on mlx5_0 after the failback are not those of before"
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback path=revived
