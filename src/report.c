@@ -96,17 +96,18 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
 }
 
 /* Send held lines while the socket takes them and they may go (one held for
- * a sweep: once `sweep_over`, past LP_HOLD_MAX_NS, or while `*early`, when
- * not NULL, allows: one less for each); under h->mu.  A line the socket
- * refuses for another reason (no daemon) is lost, as syslog(3) loses it.
- * Returns the lines still held. */
+ * a sweep: once `sweep_over`, past LP_HOLD_MAX_NS, or while fewer than
+ * `early` of the sweep's lines went before its end, counted in
+ * h->early_sent); under h->mu.  A line the socket refuses for another
+ * reason (no daemon) is lost, as syslog(3) loses it.  Returns the lines
+ * still held. */
 static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
-                          unsigned most, unsigned *early) {
+                          unsigned most, unsigned early) {
   for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
     struct lp_held_line *l = &h->line[h->head % h->cap];
     if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) {
-      if (early == NULL || *early == 0) break;
-      (*early)--;
+      if (h->early_sent >= early) break;
+      h->early_sent++;
     }
     l->sweep = 0;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -149,7 +150,7 @@ static int grow(struct lp_syslog_held *h) {
  * its first lines sooner.  A line that still finds no place (the socket has
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
-  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, NULL);
+  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, 0);
   if (h->count == h->cap) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -189,7 +190,7 @@ static int emit(const struct lp_syslog *sl, int severity, const char *msg, int s
      * process's last: the sweep's lines it follows go out first, in order,
      * then it, at once in NCCL's log and as room allows in syslog. */
     mirror_held(h);
-    unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD, NULL);
+    unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD, 0);
     LP_WARN("%s", msg);
     l.mirror = 0;
     if (l.to_sock && left > 0)
@@ -219,10 +220,8 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
     pthread_mutex_lock(&h->mu);
     before = h->count;
     if (sweep_over) h->early_sent = 0;
-    unsigned may = early > h->early_sent ? early - h->early_sent : 0, allowed = may;
     left = send_held(sl, h, sweep_over ? 0 : MSG_DONTWAIT, sweep_over, lp_now_ns(),
-                     sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD, &may);
-    h->early_sent += allowed - may;
+                     sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD, early);
     dropped = h->dropped, said = h->dropped_said;
     h->dropped_said = dropped;
     pthread_mutex_unlock(&h->mu);
@@ -265,10 +264,10 @@ void lp_syslog_close(struct lp_syslog *sl) {
   if (h != NULL) {
     pthread_mutex_lock(&h->mu);
     mirror_held(h); /* NCCL's log first, whatever room the socket has */
-    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, NULL);
+    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
     struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
     if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
-      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, NULL);
+      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
     pthread_mutex_unlock(&h->mu);
     lp_syslog_flush(sl, 1, 0); /* says what was dropped */
     pthread_mutex_destroy(&h->mu);
