@@ -610,7 +610,9 @@ failback_after_holddown)
   # Each end kept the path it left on mlx5_0 and revives it: the failback
   # creates no QP, and the very QPs that carried the traffic before the
   # pull carry it again after.
-  run_perf 1M 6
+  # 10 s: under ThreadSanitizer one `simverbs status` takes 1-2 s, and a
+  # 6 s run could end before the look after the failback (seen in CI).
+  run_perf 1M 10
   wait_for '^ +1\.0 ' "$tmp/out"
   qps_on_mlx5_0() { { busy_qps | grep ':mlx5_0:' || true; } | sort; }
   qps_on_mlx5_0 >"$tmp/qps_before"
@@ -619,7 +621,9 @@ failback_after_holddown)
   wait_for_count "event=failback" "$tmp/syslog" 4 20
   # Each end's line follows its own move: the other end's QP may still be
   # on its way back to RTS for a moment (looked at for 10 s at most).
+  : >"$tmp/qps_after"
   for _ in $(seq 200); do
+    kill -0 "$perf" 2>/dev/null || fail "the driver ended before the QPs of before carried traffic on mlx5_0 again (last look: $(tr '\n' ' ' <"$tmp/qps_after"))"
     qps_on_mlx5_0 >"$tmp/qps_after"
     cmp -s "$tmp/qps_before" "$tmp/qps_after" && break
     sleep 0.05
