@@ -3,7 +3,7 @@
 # each pair and their median (docs/PERFORMANCE.md, issue 10).  For the
 # small gaps that the sweeps of bench/linkpass_vs_ibext.sh cannot separate
 # from the machine's noise: many short runs of one size, each plugin right
-# after the other.
+# after the other, in turns (A B, B A, ...).
 #
 # usage: bench/plugin_pairs.sh BUILD_DIR SIZE
 #   env: A, B     the two plugins (default: this build's linkpass, and the
@@ -51,8 +51,15 @@ echo "# A: $a"
 echo "# B: $b"
 printf '%6s %12s %12s %8s\n' pair A B "A / B"
 for i in $(seq "${PAIRS:-11}"); do
-  x=$(run "$a")
-  y=$(run "$b")
+  # The order turns each pair (A B, then B A): a plugin that always ran
+  # first or always second would carry whatever the order costs.
+  if ((i % 2)); then
+    x=$(run "$a")
+    y=$(run "$b")
+  else
+    y=$(run "$b")
+    x=$(run "$a")
+  fi
   printf '%6d %12s %12s %8.3f\n' "$i" "$x" "$y" "$(awk -v x="$x" -v y="$y" 'BEGIN { print x / y }')"
 done | tee "$tmp/pairs"
 awk '{ print $4 }' "$tmp/pairs" | sort -g |
