@@ -671,8 +671,8 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
       LP_WARN("cannot start the async-event thread of %s: its port events are seen by polling only", env->nics[n].name);
       continue;
     }
-    char name[16]; /* the kernel's limit, with the NUL */
-    snprintf(name, sizeof(name), "lp-ev-%s", env->nics[n].name);
+    char name[16]; /* the kernel's limit with the NUL: a long NIC name is cut to fit */
+    snprintf(name, sizeof(name), "lp-ev-%.9s", env->nics[n].name);
     pthread_setname_np(h->async[h->nasync], name);
     h->nasync++;
   }
