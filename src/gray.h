@@ -106,11 +106,10 @@ void lp_gray_rate_reset(struct lp_gray_rate *r);
  * moved since it opened, and then this returns its rate in MB/s while busy
  * (and keeps the share of the window's wall-clock time that was busy,
  * `busy_pct`); otherwise -1 (the first tick, totals that went back, too
- * little yet: the window stays
- * open, and the last rate grows older).  A window in which the port resent
- * packets is `lossy`: a lost packet can cost a whole local ACK timeout, so
- * its rate says more about bad luck than about the port's speed, and the
- * resend windows judge such a port.  A rate is at most the port's nominal
+ * little yet: the window stays open, and the last rate grows older).  A
+ * window in which the port resent packets is `lossy`: a lost packet can
+ * cost a whole local ACK timeout, so its rate says more about bad luck than
+ * about the port's speed, and the resend windows judge such a port.  A rate is at most the port's nominal
  * speed (`speed_mbps`, 0: no limit): the busy time leaves out, whole, each gap
  * in which the process did not look and its messages all completed, though
  * the wire may have worked through part of it, so a port near its speed can
@@ -156,9 +155,9 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * and delayed the drain by seconds.
  * A window that cannot be judged (no typical port measured, the typical
  * port not wire-bound, the port mostly idle) and a lossy one count neither
- * way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the slow ones.  When every
- * port is slow alike, none is under a share of the others, and nothing is
- * judged slow. */
+ * way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the slow
+ * ones.  When every port is slow alike, none is under a share of the
+ * others, and nothing is judged slow. */
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct);
 
 #endif
