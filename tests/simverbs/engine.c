@@ -193,13 +193,15 @@ static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need
   return IBV_WC_SUCCESS;
 }
 
-/* Where this process can reach a peer's registered address directly: our
- * own memory, or the peer's shared window mapped here.  NULL: use
- * process_vm_writev/readv. */
-static char *direct_ptr(struct sv_fabric *f, const struct sv_mr *m, uint32_t key, void *remote) {
+/* Where this process can reach [remote, remote + len) of a peer's
+ * registration directly: our own memory, or the peer's shared window mapped
+ * here.  NULL: use process_vm_writev/readv. */
+static char *direct_ptr(struct sv_fabric *f, const struct sv_mr *m, uint32_t key, void *remote, size_t len) {
   if (m->owner == sv_lib.proc) return remote;
+  uintptr_t r = (uintptr_t)remote;
+  if (r < m->win_lo || r + len > m->win_hi) return NULL; /* on an edge page the window leaves out */
   char *base = sv_window_map(f, m, sv_key_index(key));
-  return base ? base + ((uintptr_t)remote - m->addr) : NULL;
+  return base ? base + (r - m->win_lo) : NULL;
 }
 
 /* Resolve an rkey range on the destination QP; 0 on access violation. */
@@ -211,7 +213,7 @@ static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len,
   if (va < m.iova || va + len > m.iova + m.length || va + len < va) return 0;
   out->iov_base = (void *)(uintptr_t)(m.addr + (va - m.iova));
   out->iov_len = len;
-  *direct = direct_ptr(f, &m, rkey, out->iov_base);
+  *direct = direct_ptr(f, &m, rkey, out->iov_base, len);
   *pid = f->procs[m.owner].pid;
   *mr_access = m.access;
   return 1;
@@ -339,7 +341,7 @@ static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec
     size_t take = s->length < left ? s->length : left;
     out[*n].iov_base = (void *)(uintptr_t)(m.addr + (s->addr - m.iova));
     out[*n].iov_len = take;
-    direct[*n] = direct_ptr(f, &m, s->lkey, out[*n].iov_base);
+    direct[*n] = direct_ptr(f, &m, s->lkey, out[*n].iov_base, take);
     (*n)++;
     left -= take;
   }
@@ -618,7 +620,7 @@ static void warm_up(struct sv_qp *d, struct sv_swqe *w) {
   if ((w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && wr_bytes(w) > 0) {
     struct sv_mr m;
     if (sv_mr_read(f, w->rkey, &m) && w->remote_addr >= m.iova && w->remote_addr < m.iova + m.length) {
-      char *p = direct_ptr(f, &m, w->rkey, (void *)(uintptr_t)(m.addr + (w->remote_addr - m.iova)));
+      char *p = direct_ptr(f, &m, w->rkey, (void *)(uintptr_t)(m.addr + (w->remote_addr - m.iova)), 1);
       if (p) __builtin_prefetch(p, 1);
     }
   }

@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  14 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq */
+  15 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -228,12 +228,15 @@ struct sv_mr {
   uint64_t iova; /* address remote peers use; addr + (va - iova) */
   uint32_t access;
   /* Shared window (window.c): the owner's fd of a memfd now backing
-   * [addr, addr + length), which peers map to write with a plain memcpy.
-   * -1 when the region could not be shared: peers use process_vm_writev. */
+   * [win_lo, win_hi) of the registration's memory (all of it, or the pages
+   * wholly inside it), which peers map to write with a plain memcpy.  -1
+   * when none could be shared: peers use process_vm_writev, as they do for
+   * bytes outside [win_lo, win_hi). */
   int32_t win_fd;
   uint32_t dmabuf;           /* 1: a dma-buf registration: addr is the library's own mapping of the buffer */
   uint64_t win_id;           /* unique per fabric: a peer's cached mapping never goes stale */
-  uint64_t win_off, win_len; /* where addr sits in the memfd; the memfd's size */
+  uint64_t win_lo, win_hi;   /* the owner's addresses the memfd backs */
+  uint64_t win_off, win_len; /* where win_lo sits in the memfd; the memfd's size */
 };
 
 struct sv_heap_block {

@@ -33,7 +33,7 @@ SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 /* Every field of a slot but in_use and seq, copied with `op` (below). */
 #define SV_MR_FIELDS(op)                                                                                       \
   op(gen) op(owner) op(dev) op(pd_id) op(addr) op(length) op(iova) op(access) op(win_fd) op(dmabuf) op(win_id) \
-      op(win_off) op(win_len)
+      op(win_lo) op(win_hi) op(win_off) op(win_len)
 #define SV_MR_LOAD(field) out->field = __atomic_load_n(&m->field, __ATOMIC_ACQUIRE);
 #define SV_MR_STORE(field) __atomic_store_n(&m->field, from->field, __ATOMIC_RELEASE);
 

@@ -8,15 +8,17 @@
  * addresses; only the backing changes, much as registration pins pages on
  * real hardware.
  *
- * A NIC pins the whole pages under a registration whatever its length, so
- * the window covers those pages too: a registration of 64 MiB + 64 bytes is
- * as fast as one of 64 MiB (access is still checked against the registered
- * range).  Only private anonymous memory is moved, so file mappings keep
- * their meaning, and not pages that another registration of this process
- * already has (a peer may be writing them: its write could fall between
- * the copy and the remap).  Everything else stays reachable through
- * process_vm_writev.  Like rdma-core after ibv_fork_init, moved pages are
- * not inherited by a forked child (MADV_DONTFORK). */
+ * Only the pages wholly inside the registration are moved.  A page it
+ * shares with other bytes (malloc's headers, the objects around a small
+ * buffer) may be written by another thread of the process at any time, and
+ * a store that fell between the copy and the remap would be lost: a NIC
+ * pins such a page and loses nothing.  Bytes on those edge pages stay
+ * reachable through process_vm_writev, as is all memory that is not private
+ * anonymous (file mappings keep their meaning) or whose pages another
+ * registration of this process already has (a peer may be writing them: its
+ * write could fall between the copy and the remap).  Like rdma-core after
+ * ibv_fork_init, moved pages are not inherited by a forked child
+ * (MADV_DONTFORK). */
 #include "simverbs.h"
 
 #include <errno.h>
@@ -147,27 +149,6 @@ static void span_remove(uintptr_t start, uintptr_t end) {
     }
 }
 
-/* Copy one page word by word without the sanitizer's checks: the bytes
- * that share the first and last page with a registration are someone
- * else's (malloc's headers, AddressSanitizer's own redzones, blocks
- * ThreadSanitizer saw freed).  Copying them
- * is right, they must survive the move, but a checked copy reports them.
- * Volatile keeps the compiler from making this a memcpy call, which the
- * sanitizer intercepts. */
-__attribute__((no_sanitize("address", "undefined", "thread"))) static void copy_foreign_page(char *dst, uintptr_t src) {
-  volatile const uint64_t *from = (volatile const uint64_t *)src;
-  uint64_t *to = (uint64_t *)dst;
-  for (size_t i = 0; i < SV_PAGE / sizeof(uint64_t); i++) to[i] = from[i];
-}
-
-/* [start, end) into dst: the first and last page unchecked, the pages in
- * between (wholly the registration's) with memcpy. */
-static void copy_pages(char *dst, uintptr_t start, uintptr_t end) {
-  copy_foreign_page(dst, start);
-  if (end - start > SV_PAGE) copy_foreign_page(dst + (end - SV_PAGE - start), end - SV_PAGE);
-  if (end - start > 2 * SV_PAGE) memcpy(dst + SV_PAGE, (const void *)(start + SV_PAGE), end - start - 2 * SV_PAGE);
-}
-
 /* Move [start, end) onto a new memfd; returns the window or NULL. */
 static struct sv_window *make_window(uintptr_t start, uintptr_t end) {
   size_t len = end - start;
@@ -177,7 +158,7 @@ static struct sv_window *make_window(uintptr_t start, uintptr_t end) {
   if (!w || fd < 0 || ftruncate(fd, (off_t)len) != 0) goto fail;
   tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (tmp == MAP_FAILED) goto fail;
-  copy_pages(tmp, start, end);
+  memcpy(tmp, (const void *)start, len); /* every byte is the registration's */
   if (mmap((void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
   munmap(tmp, len);
   madvise((void *)start, len, MADV_DONTFORK);
@@ -195,20 +176,27 @@ fail:
 
 void sv_window_share(struct sv_mr *m) {
   uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
+  uintptr_t inner_start = page_up(addr), inner_end = page_down(addr + m->length); /* the pages wholly its own */
   m->win_fd = -1;
   m->win_id = 0;
   if (!m->length || end <= start) return;
   pthread_mutex_lock(&sv_lib.window_lock);
-  struct sv_window *w = find_window(start, end);
-  if (!w && !pages_taken(start, end) && private_anonymous(start, end) && (w = make_window(start, end))) {
-    w->next = sv_lib.windows;
-    sv_lib.windows = w;
+  struct sv_window *w = NULL;
+  if (inner_start < inner_end) {
+    w = find_window(inner_start, inner_end);
+    if (!w && !pages_taken(inner_start, inner_end) && private_anonymous(inner_start, inner_end) &&
+        (w = make_window(inner_start, inner_end))) {
+      w->next = sv_lib.windows;
+      sv_lib.windows = w;
+    }
   }
   if (w) {
     w->refs++;
     m->win_fd = w->fd;
     m->win_id = w->id;
-    m->win_off = addr - w->start;
+    m->win_lo = w->start;
+    m->win_hi = w->end;
+    m->win_off = 0;
     m->win_len = w->end - w->start;
   }
   span_add(start, end);
@@ -253,6 +241,8 @@ int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, ui
   if (keep >= 0) {
     m->win_fd = keep;
     m->win_id = atomic_fetch_add(&sv_lib.fab->next_window_id, 1) + 1;
+    m->win_lo = m->addr;
+    m->win_hi = m->addr + length;
     m->win_off = offset;
     m->win_len = (uint64_t)size;
   }
@@ -285,7 +275,7 @@ void sv_window_release(struct sv_mr *m) {
   pthread_mutex_unlock(&sv_lib.window_lock);
 }
 
-/* Where the peer's window of MR `m` is mapped here, or NULL.  Mappings are
+/* Where the peer's window of MR `m` is mapped here (its byte at win_lo), or NULL.  Mappings are
  * never evicted: an executor in another thread may be copying into one, and
  * address space is cheap.  When the table is full, peers fall back to
  * process_vm_writev. */
