@@ -8,27 +8,34 @@
  * addresses; only the backing changes, much as registration pins pages on
  * real hardware.
  *
- * Only the pages wholly inside the registration are moved.  A page it
- * shares with other bytes (malloc's headers, the objects around a small
- * buffer) may be written by another thread of the process at any time, and
- * a store that fell between the copy and the remap would be lost: a NIC
- * pins such a page and loses nothing.  Bytes on those edge pages stay
- * reachable through process_vm_writev, as is all memory that is not private
- * anonymous (file mappings keep their meaning) or whose pages another
- * registration of this process already has (a peer may be writing them: its
- * write could fall between the copy and the remap).  Like rdma-core after
- * ibv_fork_init, moved pages are not inherited by a forked child
- * (MADV_DONTFORK). */
+ * A NIC pins the whole pages under a registration whatever its length, so
+ * the window covers those pages too: a registration of 64 MiB + 64 bytes is
+ * as fast as one of 64 MiB (access is still checked against the registered
+ * range).  Moving copies the pages, and a store that another thread of the
+ * process made between the copy and the remap would be lost (its bytes on
+ * a page shared with a small registration: malloc's headers, the objects
+ * around it), where a NIC loses nothing.  So while the pages move, the
+ * kernel holds every store to them (userfaultfd write protection), and the
+ * stores land in the moved pages after.  Where the kernel cannot (no
+ * userfaultfd for this process), only the pages wholly inside the
+ * registration move.  Only private anonymous memory is moved, so file
+ * mappings keep their meaning, and not pages that another registration of
+ * this process already has (a peer may be writing them: its write could
+ * fall between the copy and the remap).  Everything else stays reachable
+ * through process_vm_writev.  Like rdma-core after ibv_fork_init, moved
+ * pages are not inherited by a forked child (MADV_DONTFORK). */
 #include "simverbs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct sv_window {
@@ -149,17 +156,72 @@ static void span_remove(uintptr_t start, uintptr_t end) {
     }
 }
 
-/* Move [start, end) onto a new memfd; returns the window or NULL. */
-static struct sv_window *make_window(uintptr_t start, uintptr_t end) {
+/* Copy one page word by word without the sanitizer's checks: the bytes
+ * that share the first and last page with a registration are someone
+ * else's (malloc's headers, AddressSanitizer's own redzones, blocks
+ * ThreadSanitizer saw freed).  Copying them is right, they must survive the
+ * move, but a checked copy reports them.  Volatile keeps the compiler from
+ * making this a memcpy call, which the sanitizer intercepts. */
+__attribute__((no_sanitize("address", "undefined", "thread"))) static void copy_foreign_page(char *dst, uintptr_t src) {
+  volatile const uint64_t *from = (volatile const uint64_t *)src;
+  uint64_t *to = (uint64_t *)dst;
+  for (size_t i = 0; i < SV_PAGE / sizeof(uint64_t); i++) to[i] = from[i];
+}
+
+/* [start, end) into dst: the first and last page unchecked, the pages in
+ * between (wholly the registration's) with memcpy. */
+static void copy_pages(char *dst, uintptr_t start, uintptr_t end) {
+  copy_foreign_page(dst, start);
+  if (end - start > SV_PAGE) copy_foreign_page(dst + (end - SV_PAGE - start), end - SV_PAGE);
+  if (end - start > 2 * SV_PAGE) memcpy(dst + SV_PAGE, (const void *)(start + SV_PAGE), end - start - 2 * SV_PAGE);
+}
+
+/* From now until the returned userfaultfd is closed, a store to [start,
+ * start + len) by any thread waits in the kernel, and is made again after
+ * (on whatever is mapped there by then).  Write protection holds only
+ * pages present, so they are faulted in writable first (their content
+ * unchanged).  -1 when the kernel cannot: no userfaultfd for this process
+ * (vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE), or too old.  The
+ * caller must write nothing there itself until it closes the fd, nor
+ * allocate (malloc's headers may be there). */
+static int hold_stores(uintptr_t start, size_t len) {
+  if (madvise((void *)start, len, MADV_POPULATE_WRITE) != 0) return -1;
+  int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct uffdio_api api = {.api = UFFD_API};
+  struct uffdio_register reg = {.range = {.start = start, .len = len}, .mode = UFFDIO_REGISTER_MODE_WP};
+  struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+  if (ioctl(fd, UFFDIO_API, &api) != 0 || ioctl(fd, UFFDIO_REGISTER, &reg) != 0 ||
+      ioctl(fd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    close(fd); /* unregisters the range; what was protected is released with it */
+    return -1;
+  }
+  return fd;
+}
+
+/* The held stores go ahead: closing the userfaultfd wakes them. */
+static void release_stores(int fd, uintptr_t start, size_t len) {
+  struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = 0};
+  ioctl(fd, UFFDIO_WRITEPROTECT, &wp); /* still the old pages (the move failed); else ENOENT, harmless */
+  close(fd);
+}
+
+/* Move [start, end) onto a new memfd; returns the window or NULL.  `edges`:
+ * its first or last page holds bytes that are not the registration's, which
+ * other threads may be writing: it moves only while their stores are held. */
+static struct sv_window *make_window(uintptr_t start, uintptr_t end, int edges) {
   size_t len = end - start;
   struct sv_window *w = calloc(1, sizeof(*w));
-  int fd = memfd_create("simverbs-mr", MFD_CLOEXEC);
+  int fd = memfd_create("simverbs-mr", MFD_CLOEXEC), held = -1;
   void *tmp = MAP_FAILED;
   if (!w || fd < 0 || ftruncate(fd, (off_t)len) != 0) goto fail;
   tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (tmp == MAP_FAILED) goto fail;
-  memcpy(tmp, (const void *)start, len); /* every byte is the registration's */
+  held = hold_stores(start, len); /* after the allocations above: they may write these pages */
+  if (held < 0 && edges) goto fail;
+  copy_pages(tmp, start, end);
   if (mmap((void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
+  if (held >= 0) release_stores(held, start, len);
   munmap(tmp, len);
   madvise((void *)start, len, MADV_DONTFORK);
   w->start = start;
@@ -168,10 +230,21 @@ static struct sv_window *make_window(uintptr_t start, uintptr_t end) {
   w->id = atomic_fetch_add(&sv_lib.fab->next_window_id, 1) + 1;
   return w;
 fail:
+  if (held >= 0) release_stores(held, start, len);
   if (tmp != MAP_FAILED) munmap(tmp, len);
   if (fd >= 0) close(fd);
   free(w);
   return NULL;
+}
+
+/* The window that has [lo, hi), or a new one for it (linked in); NULL when
+ * those pages cannot move.  Window lock held. */
+static struct sv_window *window_for(uintptr_t lo, uintptr_t hi, int edges) {
+  struct sv_window *w = find_window(lo, hi);
+  if (w || pages_taken(lo, hi) || !private_anonymous(lo, hi) || !(w = make_window(lo, hi, edges))) return w;
+  w->next = sv_lib.windows;
+  sv_lib.windows = w;
+  return w;
 }
 
 void sv_window_share(struct sv_mr *m) {
@@ -181,15 +254,9 @@ void sv_window_share(struct sv_mr *m) {
   m->win_id = 0;
   if (!m->length || end <= start) return;
   pthread_mutex_lock(&sv_lib.window_lock);
-  struct sv_window *w = NULL;
-  if (inner_start < inner_end) {
-    w = find_window(inner_start, inner_end);
-    if (!w && !pages_taken(inner_start, inner_end) && private_anonymous(inner_start, inner_end) &&
-        (w = make_window(inner_start, inner_end))) {
-      w->next = sv_lib.windows;
-      sv_lib.windows = w;
-    }
-  }
+  /* Every page it touches; else the pages wholly its own. */
+  struct sv_window *w = window_for(start, end, inner_start != start || inner_end != end);
+  if (!w && inner_start < inner_end) w = window_for(inner_start, inner_end, 0);
   if (w) {
     w->refs++;
     m->win_fd = w->fd;
