@@ -13,32 +13,41 @@
 #        RANKS    2 or 4 (default 2)
 #        LATENCY  1: compare the time of an iteration (A / B: below 1 is A
 #                 faster); else busbw (A / B: above 1 is A faster)
+#        B_BUILD  another build directory: B runs on that build's fabric and
+#                 driver (B defaults to A), to weigh a change of the fabric
 # Every run is a checked sendrecv with registered buffers (-R 1) on
 # two-hosts-ib.conf; a run with a wrong element stops the script.
 set -euo pipefail
 build=$(cd "${1:?usage: plugin_pairs.sh BUILD_DIR SIZE}" && pwd)
 size=${2:?usage: plugin_pairs.sh BUILD_DIR SIZE}
 top=$(cd "$(dirname "$0")/.." && pwd)
-sv="$build/simverbs/simverbs"
 a=${A:-$build/lib/libnccl-net-linkpass.so}
-b=${B:-$build/tests/peers/ibext/libnccl-net-ibext.so}
-for f in "$sv" "$build/bench/linkpass-perf" "$a" "$b"; do
+b_build=$build
+[ -n "${B_BUILD:-}" ] && b_build=$(cd "$B_BUILD" && pwd)
+b=${B:-$([ "$b_build" != "$build" ] && echo "$a" || echo "$build/tests/peers/ibext/libnccl-net-ibext.so")}
+for f in "$build/simverbs/simverbs" "$build/bench/linkpass-perf" "$b_build/simverbs/simverbs" \
+  "$b_build/bench/linkpass-perf" "$a" "$b"; do
   [ -e "$f" ] || { echo "plugin_pairs: $f is missing (build first; the reference plugin: bash tests/peers/ibext.sh)" >&2; exit 2; }
 done
-fabric="pairs$$"
 tmp=$(mktemp -d /tmp/lppairs.XXXXXX)
 cleanup() {
-  "$sv" down --fabric "$fabric" >/dev/null 2>&1 || true
+  "$build/simverbs/simverbs" down --fabric "pairs$$a" >/dev/null 2>&1 || true
+  "$b_build/simverbs/simverbs" down --fabric "pairs$$b" >/dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-"$sv" up "$top/tests/simverbs/configs/two-hosts-ib.conf" --fabric "$fabric" >/dev/null
+"$build/simverbs/simverbs" up "$top/tests/simverbs/configs/two-hosts-ib.conf" --fabric "pairs$$a" >/dev/null
+if [ "$b_build" != "$build" ]; then
+  "$b_build/simverbs/simverbs" up "$top/tests/simverbs/configs/two-hosts-ib.conf" --fabric "pairs$$b" >/dev/null
+fi
 export NCCL_SHARP_MAX_COMMS=64 # the reference plugin's comms on an IB port
 field='$(NF - 1)'              # busbw
 [ "${LATENCY:-0}" = 1 ] && field='$(NF - 3)'
-# run PLUGIN: one run; prints its figure
+# run PLUGIN BUILD: one run on BUILD's fabric; prints its figure
 run() {
-  "$build/bench/linkpass-perf" --fabric "$fabric" --simverbs "$sv" --hosts node0,node1 --plugin "$1" --timeout 300 \
+  local fabric="pairs$$a"
+  [ "$2" != "$build" ] && fabric="pairs$$b"
+  "$2/bench/linkpass-perf" --fabric "$fabric" --simverbs "$2/simverbs/simverbs" --hosts node0,node1 --plugin "$1" --timeout 300 \
     -N "${RANKS:-2}" --op sendrecv -R 1 -b "$size" -e "$size" -n "${ITERS:-60000}" -w 100 -c 1 >"$tmp/out" 2>&1 ||
     { cat "$tmp/out" >&2; exit 1; }
   awk '$1 ~ /^[0-9]+$/ && NF >= 9 { if ($NF != 0) bad = 1; v = '"$field"' } END { if (bad) exit 1; print v }' "$tmp/out" ||
@@ -49,16 +58,17 @@ what=busbw
 echo "# sendrecv -R 1, $size, ${RANKS:-2} ranks, ${ITERS:-60000} iterations a run; $what"
 echo "# A: $a"
 echo "# B: $b"
+[ "$b_build" != "$build" ] && echo "# A on the fabric of $build, B on that of $b_build"
 printf '%6s %12s %12s %8s\n' pair A B "A / B"
 for i in $(seq "${PAIRS:-11}"); do
   # The order turns each pair (A B, then B A): a plugin that always ran
   # first or always second would carry whatever the order costs.
   if ((i % 2)); then
-    x=$(run "$a")
-    y=$(run "$b")
+    x=$(run "$a" "$build")
+    y=$(run "$b" "$b_build")
   else
-    y=$(run "$b")
-    x=$(run "$a")
+    y=$(run "$b" "$b_build")
+    x=$(run "$a" "$build")
   fi
   printf '%6d %12s %12s %8.3f\n' "$i" "$x" "$y" "$(awk -v x="$x" -v y="$y" 'BEGIN { print x / y }')"
 done | tee "$tmp/pairs"
