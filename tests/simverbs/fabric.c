@@ -114,16 +114,23 @@ void sv_fabric_detach(struct sv_fabric *f) {
   if (f) munmap(f, sv_fabric_size());
 }
 
+/* Goes on past a failure: nftw stops at the first non-zero return, which
+ * left most of the tree behind. */
 static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
-  return remove(p);
+  remove(p);
+  return 0;
 }
 
 int sv_fabric_destroy(const char *name) {
   char path[PATH_MAX], dir[PATH_MAX + 2];
   sv_fabric_path(name, path, sizeof(path));
   snprintf(dir, sizeof(dir), "%s.d", path);
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  /* A process on the fabric may still be writing its port counters there
+   * (its engine thread): a file it adds behind the walk keeps a directory
+   * from going, so the walk is made again.  It stops writing once the
+   * port's directory is gone. */
+  for (int pass = 0; pass < 4 && access(dir, F_OK) == 0; pass++) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return unlink(path);
 }
 

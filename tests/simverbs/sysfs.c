@@ -36,6 +36,11 @@ static int sysfs_err(const char *what, const char *path) {
   return -1;
 }
 
+/* ENOENT from a write into a directory that was made first: the tree is
+ * being removed under it (the fabric goes down while a process on it still
+ * writes its counters), nothing to say. */
+static int gone(void) { return errno == ENOENT; }
+
 /* mkdir -p: every component of `path`, which must be absolute. */
 static int mkdir_p(const char *path) {
   char buf[PATH_MAX];
@@ -83,7 +88,7 @@ static int put_file(const char *dir, const char *base, const char *content) {
     return sysfs_err("write", dir);
   }
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return sysfs_err("create", tmp);
+  if (fd < 0) return gone() ? -1 : sysfs_err("create", tmp);
   if (write_all(fd, content, strlen(content)) != 0) {
     sysfs_err("write", tmp);
     goto fail;
@@ -95,7 +100,7 @@ static int put_file(const char *dir, const char *base, const char *content) {
   }
   fd = -1;
   if (rename(tmp, path) != 0) {
-    sysfs_err("rename into", path);
+    if (!gone()) sysfs_err("rename into", path);
     goto fail;
   }
   return 0;
@@ -239,11 +244,15 @@ static int write_port_gids(const char *pdir, const struct sv_port *p) {
 /* The counters a ConnectX keeps per port, under the names the kernel and
  * mlx5 give them: counters/ (the IB PortCounters; the data ones count
  * 4-byte words) and hw_counters/ (the QP-level retransmission events). */
+static int counter_dirs(const char *pdir, char *cdir, char *hdir) {
+  return join(cdir, PATH_MAX, "%s/counters", pdir) || join(hdir, PATH_MAX, "%s/hw_counters", pdir);
+}
+
+/* Into the directories write_port made: an engine thread that writes them
+ * while the fabric goes down must not make the tree again. */
 static int write_counters(const char *pdir, const struct sv_port *p) {
   char cdir[PATH_MAX], hdir[PATH_MAX];
-  if (join(cdir, sizeof(cdir), "%s/counters", pdir) || join(hdir, sizeof(hdir), "%s/hw_counters", pdir) ||
-      mkdir_p(cdir) || mkdir_p(hdir))
-    return -1;
+  if (counter_dirs(pdir, cdir, hdir)) return -1;
   unsigned long long tx = atomic_load(&p->tx_bytes), rx = atomic_load(&p->rx_bytes);
   unsigned long long timeouts = atomic_load(&p->ack_timeouts);
   bool roce = p->link_layer == IBV_LINK_LAYER_ETHERNET;
@@ -275,6 +284,8 @@ static int write_port(const char *ddir, const struct sv_port *p, uint32_t port) 
       put_fmt(pdir, "sm_lid", "0x%x\n", ib ? 1u : 0u) || /* the library reports sm_lid 1 */
       put_file(pdir, "lid_mask_count", "0\n") || put_file(pdir, "sm_sl", "0\n") || put_file(pkdir, "0", "0xffff\n"))
     return -1;
+  char cdir[PATH_MAX], hdir[PATH_MAX];
+  if (counter_dirs(pdir, cdir, hdir) || mkdir_p(cdir) || mkdir_p(hdir)) return -1;
   return write_port_gids(pdir, p) || write_counters(pdir, p);
 }
 

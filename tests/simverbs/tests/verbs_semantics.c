@@ -346,6 +346,29 @@ Test(data, a_registration_loses_no_store_of_another_thread_on_its_pages) {
   cr_assert_eq(atomic_load(&h.lost), 0, "a store to a registration's page by another thread was lost");
 }
 
+static void *write_counters_main(void *arg) {
+  atomic_int *stop = arg;
+  while (!atomic_load(stop)) sv_sysfs_write_counters(fab, 0, 1);
+  return NULL;
+}
+
+/* `simverbs down` (or a test's teardown) while a process on the fabric still
+ * writes its port counters (its engine thread does, every few ms): nothing
+ * of the fabric's sysfs tree is left behind. */
+Test(bad_input, a_fabric_goes_down_whole_while_its_counters_are_written) {
+  char path[PATH_MAX], dir[PATH_MAX + 2];
+  sv_fabric_path(fabric_name, path, sizeof(path));
+  snprintf(dir, sizeof(dir), "%s.d", path);
+  atomic_int stop = 0;
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, write_counters_main, &stop), 0);
+  for (int i = 0; i < 1000; i++) sv_sysfs_write_counters(fab, 0, 1); /* the writer is under way */
+  sv_fabric_destroy(fabric_name);
+  atomic_store(&stop, 1);
+  pthread_join(t, NULL);
+  cr_assert_neq(access(dir, F_OK), 0, "%s is left behind", dir);
+}
+
 static int post_atomic(enum ibv_wr_opcode op, uint64_t id, uint64_t remote_off, uint64_t compare_add,
                        uint64_t swap, uint32_t rkey) {
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8, .lkey = A.mr->lkey};
