@@ -155,8 +155,9 @@ struct sv_lib {
   uint32_t seen_cq_events;     /* our sv_proc.cq_events when the engine last looked at the CQs */
   unsigned pass_turn;          /* where the next pass over the active QPs starts (engine.c) */
   pthread_mutex_t window_lock; /* the tables below */
-  struct sv_window *windows;   /* our registered memory, shared with peers */
-  struct sv_span *spans;       /* the pages under each live registration of ours, shared or not */
+  struct sv_window **windows;  /* our registered memory, shared with peers, by address (they never overlap) */
+  int nwindows, windows_cap;
+  struct sv_span *spans; /* the pages under each live registration of ours, shared or not */
   int nspans, spans_cap;
   struct sv_peer_map peer_maps[SV_PEER_MAPS]; /* entries never change once counted */
   int npeer_maps;

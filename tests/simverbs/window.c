@@ -43,7 +43,6 @@ struct sv_window {
   int fd;
   uint64_t id;
   int refs;
-  struct sv_window *next;
 };
 
 #define SV_PAGE 4096ul
@@ -113,10 +112,42 @@ static int private_anonymous(uintptr_t start, uintptr_t end) {
   return ok && covered >= end;
 }
 
+/* The first window that starts at or after `addr`.  A process registering
+ * thousands of buffers (a connection's control memory, again for each new
+ * path) looks them up in O(log n): a list made a sweep of moves quadratic. */
+static int window_after(uintptr_t addr) {
+  int lo = 0, hi = sv_lib.nwindows;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (sv_lib.windows[mid]->start < addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* The window holding all of [start, end), if any: the last one that starts
+ * at or before `start`. */
 static struct sv_window *find_window(uintptr_t start, uintptr_t end) {
-  for (struct sv_window *w = sv_lib.windows; w; w = w->next)
-    if (w->start <= start && end <= w->end) return w;
-  return NULL;
+  int i = window_after(start + 1) - 1;
+  return i >= 0 && sv_lib.windows[i]->end >= end ? sv_lib.windows[i] : NULL;
+}
+
+/* Window lock held; 0, or -1 out of memory. */
+static int window_insert(struct sv_window *w) {
+  if (sv_lib.nwindows == sv_lib.windows_cap) {
+    int cap = sv_lib.windows_cap ? 2 * sv_lib.windows_cap : 64;
+    struct sv_window **n = realloc(sv_lib.windows, sizeof(*n) * (size_t)cap);
+    if (!n) return -1;
+    sv_lib.windows = n;
+    sv_lib.windows_cap = cap;
+  }
+  int i = window_after(w->start);
+  memmove(&sv_lib.windows[i + 1], &sv_lib.windows[i], sizeof(*sv_lib.windows) * (size_t)(sv_lib.nwindows - i));
+  sv_lib.windows[i] = w;
+  sv_lib.nwindows++;
+  return 0;
 }
 
 /* The pages under one live registration of this process. */
@@ -128,8 +159,8 @@ struct sv_span {
  * registration of this process (sv_lib.spans: this process's own, not the
  * fabric's whole table of registrations). */
 static int pages_taken(uintptr_t start, uintptr_t end) {
-  for (struct sv_window *w = sv_lib.windows; w; w = w->next)
-    if (w->start < end && start < w->end) return 1;
+  int i = window_after(end) - 1; /* the last window that starts before `end` */
+  if (i >= 0 && sv_lib.windows[i]->end > start) return 1;
   for (int i = 0; i < sv_lib.nspans; i++)
     if (sv_lib.spans[i].start < end && start < sv_lib.spans[i].end) return 1;
   return 0;
@@ -242,8 +273,11 @@ fail:
 static struct sv_window *window_for(uintptr_t lo, uintptr_t hi, int edges) {
   struct sv_window *w = find_window(lo, hi);
   if (w || pages_taken(lo, hi) || !private_anonymous(lo, hi) || !(w = make_window(lo, hi, edges))) return w;
-  w->next = sv_lib.windows;
-  sv_lib.windows = w;
+  if (window_insert(w) != 0) { /* its pages stay moved: reached by process_vm_writev now */
+    close(w->fd);
+    free(w);
+    return NULL;
+  }
   return w;
 }
 
@@ -329,15 +363,13 @@ void sv_window_release(struct sv_mr *m) {
   }
   pthread_mutex_lock(&sv_lib.window_lock);
   span_remove(start, end);
-  for (struct sv_window **p = &sv_lib.windows; m->win_fd >= 0 && *p; p = &(*p)->next) {
-    struct sv_window *w = *p;
-    if (w->id != m->win_id) continue;
-    if (--w->refs == 0) {
-      *p = w->next;
-      close(w->fd);
-      free(w);
-    }
-    break;
+  int i = m->win_fd >= 0 ? window_after(m->win_lo) : sv_lib.nwindows;
+  struct sv_window *w = i < sv_lib.nwindows ? sv_lib.windows[i] : NULL;
+  if (w && w->id == m->win_id && --w->refs == 0) {
+    memmove(&sv_lib.windows[i], &sv_lib.windows[i + 1], sizeof(*sv_lib.windows) * (size_t)(sv_lib.nwindows - i - 1));
+    sv_lib.nwindows--;
+    close(w->fd);
+    free(w);
   }
   pthread_mutex_unlock(&sv_lib.window_lock);
 }
