@@ -14,7 +14,8 @@
 # and the wrong elements.
 #
 # usage: bench/many_conns.sh BUILD_DIR [K ...]          (default K: 1 16 128 1024)
-#   env: DURATION (s a run, default 8), NOFAULT (0: skip the runs without a
+#   env: DURATION (s a run, default 8; at K = 1024 use 30: the standby paths take 13-18 s to build,
+#        and a pull before they are all there moves ends onto new paths), NOFAULT (0: skip the runs without a
 #        pull), PULL_AFTER (s to wait before the pull once every end has its
 #        standby path, default 0), FAILBACK_AFTER (s
 #        after the pull to plug the cable back in, with a 500 ms hold-down:
