@@ -230,10 +230,11 @@ static int hold_stores(uintptr_t start, size_t len) {
   return fd;
 }
 
-/* The held stores go ahead: closing the userfaultfd wakes them. */
+/* The move failed: the pages are still the old ones, write-protected.
+ * Unprotect them, and the held stores go ahead on them. */
 static void release_stores(int fd, uintptr_t start, size_t len) {
   struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = 0};
-  ioctl(fd, UFFDIO_WRITEPROTECT, &wp); /* still the old pages (the move failed); else ENOENT, harmless */
+  ioctl(fd, UFFDIO_WRITEPROTECT, &wp);
   close(fd);
 }
 
@@ -252,7 +253,7 @@ static struct sv_window *make_window(uintptr_t start, uintptr_t end, int edges) 
   if (held < 0 && edges) goto fail;
   copy_pages(tmp, start, end);
   if (mmap((void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
-  if (held >= 0) release_stores(held, start, len);
+  if (held >= 0) close(held); /* wakes the held stores: they land on the memfd now mapped there */
   munmap(tmp, len);
   madvise((void *)start, len, MADV_DONTFORK);
   w->start = start;
