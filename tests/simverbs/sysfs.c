@@ -241,14 +241,15 @@ static int write_port_gids(const char *pdir, const struct sv_port *p) {
   return 0;
 }
 
-/* The counters a ConnectX keeps per port, under the names the kernel and
- * mlx5 give them: counters/ (the IB PortCounters; the data ones count
- * 4-byte words) and hw_counters/ (the QP-level retransmission events). */
+/* A port's two counter directories (PATH_MAX each). */
 static int counter_dirs(const char *pdir, char *cdir, char *hdir) {
   return join(cdir, PATH_MAX, "%s/counters", pdir) || join(hdir, PATH_MAX, "%s/hw_counters", pdir);
 }
 
-/* Into the directories write_port made: an engine thread that writes them
+/* The counters a ConnectX keeps per port, under the names the kernel and
+ * mlx5 give them: counters/ (the IB PortCounters; the data ones count
+ * 4-byte words) and hw_counters/ (the QP-level retransmission events).
+ * Into the directories write_port made: an engine thread that writes them
  * while the fabric goes down must not make the tree again. */
 static int write_counters(const char *pdir, const struct sv_port *p) {
   char cdir[PATH_MAX], hdir[PATH_MAX];

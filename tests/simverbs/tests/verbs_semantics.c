@@ -325,7 +325,7 @@ Test(data, a_registration_loses_no_store_of_another_thread_on_its_pages) {
   struct hammer h = {0};
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, hammer_main, &h), 0);
-  int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, held = kernel_holds_stores();
   char *pages[200];
   int n = 0;
   while (n < 200 && atomic_load(&h.lost) == 0) {
@@ -335,7 +335,7 @@ Test(data, a_registration_loses_no_store_of_another_thread_on_its_pages) {
     hammer_writes(&h, 100);
     struct ibv_mr *m = ibv_reg_mr(B.pd, page, 64, acc);
     cr_assert_not_null(m);
-    cr_assert_eq(fab->mrs[m->handle].win_fd >= 0, kernel_holds_stores(), "the page moves only while stores are held");
+    cr_assert_eq(fab->mrs[m->handle].win_fd >= 0, held, "the page moves only while stores are held");
     hammer_writes(&h, 100);
     atomic_store(&h.word, NULL);
     cr_assert_eq(ibv_dereg_mr(m), 0);
