@@ -41,6 +41,10 @@
 #define SV_MAX_SGE 16
 #define SV_MAX_WR 16384
 #define SV_MAX_CQE 65536
+#define SV_PAGE 4096ul
+
+static inline uintptr_t sv_page_down(uintptr_t v) { return v & ~(SV_PAGE - 1); }
+static inline uintptr_t sv_page_up(uintptr_t v) { return (v + SV_PAGE - 1) & ~(SV_PAGE - 1); }
 
 /* Port fault flags and counters: set by the tool or a test, read by senders. */
 struct sv_port {

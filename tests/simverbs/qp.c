@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static struct sv_fabric *fab(void) { return sv_lib.fab; }
 
@@ -194,6 +195,27 @@ static int check_attr_values(struct sv_qp *q, struct ibv_qp_attr *a, int mask) {
   return 0;
 }
 
+/* Map the pages of `len` bytes at `p` into this process now. */
+static void populate(void *p, size_t len) {
+  uintptr_t start = sv_page_down((uintptr_t)p), end = sv_page_up((uintptr_t)p + len);
+  (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE); /* before Linux 5.14: on first use, as before */
+}
+
+/* A NIC reaches the responder's receive queue and completion queue without
+ * a page fault.  This process's engine reaches the peer QP's through the
+ * fabric's shared mapping, whose pages it would otherwise fault in at its
+ * first request: on a standby path, in the middle of a failover sweep
+ * (docs/SIMVERBS.md, "Queues in memory").  So they are mapped when the QP
+ * learns its peer, at RTR.  A peer destroyed meanwhile only costs a
+ * mapping of pages the fabric holds anyway. */
+static void map_peer_queues(struct sv_fabric *f, uint32_t dest_qpn) {
+  struct sv_qp *d = sv_qp_by_qpn(f, dest_qpn);
+  if (d == NULL) return;
+  populate(sv_rq_entry(f, d, 0), (size_t)d->rq_size * d->rq_stride);
+  struct sv_cq *cq = &f->cqs[d->recv_cq];
+  populate(sv_heap_ptr(f, cq->ring_off), (size_t)cq->size * sizeof(struct sv_cqe));
+}
+
 SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
   struct sv_qp_local *lq = (struct sv_qp_local *)qp;
   struct sv_qp *q = shared_qp(lq);
@@ -243,6 +265,7 @@ out:
     sv_defer_now();
     sv_engine_kick();
   }
+  if (!rc && to == IBV_QPS_RTR) map_peer_queues(fab(), q->dest_qpn);
   return rc;
 }
 

@@ -45,11 +45,6 @@ struct sv_window {
   int refs;
 };
 
-#define SV_PAGE 4096ul
-
-static uintptr_t page_down(uintptr_t v) { return v & ~(SV_PAGE - 1); }
-static uintptr_t page_up(uintptr_t v) { return (v + SV_PAGE - 1) & ~(SV_PAGE - 1); }
-
 /* PROCMAP_QUERY (Linux 6.11, include/uapi/linux/fs.h; Debian 12's headers
  * predate it): the memory area at an address in O(log n), where reading
  * /proc/self/maps costs a line per area (a process with thousands of
@@ -283,8 +278,8 @@ static struct sv_window *window_for(uintptr_t lo, uintptr_t hi, int edges) {
 }
 
 void sv_window_share(struct sv_mr *m) {
-  uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
-  uintptr_t inner_start = page_up(addr), inner_end = page_down(addr + m->length); /* the pages wholly its own */
+  uintptr_t addr = (uintptr_t)m->addr, start = sv_page_down(addr), end = sv_page_up(addr + m->length);
+  uintptr_t inner_start = sv_page_up(addr), inner_end = sv_page_down(addr + m->length); /* the pages wholly its own */
   m->win_fd = -1;
   m->win_id = 0;
   if (!m->length || end <= start) return;
@@ -333,7 +328,7 @@ int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, ui
   off_t size = memfd ? st.st_size : lseek(fd, 0, SEEK_END);
   if (!length || size < 0 || offset + length < offset || offset + length > (uint64_t)size) return EINVAL;
   if ((offset ^ iova) & (SV_PAGE - 1)) return EINVAL;
-  uint64_t map_off = page_down(offset), map_len = page_up(offset + length) - map_off;
+  uint64_t map_off = sv_page_down(offset), map_len = sv_page_up(offset + length) - map_off;
   void *p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map_off);
   if (p == MAP_FAILED) return errno == ENOMEM ? ENOMEM : EINVAL;
   madvise(p, map_len, MADV_DONTFORK);
@@ -355,7 +350,7 @@ int sv_window_dmabuf(struct sv_mr *m, int fd, uint64_t offset, size_t length, ui
  * last registration, and peers' mappings keep the pages alive.  A dma-buf
  * registration's own mapping and fd go with it. */
 void sv_window_release(struct sv_mr *m) {
-  uintptr_t addr = (uintptr_t)m->addr, start = page_down(addr), end = page_up(addr + m->length);
+  uintptr_t addr = (uintptr_t)m->addr, start = sv_page_down(addr), end = sv_page_up(addr + m->length);
   if (!m->length || end <= start) return;
   if (m->dmabuf) {
     munmap((void *)start, end - start);

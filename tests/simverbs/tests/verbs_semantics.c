@@ -355,6 +355,80 @@ static void *write_counters_main(void *arg) {
 /* `simverbs down` (or a test's teardown) while a process on the fabric still
  * writes its port counters (its engine thread does, every few ms): nothing
  * of the fabric's sysfs tree is left behind. */
+/* Whether the page holding `p` is in this process's page table
+ * (/proc/self/pagemap: bit 63 of the page's entry). */
+static int page_present(const void *p) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0, "cannot open /proc/self/pagemap: %s", strerror(errno));
+  uint64_t e = 0;
+  ssize_t n = pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / SV_PAGE * sizeof(e)));
+  close(fd);
+  cr_assert_eq(n, (ssize_t)sizeof(e));
+  return (int)(e >> 63);
+}
+
+/* Pages of [p, p + len) not in this process's page table. */
+static int pages_absent(const char *p, size_t len) {
+  int absent = 0;
+  for (uintptr_t a = sv_page_down((uintptr_t)p); a < (uintptr_t)p + len; a += SV_PAGE) absent += !page_present((void *)a);
+  return absent;
+}
+
+/* The library's own mapping of the fabric file: the one that is not `fab`. */
+static char *library_fabric_mapping(void) {
+  char path[PATH_MAX], line[PATH_MAX + 128];
+  sv_fabric_path(fabric_name, path, sizeof(path));
+  FILE *maps = fopen("/proc/self/maps", "re");
+  cr_assert_not_null(maps);
+  uintptr_t start = 0, found = 0;
+  while (found == 0 && fgets(line, sizeof(line), maps)) {
+    char *name = strchr(line, '/');
+    if (name == NULL || strncmp(name, path, strlen(path)) != 0 || name[strlen(path)] != '\n') continue;
+    if (sscanf(line, "%lx-", &start) == 1 && start != (uintptr_t)fab) found = start;
+  }
+  fclose(maps);
+  cr_assert_neq(found, 0, "the library has no mapping of %s of its own", path);
+  return (char *)found;
+}
+
+/* A NIC reaches a peer's receive and completion queues without a page
+ * fault; simverbs maps them into the requester's process when its QP
+ * learns the peer, at RTR, not at the first request (which, on a standby
+ * path, is in the middle of a failover). */
+Test(data, a_qp_maps_its_peers_queues_when_it_connects) {
+  int tochild[2], toparent[2];
+  cr_assert_eq(pipe(tochild), 0);
+  cr_assert_eq(pipe(toparent), 0);
+  pid_t pid = fork();
+  if (pid == 0) { /* the peer: its queues in its own process */
+    struct end C = {0};
+    open_end(&C, "mlx5_1", 256);
+    uint32_t info[2] = {C.qp->qp_num, C.lid};
+    char c;
+    if (write(toparent[1], info, sizeof(info)) < 0 || read(tochild[0], &c, 1) != 1) _exit(2);
+    _exit(0);
+  }
+  uint32_t info[2];
+  cr_assert_eq(read(toparent[0], info, sizeof(info)), sizeof(info));
+  struct sv_qp *d = sv_qp_by_qpn(fab, info[0]);
+  cr_assert_not_null(d);
+  const struct sv_cq *cq = &fab->cqs[d->recv_cq];
+  char *heap = library_fabric_mapping() + fab->heap_off;
+  const char *rq = heap + d->rq_off, *ring = heap + cq->ring_off;
+  size_t rq_len = (size_t)d->rq_size * d->rq_stride, ring_len = (size_t)cq->size * sizeof(struct sv_cqe);
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  struct ibv_qp fake = {.qp_num = info[0]};
+  struct end peer = {.qp = &fake, .lid = (uint16_t)info[1]};
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_rtr(&A, &peer), 0);
+  int rq_absent = pages_absent(rq, rq_len), ring_absent = pages_absent(ring, ring_len);
+  cr_assert_eq(write(tochild[1], "x", 1), 1);
+  cr_assert_eq(waitpid(pid, NULL, 0), pid);
+  cr_assert_eq(rq_absent, 0, "%d pages of the peer's receive queue are not mapped after RTR", rq_absent);
+  cr_assert_eq(ring_absent, 0, "%d pages of the peer's completion queue are not mapped after RTR", ring_absent);
+}
+
 Test(bad_input, a_fabric_goes_down_whole_while_its_counters_are_written) {
   char path[PATH_MAX], dir[PATH_MAX + 2];
   sv_fabric_path(fabric_name, path, sizeof(path));
