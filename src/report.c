@@ -49,8 +49,7 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 }
 
 #define LP_SYSLOG_DGRAM 1024         /* the longest datagram sent */
-#define LP_SYSLOG_HELD_FIRST 64      /* lines held at first: for room in the syslog socket, or for a sweep's end */
-#define LP_SYSLOG_HELD 8192          /* and at most (the ring doubles as needed: 8.5 MiB then) */
+#define LP_SYSLOG_HELD 8192          /* lines held at most, for room in the socket or a sweep's end (8.5 MiB) */
 #define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
 #define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
 #define LP_SYSLOG_WAIT_MS 2          /* after a sweep, how long one send waits for room */
@@ -81,7 +80,11 @@ struct lp_held_line {
 
 struct lp_syslog_held {
   pthread_mutex_t mu;
-  struct lp_held_line *line; /* a ring of `cap` lines, grown when full (hold) */
+  /* A ring of LP_SYSLOG_HELD lines, allocated whole at open: only the
+   * pages a sweep writes are ever touched.  Grown by doubling, it was
+   * copied in the middle of a sweep, onto pages never touched before, and
+   * page faults cost a sweep more than their count says (docs/SCALE.md). */
+  struct lp_held_line *line;
   unsigned cap, head, count;
   unsigned early_sent;            /* lines of the sweep under way sent before its end (lp_syslog_flush's `early`) */
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
@@ -130,27 +133,12 @@ static void mirror_held(struct lp_syslog_held *h) {
   }
 }
 
-/* Twice the room, the lines in order from the start; under h->mu.  -1: the
- * ring is as large as it gets, or no memory. */
-static int grow(struct lp_syslog_held *h) {
-  unsigned cap = h->cap == 0 ? LP_SYSLOG_HELD_FIRST : h->cap * 2;
-  if (cap > LP_SYSLOG_HELD) return -1;
-  struct lp_held_line *line = malloc(sizeof(*line) * cap);
-  if (line == NULL) return -1;
-  for (unsigned i = 0; i < h->count; i++) line[i] = h->line[(h->head + i) % h->cap];
-  free(h->line);
-  h->line = line;
-  h->cap = cap;
-  h->head = 0;
-  return 0;
-}
-
-/* Keep a line at the ring's end; under h->mu.  A ring at its largest and
- * full lets its oldest lines go first: a sweep longer than the ring sends
+/* Keep a line at the ring's end; under h->mu.  A full ring lets its
+ * oldest lines go first: a sweep longer than the ring sends
  * its first lines sooner.  A line that still finds no place (the socket has
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
-  if (h->count == h->cap && grow(h) != 0) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, 0);
+  if (h->count == h->cap) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, 0);
   if (h->count == h->cap) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
@@ -240,7 +228,10 @@ int lp_syslog_open(struct lp_syslog *sl) {
   sl->fd = -1;
   sl->held = NULL;
   struct lp_syslog_held *h = calloc(1, sizeof(*h));
-  if (h == NULL || pthread_mutex_init(&h->mu, NULL) != 0) goto fail;
+  if (h == NULL) goto fail;
+  h->cap = LP_SYSLOG_HELD;
+  h->line = malloc(sizeof(*h->line) * h->cap);
+  if (h->line == NULL || pthread_mutex_init(&h->mu, NULL) != 0) goto fail;
   if (sl->enabled) {
     sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sl->fd < 0) goto fail_mu;
@@ -253,6 +244,7 @@ fail_mu:
   pthread_mutex_destroy(&h->mu);
 fail:
   LP_WARN("cannot create a socket for syslog (%s): event lines go to NCCL's log only", strerror(errno));
+  if (h != NULL) free(h->line);
   free(h);
   return -1;
 }
