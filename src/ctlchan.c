@@ -17,6 +17,9 @@
  * always has room for what the front one lacks. */
 #define RX_LEN (2 * LP_FO_MSG_MAX)
 #define TX_LEN (4 * LP_FO_MSG_MAX)
+/* Bytes of each buffer touched at start (below). */
+#define TOUCHED_LEN 4096
+_Static_assert(TOUCHED_LEN <= RX_LEN && TOUCHED_LEN <= TX_LEN, "the touched start lies in each buffer");
 #define REMAKE_FIRST_NS 1000000000ull /* 1 s after the failure */
 #define REMAKE_MAX_NS 30000000000ull  /* 30 s between two attempts, at most */
 
@@ -43,6 +46,12 @@ int lp_ctl_start(struct lp_ctl *ch, int listens) {
     p->rx = malloc(RX_LEN);
     p->tx = malloc(TX_LEN);
     if (p->rx == NULL || p->tx == NULL) return -ENOMEM;
+    /* Messages start where the buffers do, and a move's are under 4 KiB:
+     * their pages are faulted in now, not by the first message to cross
+     * into them, which at a failover is in the middle of a sweep of
+     * thousands of moves (docs/SCALE.md). */
+    memset(p->rx, 0, TOUCHED_LEN);
+    memset(p->tx, 0, TOUCHED_LEN);
     socklen_t alen = sizeof(p->local);
     if (getsockname(p->fd, &p->local.sa, &alen) != 0) p->local.sa.sa_family = AF_UNSPEC; /* not made again */
   }

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -377,5 +378,39 @@ Test(ctlchan, messages_cut_anywhere_by_the_stream_come_whole_and_in_order) {
   cr_assert_eq(n, N, "%d messages of %d", n, N);
   for (uint32_t s = 0; s < N; s++) cr_expect_eq(got[s], s, "message %u out of order", s);
   cr_expect_eq(lp_ctl_live(&e.rx), 1);
+  teardown(&e);
+}
+
+/* Whether the page holding `p` is in this process's page table
+ * (/proc/self/pagemap: bit 63 of the page's entry). */
+static int page_present(const void *p) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0, "cannot open /proc/self/pagemap: %s", strerror(errno));
+  uint64_t e = 0;
+  long page = sysconf(_SC_PAGESIZE);
+  ssize_t n = pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / (uintptr_t)page * sizeof(e)));
+  close(fd);
+  cr_assert_eq(n, (ssize_t)sizeof(e));
+  return (int)(e >> 63);
+}
+
+/* A move's messages (under 4 KiB) are written and read where the buffers
+ * start, on pages faulted in at start: not by the first message that
+ * crosses into them, at a failover, in the middle of a sweep of thousands
+ * of moves (docs/SCALE.md). */
+Test(ctlchan, the_start_of_every_buffer_is_faulted_in_at_start) {
+  struct ends e;
+  setup(&e, 2);
+  struct lp_ctl *chans[2] = {&e.tx, &e.rx};
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 2; i++) {
+      const struct lp_ctl_path *p = &chans[c]->path[i];
+      for (int off = 0; off < 4096; off += 512) {
+        cr_assert(page_present(p->rx + off), "%s path %d: the receive buffer's byte %d is not faulted in",
+                  c ? "receiver" : "sender", i, off);
+        cr_assert(page_present(p->tx + off), "%s path %d: the send buffer's byte %d is not faulted in",
+                  c ? "receiver" : "sender", i, off);
+      }
+    }
   teardown(&e);
 }
