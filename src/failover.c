@@ -882,6 +882,7 @@ void lp_fo_init(struct lp_comm *c) {
     return;
   }
   c->fo = fo;
+  lp_syslog_ends(&c->env->syslog, 1);
   for (int i = 0; i < LP_CTL_PATHS; i++) fo->ready_fd[i] = -1;
   fo->primary_dev = c->link.dev;
   fo->peer_primary_ok = 1;
@@ -911,6 +912,7 @@ void lp_fo_fini(struct lp_comm *c) {
   for (int i = 0; i < LP_FO_RETIRED; i++) lp_link_close(&fo->retired[i]);
   lp_link_close(&fo->home);
   if (fo->state != LP_FO_IDLE) lp_health_moving_add(c->health, -1);
+  lp_syslog_ends(&c->env->syslog, -1);
   free(fo);
   c->fo = NULL;
   c->paused = 0;

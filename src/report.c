@@ -86,6 +86,10 @@ struct lp_syslog_held {
    * page faults cost a sweep more than their count says (docs/SCALE.md). */
   struct lp_held_line *line;
   unsigned cap, head, count;
+  /* Lines from the ring's start whose pages are touched (lp_syslog_ends),
+   * for `ends` connection ends: a ring left empty starts again at line 0,
+   * so a sweep writes its lines there. */
+  unsigned touched, ends;
   unsigned early_sent;            /* lines of the sweep under way sent before its end (lp_syslog_flush's `early`) */
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
 };
@@ -116,8 +120,7 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     l->mirror = 0;
     if (l->to_sock && send_dgram(sl, l->dgram, l->len, flags) == -EAGAIN) break;
-    h->head++;
-    h->count--;
+    h->head = --h->count == 0 ? 0 : h->head + 1;
   }
   return h->count;
 }
@@ -220,6 +223,15 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
         "net.unix.max_dgram_qlen or check that the syslog daemon keeps up",
         sl->socket, (unsigned long long)(dropped - said));
   return left;
+}
+
+void lp_syslog_ends(const struct lp_syslog *sl, int delta) {
+  struct lp_syslog_held *h = sl->held;
+  if (h == NULL) return;
+  pthread_mutex_lock(&h->mu);
+  h->ends += (unsigned)delta;
+  for (; h->touched < h->ends && h->touched < h->cap; h->touched++) memset(&h->line[h->touched], 0, sizeof(*h->line));
+  pthread_mutex_unlock(&h->mu);
 }
 
 /* The held lines exist with syslog or without: a sweep's lines wait for

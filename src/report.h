@@ -62,6 +62,11 @@ void lp_syslog_close(struct lp_syslog *sl);
  * sweep is over).  At close, every line goes.  Returns how many are still
  * held. */
 unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned early);
+/* `delta` connection ends more (or fewer) that a sweep may move, each with
+ * a line: the held lines' room for that many is faulted in now, at setup,
+ * not by the sweep's lines (a page fault costs a sweep more than its time
+ * says: docs/SCALE.md).  About 1 KiB an end, kept once touched. */
+void lp_syslog_ends(const struct lp_syslog *sl, int delta);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */
