@@ -96,7 +96,7 @@ static int flush_queues(struct sv_qp_local *lq) {
   struct sv_qp *q = &f->qps[lq->index];
   int progress = 0;
   while (atomic_load(&lq->sq_head) != atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) {
-    complete_send(lq, &lq->sq[atomic_load(&lq->sq_head) & (lq->sq_size - 1)], IBV_WC_WR_FLUSH_ERR, 0);
+    complete_send(lq, sv_sq_entry(lq, atomic_load(&lq->sq_head)), IBV_WC_WR_FLUSH_ERR, 0);
     sq_pop(lq);
     progress = 1;
   }
@@ -172,7 +172,7 @@ static enum ibv_wc_status local_iov(struct sv_qp *q, struct sv_swqe *w, int need
   x->nlocal = 0;
   x->len = 0;
   if (w->inline_len) {
-    x->local[0].iov_base = w->inl;
+    x->local[0].iov_base = sv_swqe_inline(w);
     x->local[0].iov_len = w->inline_len;
     x->nlocal = 1;
     x->len = w->inline_len;
@@ -718,7 +718,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
   for (int n = 0; n < SV_BATCH; n++) {
     uint32_t head = atomic_load(&lq->sq_head);
     if (head == atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) break;
-    struct sv_swqe *w = &lq->sq[head & (lq->sq_size - 1)];
+    struct sv_swqe *w = sv_sq_entry(lq, head);
     struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
     int go = resend_due(lq, q, w, now, next);
     if (go < 0) progress = 1;

@@ -32,9 +32,14 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
   if (!lq) goto nomem;
   /* Like hardware, round queue sizes up; report what was granted. */
   lq->sq_size = 1;
-  while (lq->sq_size < cap->max_send_wr + 1) lq->sq_size <<= 1;
-  lq->sq = calloc(lq->sq_size, sizeof(*lq->sq));
+  while (lq->sq_size < cap->max_send_wr) lq->sq_size <<= 1;
+  size_t body = (size_t)cap->max_send_sge * sizeof(struct ibv_sge);
+  if (body < cap->max_inline_data) body = cap->max_inline_data;
+  lq->sq_stride = (uint32_t)((sizeof(struct sv_swqe) + body + 63) & ~(size_t)63); /* 64-byte blocks, as mlx5 */
+  size_t sq_bytes = (size_t)lq->sq_size * lq->sq_stride;
+  lq->sq = aligned_alloc(64, sq_bytes);
   if (!lq->sq) goto nomem;
+  memset(lq->sq, 0, sq_bytes); /* every page now, as a NIC pins its queue at create */
   uint32_t rq_size = 1;
   while (rq_size < cap->max_recv_wr + 1) rq_size <<= 1;
   uint32_t rq_sge = cap->max_recv_sge ? cap->max_recv_sge : 1;
@@ -99,7 +104,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
   lq->qp.qp_type = IBV_QPT_RC;
   pthread_mutex_init(&lq->qp.mutex, NULL);
   pthread_cond_init(&lq->qp.cond, NULL);
-  cap->max_send_wr = lq->sq_size - 1;
+  cap->max_send_wr = lq->sq_size;
   cap->max_recv_wr = rq_size - 1;
   cap->max_recv_sge = rq_sge;
   pthread_mutex_lock(&sv_lib.lock);
@@ -205,7 +210,7 @@ static void populate(void *p, size_t len) {
  * a page fault.  This process's engine reaches the peer QP's through the
  * fabric's shared mapping, whose pages it would otherwise fault in at its
  * first request: on a standby path, in the middle of a failover sweep
- * (docs/SIMVERBS.md, "Queues in memory").  So they are mapped when the QP
+ * (docs/SIMVERBS.md, "Queues in shared memory").  So they are mapped when the QP
  * learns its peer, at RTR.  A peer destroyed meanwhile only costs a
  * mapping of pages the fabric holds anyway. */
 static void map_peer_queues(struct sv_fabric *f, uint32_t dest_qpn) {
@@ -316,7 +321,7 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, s
   a->timeout = (uint8_t)q->timeout;
   a->retry_cnt = (uint8_t)q->retry_cnt;
   a->rnr_retry = (uint8_t)q->rnr_retry;
-  a->cap.max_send_wr = lq->sq_size - 1;
+  a->cap.max_send_wr = lq->sq_size;
   a->cap.max_recv_wr = q->rq_size - 1;
   a->cap.max_send_sge = lq->max_send_sge;
   a->cap.max_recv_sge = lq->max_recv_sge;
@@ -343,9 +348,9 @@ static int valid_send_opcode(enum ibv_wr_opcode op) {
 static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, uint64_t now) {
   uint32_t head = atomic_load_explicit(&lq->sq_head, memory_order_acquire);
   uint32_t tail = atomic_load_explicit(&lq->sq_tail, memory_order_relaxed);
-  if (tail - head >= lq->sq_size - 1) return ENOMEM;
+  if (tail - head >= lq->sq_size) return ENOMEM;
   if (!valid_send_opcode(wr->opcode) || wr->num_sge < 0 || (uint32_t)wr->num_sge > lq->max_send_sge) return EINVAL;
-  struct sv_swqe *w = &lq->sq[tail & (lq->sq_size - 1)];
+  struct sv_swqe *w = sv_sq_entry(lq, tail);
   w->wr_id = wr->wr_id;
   w->opcode = wr->opcode;
   w->send_flags = wr->send_flags;
@@ -367,7 +372,7 @@ static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, ui
     for (int i = 0; i < wr->num_sge; i++) total += wr->sg_list[i].length;
     if (total > lq->max_inline) return EINVAL;
     for (int i = 0; i < wr->num_sge; i++) {
-      memcpy(w->inl + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+      memcpy(sv_swqe_inline(w) + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
       w->inline_len += wr->sg_list[i].length;
     }
     w->num_sge = 0;

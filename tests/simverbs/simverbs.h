@@ -62,7 +62,10 @@ struct sv_cq_local {
 };
 
 /* Send work request as copied at post time (inline data included, so the
- * caller may reuse its buffer at once, as on hardware). */
+ * caller may reuse its buffer at once, as on hardware).  An entry is as
+ * large as the QP's caps need, as a ConnectX's WQE: its max_send_sge
+ * gather entries, or its max_inline_data bytes in their place
+ * (sv_qp_local.sq_stride). */
 struct sv_swqe {
   uint64_t wr_id;
   uint64_t remote_addr;
@@ -70,9 +73,10 @@ struct sv_swqe {
   uint32_t rkey, inline_len;
   uint64_t compare_add, swap; /* atomics */
   uint64_t post_ns;           /* when it was posted: the wire may start it from then on */
-  struct ibv_sge sge[SV_MAX_SGE];
-  uint8_t inl[SV_MAX_INLINE];
+  struct ibv_sge sge[];       /* num_sge of them; an inline WR's payload instead (sv_swqe_inline) */
 };
+
+static inline uint8_t *sv_swqe_inline(struct sv_swqe *w) { return (uint8_t *)w->sge; }
 
 /* Progress of the WR at the head of a send queue. */
 enum sv_head_state {
@@ -92,8 +96,11 @@ struct sv_qp_local {
   struct ibv_qp qp;
   int index; /* fabric QP index */
   struct sv_ctx *ctx;
-  struct sv_swqe *sq;
-  uint32_t sq_size, max_inline, max_send_sge, max_recv_sge;
+  /* sq_size entries of sq_stride bytes, populated at create: a NIC's queue
+   * is pinned memory, and a ring faulted in entry by entry cost K = 1,024
+   * connections tens of thousands of page faults a second (docs/SIMVERBS.md). */
+  unsigned char *sq;
+  uint32_t sq_size, sq_stride, max_inline, max_send_sge, max_recv_sge;
   int sig_all;
   /* ibv_set_ece's request: applied, reduced to what the device offers, when
    * the QP moves to RTR (as mlx5 passes it with the next modify). */
@@ -113,6 +120,11 @@ struct sv_qp_local {
   _Atomic int listed;            /* in sv_lib.active (engine.c: sv_qp_active) */
   struct sv_qp_local *next;
 };
+
+/* Send queue entry at position `pos`. */
+static inline struct sv_swqe *sv_sq_entry(struct sv_qp_local *lq, uint32_t pos) {
+  return (struct sv_swqe *)(lq->sq + (size_t)(pos & (lq->sq_size - 1)) * lq->sq_stride);
+}
 
 #define SV_PEER_MAPS 1024
 

@@ -4,6 +4,7 @@
  * Each test (a separate process under Criterion) brings up its own fabric,
  * one host with two NICs, and connects QP A on mlx5_0 to QP B on mlx5_1. */
 #include "fabric.h"
+#include "simverbs.h" /* a QP's send queue (sv_qp_local) */
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -429,6 +430,30 @@ Test(data, a_qp_maps_its_peers_queues_when_it_connects) {
   cr_assert_eq(ring_absent, 0, "%d pages of the peer's completion queue are not mapped after RTR", ring_absent);
 }
 
+/* A send queue's entries are as large as the QP's caps need (64-byte
+ * blocks: the header, then max_send_sge gather entries or max_inline_data
+ * bytes), and every page of it is faulted in at create, as a NIC pins its
+ * queue: faulted in entry by entry, the queues of K = 1,024 connections
+ * took tens of thousands of page faults a second from the traffic. */
+Test(data, a_send_queue_is_sized_by_its_caps_and_faulted_in_at_create) {
+  struct {
+    uint32_t sge, inl, stride;
+  } want[] = {{1, 0, 128}, {1, 256, 320}, {4, 64, 128}, {16, 0, 320}};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 512, .max_recv_wr = 1, .max_send_sge = want[i].sge,
+                                          .max_recv_sge = 1, .max_inline_data = want[i].inl}};
+    struct ibv_qp *qp = ibv_create_qp(A.pd, &ia);
+    cr_assert_not_null(qp);
+    struct sv_qp_local *lq = (struct sv_qp_local *)qp;
+    cr_assert_eq(lq->sq_stride, want[i].stride, "%u gather entries, %u inline bytes: entries of %u bytes, not %u",
+                 want[i].sge, want[i].inl, lq->sq_stride, want[i].stride);
+    size_t len = (size_t)lq->sq_size * lq->sq_stride;
+    cr_assert_eq(pages_absent((const char *)lq->sq, len), 0, "the send queue is not all faulted in at create");
+    cr_assert_eq(ibv_destroy_qp(qp), 0);
+  }
+}
+
 Test(bad_input, a_fabric_goes_down_whole_while_its_counters_are_written) {
   char path[PATH_MAX], dir[PATH_MAX + 2];
   sv_fabric_path(fabric_name, path, sizeof(path));
@@ -607,6 +632,23 @@ Test(flap, flap_shorter_than_retry_budget_is_absorbed) {
 /* 4.096 us x 2^16: 268 ms per attempt, long enough that "not yet" can be
  * asserted right after the responder becomes ready. */
 #define T16_NS (4096ull << 16)
+
+/* The send queue holds as many requests as create_qp granted, and no
+ * more: with the peer's port down they all wait on the ACK timer. */
+Test(flap, a_send_queue_holds_what_create_granted_and_no_more) {
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 5, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+  A.qp = ibv_create_qp(A.pd, &ia);
+  cr_assert_not_null(A.qp);
+  cr_assert_geq(ia.cap.max_send_wr, 5);
+  connect_pair(20); /* 4.3 s a try: nothing completes during the test */
+  cr_assert_eq(sv_port_set_state(fab, 1, 1, 0), 0);
+  for (uint32_t i = 0; i < ia.cap.max_send_wr; i++)
+    cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, i, 0, 8, B.mr->rkey), 0, "request %u of %u refused", i + 1,
+                 ia.cap.max_send_wr);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 99, 0, 8, B.mr->rkey), ENOMEM,
+               "a request past the %u granted was taken", ia.cap.max_send_wr);
+}
 
 Test(flap, write_to_an_init_qp_is_dropped_and_lands_one_ack_timeout_after_rtr) {
   cr_assert_eq(to_init(&A), 0);
