@@ -22,7 +22,9 @@
 #        the failback columns, and exit 1 unless every end came back; unset: the cable stays out), BOUND_MS (exit 1
 #        when a run's longest pause with the pull is above it: the ctest uses this), FAILBACK_BOUND_MS (exit 1 when
 #        the p99 from the plug-in to the failback lines is above it: the ctest uses this too), KEEP (a folder: each run's syslog lines and output
-#        are copied there as syslog.K.PULL and out.K.PULL, for a closer look)
+#        are copied there as syslog.K.PULL and out.K.PULL, for a closer look), PFREC (a file: perf records
+#        every page fault of both ranks, with call chains and wall-clock times, from 0.5 s before the pull
+#        for 1.5 s)
 set -euo pipefail
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
@@ -86,7 +88,13 @@ run() {
   fi
   if ((pull)); then
     sleep "${PULL_AFTER:-0}"
+    if [ -n "${PFREC:-}" ]; then
+      perf record -e page-faults -c 1 -d --call-graph dwarf,4096 -k CLOCK_REALTIME -p "$(pgrep -P "$p" | paste -sd,)" -o "$PFREC" \
+        -- sleep 1.5 >/dev/null 2>&1 &
+      sleep 0.5
+    fi
     t_pull=$EPOCHREALTIME
+    [ -z "${PFREC:-}" ] || echo "# K = $k: pulled at $t_pull (wall clock; $PFREC has the page faults)" >&2
     "$sv" link node0:mlx5_0 down >/dev/null
     if [ -n "${FAILBACK_AFTER:-}" ]; then
       sleep "$FAILBACK_AFTER"
