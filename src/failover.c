@@ -461,6 +461,34 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   return lp_send_progress(s);
 }
 
+/* The receiver moved onto the standby by itself: this end follows, as if
+ * it had asked (the MOVED is the ACK), and says READY, which lets the
+ * receiver announce new receives again.  An end that cannot follow (its
+ * side of that standby is gone, or its own REQ built a new path) starts a
+ * move of its own, whose REQ supersedes the MOVED at the receiver. */
+static ncclResult_t sender_on_moved(struct lp_send_comm *s, const struct lp_fo_ack *a) {
+  struct lp_comm *c = &s->base;
+  struct lp_fo *fo = c->fo;
+  if (a->primary_failed) fo->peer_primary_ok = 0;
+  if (fo->state == LP_FO_IDLE) {
+    if (a->epoch <= fo->epoch) return ncclSuccess; /* older than a move made since */
+    begin(c, LP_FO_PEER_NOTICE);
+    fo->epoch = a->epoch;
+    quiesce(&c->link);
+    set_state(c, LP_FO_REQUESTED);
+  } else if (a->epoch != fo->epoch) {
+    return ncclSuccess; /* older than the REQ this end sent since */
+  }
+  /* Requested at its epoch: this end's REQ crossed it, or the lines above. */
+  if (!lp_sb_usable(c, &fo->sb, c->link.dev) || fo->sb.id != a->standby || fo->next.env != NULL) {
+    fo->reason = LP_FO_PEER_NOTICE;
+    return sender_start(s, LP_FO_PEER_NOTICE, -1);
+  }
+  ncclResult_t rc = sender_on_ack(s, a);
+  if (rc != ncclSuccess || fo->state != LP_FO_IDLE) return rc;
+  return send_ready(c);
+}
+
 /* ---- receiver ---- */
 
 /* The REQ names a standby this end no longer holds (dropped when its
@@ -478,6 +506,51 @@ static ncclResult_t refuse_standby(struct lp_comm *c) {
   ncclResult_t rc = send_msg(c, a, lp_fo_ack_len(0));
   free(a);
   return rc;
+}
+
+/* The receiver's end of a move, once its old path is stopped and drained
+ * and `next` is where it goes: receives re-posted there, the CTS entries of
+ * every message it still waits for keyed for it, and the answer: an ACK
+ * (`standby` the REQ's), or a MOVED it makes by itself (`standby` its own).
+ * `reason` is the move's. */
+static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, int type, uint32_t standby, int reason) {
+  struct lp_comm *c = &r->base;
+  struct lp_fo *fo = c->fo;
+  /* 17 KiB at most, once per move: not worth a place in every comm. */
+  struct lp_fo_ack *a = calloc(1, sizeof(*a));
+  if (a == NULL) {
+    lp_link_close(next);
+    return refuse_failed(c, reason, lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection"));
+  }
+  a->conn_id = c->conn_id;
+  a->epoch = fo->epoch;
+  int dev = next->dev;
+  uint64_t bytes = 0;
+  ncclResult_t rc = lp_fo_receiver_reconcile(r, dev, a, &bytes);
+  if (rc == ncclSuccess) rc = lp_fo_post_replays(r, next, a);
+  if (rc != ncclSuccess) {
+    free(a);
+    lp_link_close(next);
+    return refuse_failed(c, reason, rc);
+  }
+  int replayed = (int)a->npending;
+  swap_link(c, next);
+  hdr(&a->hdr, type, lp_fo_ack_len(a->npending));
+  a->link = c->link.local;
+  a->standby = standby;
+  a->primary_failed = type == LP_MSG_FO_MOVED && fo->from_dev == fo->primary_dev;
+  /* The sender's new QPs may still be in INIT, unless they are its
+   * standby's.  After a MOVED, the sender is still on the old path until
+   * it reads it: a clear-to-send written now could be matched there and be
+   * missing from the MOVED's list, so none is until its READY. */
+  set_state(c, type == LP_MSG_FO_ACK && standby != 0 ? LP_FO_IDLE : LP_FO_AWAIT_READY);
+  int failback = reason == LP_FO_FAILBACK;
+  fo->reason = failback ? LP_FO_FAILBACK : fo->reason;
+  rc = send_msg(c, a, lp_fo_ack_len(a->npending));
+  free(a);
+  if (rc != ncclSuccess) return rc;
+  report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
+  return ncclSuccess;
 }
 
 static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
@@ -520,36 +593,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     send_nack(c, (int)m->reason, LP_NACK_NO_NIC);
     return path_lost(c, "no healthy NIC on this side");
   }
-  /* 17 KiB at most, once per move: not worth a place in every comm. */
-  struct lp_fo_ack *a = calloc(1, sizeof(*a));
-  if (a == NULL) {
-    lp_link_close(&next);
-    return refuse_failed(c, (int)m->reason,
-                         lp_comm_fail(c, ncclSystemError, "out of memory while moving the connection"));
-  }
-  a->conn_id = c->conn_id;
-  a->epoch = fo->epoch;
-  uint64_t bytes = 0;
-  rc = lp_fo_receiver_reconcile(r, dev, a, &bytes);
-  if (rc == ncclSuccess) rc = lp_fo_post_replays(r, &next, a);
-  if (rc != ncclSuccess) {
-    free(a);
-    lp_link_close(&next);
-    return refuse_failed(c, (int)m->reason, rc);
-  }
-  int replayed = (int)a->npending;
-  swap_link(c, &next);
-  hdr(&a->hdr, LP_MSG_FO_ACK, lp_fo_ack_len(a->npending));
-  a->link = c->link.local;
-  a->standby = m->standby;
-  /* The sender's new QPs may still be in INIT, unless they are its standby's. */
-  set_state(c, m->standby != 0 ? LP_FO_IDLE : LP_FO_AWAIT_READY);
-  fo->reason = (int)m->reason == LP_FO_FAILBACK ? LP_FO_FAILBACK : fo->reason;
-  rc = send_msg(c, a, lp_fo_ack_len(a->npending));
-  free(a);
-  if (rc != ncclSuccess) return rc;
-  report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
-  return ncclSuccess;
+  return answer_onto(r, &next, LP_MSG_FO_ACK, m->standby, (int)m->reason);
 }
 
 /* The receiver cannot move by itself: it stops and asks the sender. */
@@ -560,6 +604,26 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
   set_state(c, LP_FO_NOTICED);
   quiesce(&c->link);
   return send_notice(c, reason, c->link.dev);
+}
+
+/* The receiver's own port failed and its standby is usable: it moves onto
+ * it by itself and says so (MOVED), where a NOTICE would wait for the
+ * sender's REQ.  Its epoch is one past the last; a REQ of the same epoch
+ * that crosses it is ignored here (receiver_on_req), and the sender takes
+ * the MOVED as its answer (sender_on_moved). */
+static ncclResult_t receiver_moves_itself(struct lp_recv_comm *r, int reason) {
+  struct lp_comm *c = &r->base;
+  struct lp_fo *fo = c->fo;
+  begin(c, reason);
+  fo->epoch++;
+  quiesce(&c->link);
+  ncclResult_t rc = drain(c);
+  if (rc != ncclSuccess) return refuse_failed(c, reason, rc);
+  uint32_t standby = fo->sb.id;
+  struct lp_link next;
+  lp_sb_take(c, &fo->sb, &next);
+  fo->via_standby = 1;
+  return answer_onto(r, &next, LP_MSG_FO_MOVED, standby, reason);
 }
 
 /* ---- standby paths ---- */
@@ -654,6 +718,7 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (type == LP_MSG_FO_ACK) return sender_on_ack(s, buf);
+    if (type == LP_MSG_FO_MOVED) return sender_on_moved(s, buf);
     if (type == LP_MSG_FO_NOTICE) {
       const struct lp_fo_notice *n = buf;
       if (n->reason == LP_FO_FAILBACK) {
@@ -763,6 +828,8 @@ static ncclResult_t check_health(struct lp_comm *c) {
     return ncclSuccess;
   }
   struct lp_recv_comm *r = (struct lp_recv_comm *)c;
+  if (!here_ok && lp_sb_usable(c, &fo->sb, c->link.dev))
+    return receiver_moves_itself(r, lp_health_down_reason(h, c->link.dev));
   if (!here_ok) return receiver_notice(r, lp_health_down_reason(h, c->link.dev));
   if (c->link.dev != fo->primary_dev && lp_health_trusted(h, fo->primary_dev, lp_now_ns()))
     return send_notice(c, LP_FO_FAILBACK, fo->primary_dev);

@@ -36,7 +36,8 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   case LP_MSG_FO_READY: want = sizeof(struct lp_fo_ready); break;
   case LP_MSG_FO_SB_OFFER: want = sizeof(struct lp_fo_sb_offer); break;
   case LP_MSG_FO_SB_ANSWER: want = sizeof(struct lp_fo_sb_answer); break;
-  case LP_MSG_FO_ACK: {
+  case LP_MSG_FO_ACK:
+  case LP_MSG_FO_MOVED: {
     if (len < offsetof(struct lp_fo_ack, pending)) return bad(why, whylen, "%s of %llu bytes", "truncated ack", len);
     const struct lp_fo_ack *a = buf;
     if (a->npending > LP_FIFO_DEPTH) return bad(why, whylen, "%s %llu", "ack lists too many messages:", a->npending);
@@ -52,13 +53,18 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   if (id != conn_id) return bad(why, whylen, "%s 0x%llx", "control message for another connection", id);
   const struct lp_link_info *l = NULL; /* the link the message describes, when it counts */
   if (h->type == LP_MSG_FO_REQ) l = &((const struct lp_fo_req *)buf)->link;
-  if (h->type == LP_MSG_FO_ACK && !((const struct lp_fo_ack *)buf)->refused) l = &((const struct lp_fo_ack *)buf)->link;
+  int ack = h->type == LP_MSG_FO_ACK || h->type == LP_MSG_FO_MOVED; /* the same layout */
+  if (ack && !((const struct lp_fo_ack *)buf)->refused) l = &((const struct lp_fo_ack *)buf)->link;
   if (h->type == LP_MSG_FO_SB_OFFER) l = &((const struct lp_fo_sb_offer *)buf)->link;
   if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok)
     l = &((const struct lp_fo_sb_answer *)buf)->link;
   if (l != NULL && lp_link_info_check(l, nqps, why, whylen) != 0) return -1;
-  if (h->type == LP_MSG_FO_ACK && ((const struct lp_fo_ack *)buf)->refused > 1)
+  if (ack && ((const struct lp_fo_ack *)buf)->refused > (h->type == LP_MSG_FO_ACK))
     return bad(why, whylen, "%s %llu", "ack with refused =", ((const struct lp_fo_ack *)buf)->refused);
+  if (h->type == LP_MSG_FO_MOVED && ((const struct lp_fo_ack *)buf)->standby == 0)
+    return bad(why, whylen, "%s %llu", "a move onto the standby that names standby", 0);
+  if (ack && ((const struct lp_fo_ack *)buf)->primary_failed > (h->type == LP_MSG_FO_MOVED))
+    return bad(why, whylen, "%s %llu", "ack with primary_failed =", ((const struct lp_fo_ack *)buf)->primary_failed);
   if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok > 1)
     return bad(why, whylen, "%s %llu",
                "standby answer with a flag that is neither 0 nor 1, ok =", ((const struct lp_fo_sb_answer *)buf)->ok);
@@ -66,7 +72,7 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
     return bad(why, whylen, "%s %llu", "refusal with cause", ((const struct lp_fo_nack *)buf)->cause);
   if (h->type == LP_MSG_FO_SB_OFFER && ((const struct lp_fo_sb_offer *)buf)->id == 0)
     return bad(why, whylen, "%s %llu", "standby offer with id", 0);
-  if (h->type == LP_MSG_FO_ACK) {
+  if (ack) {
     const struct lp_fo_ack *a = buf;
     for (uint32_t i = 0; i < a->npending; i++) {
       const struct lp_fo_pending *p = &a->pending[i];

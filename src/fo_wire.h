@@ -23,6 +23,17 @@
  *           another NIC, to be connected now and used by a later move.
  *   SB_ANSWER receiver -> sender: the receiver's standby link, connected to
  *           the offer (or "none": no healthy NIC for it here).
+ *   MOVED   receiver -> sender: "my port failed, and I moved onto our standby
+ *           by myself": an ACK nobody asked for, with the move's epoch (one
+ *           past the last).  The sender moves onto the standby too and answers
+ *           READY; until then the receiver announces no new receive.  A
+ *           sender that cannot follow (its side of the standby is gone) starts
+ *           a move of its own, which supersedes it.
+ *
+ * The receiver's own port failing with a standby in place is a MOVED: one
+ * message where a NOTICE, a REQ and an ACK were three, and the sender's end
+ * moves as soon as it reads it.  A REQ of the same epoch that crosses it is
+ * ignored by the receiver, and the sender takes the MOVED as its answer.
  *
  * A REQ that names a standby (its id) asks the receiver to move onto the
  * standby both ends hold, connected and ready since its answer: nothing is
@@ -54,6 +65,7 @@ enum lp_fo_msg_type {
   LP_MSG_CTL_DROP = 23,   /* either side: "I gave connection `path` up" */
   LP_MSG_CTL_OFFER = 24,  /* listening side: "make connection `path` again: connect here" */
   LP_MSG_CTL_REJOIN = 25, /* dialing side, first on the new connection: "this is the one you offered" */
+  LP_MSG_FO_MOVED = 26,
 };
 
 /* Why a connection moves (also the syslog reason= value). */
@@ -105,9 +117,11 @@ struct lp_fo_ack {
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t npending;
-  uint64_t resume_seq; /* every message below this one is complete here */
-  uint32_t standby;    /* the REQ's standby id, when the receiver moved onto it */
-  uint32_t refused;    /* 1: the REQ's standby is gone here; nothing else in this ACK counts */
+  uint64_t resume_seq;     /* every message below this one is complete here */
+  uint32_t standby;        /* the REQ's standby id, when the receiver moved onto it (a MOVED's: never 0) */
+  uint32_t refused;        /* 1: the REQ's standby is gone here; nothing else in this ACK counts (a MOVED: 0) */
+  uint32_t primary_failed; /* a MOVED: the port that failed is the receiver's primary (a NOTICE's `reserved`) */
+  uint32_t reserved;
   struct lp_link_info link;
   struct lp_fo_pending pending[LP_FIFO_DEPTH];
 };

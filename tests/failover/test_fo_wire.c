@@ -124,3 +124,31 @@ Test(fo_wire, a_refusal_names_a_known_cause) {
   cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1);
   cr_assert(strstr(why, "refusal with cause 2"), "%s", why);
 }
+
+/* A MOVED is an ACK nobody asked for: checked the same way, and it must
+ * name the standby it moved onto, refuse nothing, and say only 0 or 1 of
+ * its primary; an ACK never says the primary failed. */
+Test(fo_wire, a_moved_is_checked_as_an_ack_and_names_its_standby) {
+  size_t len;
+  char why[160];
+  struct lp_fo_ack *a = ack_with(2, &len);
+  a->hdr.type = LP_MSG_FO_MOVED;
+  a->standby = 5;
+  a->primary_failed = 1;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), LP_MSG_FO_MOVED, "%s", why);
+  a->pending[1].seq = 99;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "a MOVED's list is checked as an ACK's");
+  a = ack_with(0, &len);
+  a->hdr.type = LP_MSG_FO_MOVED;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "a MOVED without a standby passed");
+  cr_assert(strstr(why, "standby"), "%s", why);
+  a->standby = 5;
+  a->refused = 1;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "a MOVED that refuses passed");
+  a->refused = 0;
+  a->primary_failed = 2;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "primary_failed = 2 passed");
+  a = ack_with(0, &len);
+  a->primary_failed = 1;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "an ACK that says the primary failed passed");
+}
