@@ -22,7 +22,8 @@
 #        the failback columns, and exit 1 unless every end came back; unset: the cable stays out), BOUND_MS (exit 1
 #        when a run's longest pause with the pull is above it: the ctest uses this), FAILBACK_BOUND_MS (exit 1 when
 #        the p99 from the plug-in to the failback lines is above it: the ctest uses this too), KEEP (a folder: each run's syslog lines and output
-#        are copied there as syslog.K.PULL and out.K.PULL, for a closer look), PFREC (a file: perf records
+#        are copied there as syslog.K.PULL, out.K.PULL and gaps.K.PULL (the gap log), with pull.K.PULL the pull's time
+#        on the gap log's clock, for a closer look), PFREC (a file: perf records
 #        every page fault of both ranks, with call chains and wall-clock times, from 0.5 s before the pull
 #        for 1.5 s)
 set -euo pipefail
@@ -105,7 +106,13 @@ run() {
   wait "$p" || rc=$?
   "$sv" down >/dev/null 2>&1 || true
   sleep 0.2 # the last datagrams
-  if [ -n "${KEEP:-}" ]; then cp "$tmp/syslog" "$KEEP/syslog.$k.$pull" && cp "$tmp/out" "$KEEP/out.$k.$pull"; fi
+  if [ -n "${KEEP:-}" ]; then
+    cp "$tmp/syslog" "$KEEP/syslog.$k.$pull" && cp "$tmp/out" "$KEEP/out.$k.$pull"
+    cp "$tmp/gaps" "$KEEP/gaps.$k.$pull" 2>/dev/null || true
+    # The pull's time on the gap log's clock (CLOCK_MONOTONIC), for a look at the pause it made.
+    [ "$t_pull" = - ] || python3 -c "import time; print('%.6f' % ($t_pull - (time.time() - time.monotonic())))" \
+      >"$KEEP/pull.$k.$pull"
+  fi
   local gap moved pct wrong back
   gap=$(awk '{ g = $3 - $2; if (g > w) w = g } END { printf "%.3f", w }' "$tmp/gaps" 2>/dev/null || echo "?")
   moved=$(grep -c 'event=failover' "$tmp/syslog" || true)
