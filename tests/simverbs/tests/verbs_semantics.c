@@ -356,6 +356,17 @@ static void *write_counters_main(void *arg) {
 /* `simverbs down` (or a test's teardown) while a process on the fabric still
  * writes its port counters (its engine thread does, every few ms): nothing
  * of the fabric's sysfs tree is left behind. */
+/* A, connected before, taken back to RESET and to RTR towards a QP of a
+ * child process: `info` is its QP number and LID. */
+static void rtr_to_child(const uint32_t info[2]) {
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  struct ibv_qp fake = {.qp_num = info[0]};
+  struct end child = {.qp = &fake, .lid = (uint16_t)info[1]};
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_rtr(&A, &child), 0);
+}
+
 /* Whether the page holding `p` is in this process's page table
  * (/proc/self/pagemap: bit 63 of the page's entry). */
 static int page_present(const void *p) {
@@ -417,12 +428,7 @@ Test(data, a_qp_maps_its_peers_queues_when_it_connects) {
   char *heap = library_fabric_mapping() + fab->heap_off;
   const char *rq = heap + d->rq_off, *ring = heap + cq->ring_off;
   size_t rq_len = (size_t)d->rq_size * d->rq_stride, ring_len = (size_t)cq->size * sizeof(struct sv_cqe);
-  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
-  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
-  struct ibv_qp fake = {.qp_num = info[0]};
-  struct end peer = {.qp = &fake, .lid = (uint16_t)info[1]};
-  cr_assert_eq(to_init(&A), 0);
-  cr_assert_eq(to_rtr(&A, &peer), 0);
+  rtr_to_child(info);
   int rq_absent = pages_absent(rq, rq_len), ring_absent = pages_absent(ring, ring_len);
   cr_assert_eq(write(tochild[1], "x", 1), 1);
   cr_assert_eq(waitpid(pid, NULL, 0), pid);
@@ -819,12 +825,7 @@ Test(faults, crashed_peer_process_is_seen_as_unreachable_and_reaped) {
   uint64_t rkey_addr[2];
   cr_assert_eq(read(toparent[0], info, sizeof(info)), sizeof(info));
   cr_assert_eq(read(toparent[0], rkey_addr, sizeof(rkey_addr)), sizeof(rkey_addr));
-  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
-  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
-  struct ibv_qp fake = {.qp_num = info[0]};
-  struct end child = {.qp = &fake, .lid = (uint16_t)info[1]};
-  cr_assert_eq(to_init(&A), 0);
-  cr_assert_eq(to_rtr(&A, &child), 0);
+  rtr_to_child(info);
   cr_assert_eq(to_rts(&A, 8, 7), 0);
   uint32_t mine[2] = {A.qp->qp_num, A.lid};
   cr_assert_eq(write(tochild[1], mine, sizeof(mine)), sizeof(mine));
