@@ -85,7 +85,7 @@ struct lp_syslog_held {
    * copied in the middle of a sweep, onto pages never touched before, and
    * page faults cost a sweep more than their count says (docs/SCALE.md). */
   struct lp_held_line *line;
-  unsigned cap, head, count;
+  unsigned head, count;
   /* Lines from the ring's start whose pages are touched (lp_syslog_ends),
    * for `ends` connection ends: a ring left empty starts again at line 0,
    * so a sweep writes its lines there. */
@@ -111,7 +111,7 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
 static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
                           unsigned most, unsigned early) {
   for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
-    struct lp_held_line *l = &h->line[h->head % h->cap];
+    struct lp_held_line *l = &h->line[h->head % LP_SYSLOG_HELD];
     if (l->sweep && !sweep_over && now - l->at_ns < LP_HOLD_MAX_NS) {
       if (h->early_sent >= early) break;
       h->early_sent++;
@@ -129,7 +129,7 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
  * under h->mu.  They stay held for the syslog socket. */
 static void mirror_held(struct lp_syslog_held *h) {
   for (unsigned i = 0; i < h->count; i++) {
-    struct lp_held_line *l = &h->line[(h->head + i) % h->cap];
+    struct lp_held_line *l = &h->line[(h->head + i) % LP_SYSLOG_HELD];
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     l->mirror = 0;
     l->sweep = 0;
@@ -141,13 +141,13 @@ static void mirror_held(struct lp_syslog_held *h) {
  * its first lines sooner.  A line that still finds no place (the socket has
  * no room for the oldest) is dropped from syslog, and counted. */
 static void hold(const struct lp_syslog *sl, struct lp_syslog_held *h, const struct lp_held_line *l) {
-  if (h->count == h->cap) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, 0);
-  if (h->count == h->cap) {
+  if (h->count == LP_SYSLOG_HELD) send_held(sl, h, MSG_DONTWAIT, 1, l->at_ns, LP_SYSLOG_HELD, 0);
+  if (h->count == LP_SYSLOG_HELD) {
     h->dropped++;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     return;
   }
-  struct lp_held_line *at = &h->line[(h->head + h->count++) % h->cap];
+  struct lp_held_line *at = &h->line[(h->head + h->count++) % LP_SYSLOG_HELD];
   memcpy(at, l, offsetof(struct lp_held_line, dgram) + l->len + 1);
 }
 
@@ -230,7 +230,8 @@ void lp_syslog_ends(const struct lp_syslog *sl, int delta) {
   if (h == NULL) return;
   pthread_mutex_lock(&h->mu);
   h->ends += (unsigned)delta;
-  for (; h->touched < h->ends && h->touched < h->cap; h->touched++) memset(&h->line[h->touched], 0, sizeof(*h->line));
+  for (; h->touched < h->ends && h->touched < LP_SYSLOG_HELD; h->touched++)
+    memset(&h->line[h->touched], 0, sizeof(*h->line));
   pthread_mutex_unlock(&h->mu);
 }
 
@@ -241,8 +242,7 @@ int lp_syslog_open(struct lp_syslog *sl) {
   sl->held = NULL;
   struct lp_syslog_held *h = calloc(1, sizeof(*h));
   if (h == NULL) goto fail;
-  h->cap = LP_SYSLOG_HELD;
-  h->line = malloc(sizeof(*h->line) * h->cap);
+  h->line = malloc(sizeof(*h->line) * LP_SYSLOG_HELD);
   if (h->line == NULL || pthread_mutex_init(&h->mu, NULL) != 0) goto fail;
   if (sl->enabled) {
     sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
