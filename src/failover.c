@@ -323,7 +323,8 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
                         .path = kind == LP_REPORT_PATH_LOST ? NULL
                                 : fo->via_standby           ? "standby"
                                 : fo->via_home              ? "revived"
-                                                            : "new"};
+                                                            : "new",
+                        .at_us = lp_wall_us()};
   /* A lost path goes out at once: it may end the job. */
   if (lp_report_emit(&c->env->syslog, &r, kind != LP_REPORT_PATH_LOST)) lp_health_lines_held(c->health);
   struct lp_fo_stats *st = &c->health->stats;

@@ -418,9 +418,10 @@ static unsigned drain_degraded(struct lp_health *h, int dev, uint64_t now) {
  * (`evidence`, key=value fields) between the fields every such line has. */
 static void report_degraded(struct lp_health *h, int dev, const char *evidence, int windows, unsigned flaps) {
   const struct lp_dev *d = &h->env->devs[dev];
-  char line[320];
-  snprintf(line, sizeof(line), "event=degraded dev=%s port=%d %s windows=%d holddown_ms=%llu flap=%u", d->name, d->port,
-           evidence, windows, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+  char line[360], at[LP_REPORT_TIME_LEN];
+  lp_report_time(lp_wall_us(), at, sizeof(at));
+  snprintf(line, sizeof(line), "event=degraded dev=%s port=%d %s windows=%d holddown_ms=%llu flap=%u time=%s", d->name,
+           d->port, evidence, windows, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps, at);
   lp_report_line(&h->env->syslog, LOG_WARNING, line);
 }
 

@@ -29,14 +29,30 @@ static const char *kind_name(enum lp_report_kind k) {
 /* Values never contain blanks, so a line splits on spaces then on '='. */
 static const char *field(const char *s) { return s && *s ? s : "-"; }
 
+/* RFC 3339 in UTC with microseconds ("-" when unknown): one token, sorts
+ * as text, and read the same wherever the reader's time zone is. */
+void lp_report_time(uint64_t at_us, char *out, size_t len) {
+  time_t s = (time_t)(at_us / 1000000);
+  struct tm tm;
+  if (at_us == 0 || gmtime_r(&s, &tm) == NULL) {
+    snprintf(out, len, "-");
+    return;
+  }
+  char day[24];
+  strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, len, "%s.%06uZ", day, (unsigned)(at_us % 1000000));
+}
+
 int lp_report_format(const struct lp_report *r, char *buf, size_t len) {
+  char at[LP_REPORT_TIME_LEN];
+  lp_report_time(r->at_us, at, sizeof(at));
   return snprintf(buf, len,
                   "event=%s comm=0x%llx dir=%s dev=%s port=%d new_dev=%s new_port=%d peer=%s reason=%s "
-                  "inflight=%d replayed=%d replayed_bytes=%llu duration_us=%llu path=%s",
+                  "inflight=%d replayed=%d replayed_bytes=%llu duration_us=%llu path=%s time=%s",
                   kind_name(r->kind), (unsigned long long)r->comm, field(r->dir), field(r->dev), r->port,
                   field(r->new_dev), r->new_dev ? r->new_port : 0, field(r->peer), field(r->reason), r->inflight,
                   r->replayed, (unsigned long long)r->replayed_bytes, (unsigned long long)r->duration_us,
-                  field(r->path));
+                  field(r->path), at);
 }
 
 int lp_syslog_format(int facility, int severity, const char *msg, char *buf, size_t len) {

@@ -6,6 +6,7 @@
  *   event=failover comm=0x1a2b dir=send dev=mlx5_0 port=1 new_dev=mlx5_1
  *   new_port=1 peer=node1/198.18.0.2:mlx5_0 reason=port_down inflight=4
  *   replayed=2 replayed_bytes=2097152 duration_us=812 path=standby
+ *   time=2026-12-05T18:45:54.123456Z
  *
  * Formatting is pure and tested; emitting is the only side effect.
  */
@@ -32,7 +33,16 @@ struct lp_report {
   uint64_t replayed_bytes;
   uint64_t duration_us; /* from the fault being seen to traffic flowing again */
   const char *path;     /* "standby" (it moved onto its standby path), "new" (a path built for the move) */
+  /* Wall clock, microseconds since the epoch (0: unknown), when traffic
+   * flowed again (the path was lost): a sweep's lines go out after it, so
+   * neither the line's syslog stamp nor its arrival says when. */
+  uint64_t at_us;
 };
+
+/* An event line's time= value: the wall clock `at_us` (microseconds since
+ * the epoch; 0: "-") in UTC, RFC 3339, to the microsecond. */
+#define LP_REPORT_TIME_LEN 40
+void lp_report_time(uint64_t at_us, char *out, size_t len);
 
 /* The line, without trailing newline.  Returns its length (as snprintf). */
 int lp_report_format(const struct lp_report *r, char *buf, size_t len);

@@ -244,8 +244,8 @@ static void print_json(void) {
     printf("]}");
   }
   printf("\n], \"events\": [");
-  static const char *const keys[] = {"event", "comm",   "dir",      "dev",        "new_dev",
-                                     "peer",  "reason", "replayed", "duration_us"};
+  static const char *const keys[] = {"event", "comm",   "dir",      "dev",         "new_dev",
+                                     "peer",  "reason", "replayed", "duration_us", "time"};
   for (int i = 0; i < nevents; i++) {
     printf("%s\n  {", i ? "," : "");
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
@@ -283,19 +283,25 @@ static void print_table(const char *where) {
   if (nevents > 0) {
     printf("\nlast events:\n");
     for (int i = 0; i < nevents; i++) {
-      char ev[32], dev[64], nd[64], reason[64], dur[32], peer[192];
+      char ev[32], dev[64], nd[64], reason[64], dur[32], peer[192], at[40];
       field(events[i], "event", ev, sizeof(ev));
       field(events[i], "dev", dev, sizeof(dev));
       field(events[i], "new_dev", nd, sizeof(nd));
       field(events[i], "reason", reason, sizeof(reason));
       field(events[i], "duration_us", dur, sizeof(dur));
       field(events[i], "peer", peer, sizeof(peer));
-      /* The line's own prefix is its time (and host): "<12>Dec  1 10:00:00 ",
-       * "2026-12-01T10:00:00.123+00:00 node7 " as rsyslog writes it. */
+      /* When it happened: the line's time= (a sweep's lines are sent after
+       * it), else, from a plugin before it, the line's own prefix (and
+       * host): "<12>Dec  1 10:00:00 ", "2026-12-01T10:00:00.123+00:00 node7 "
+       * as rsyslog writes it. */
       const char *pid = strstr(events[i], "linkpass[");
       const char *when = events[i];
       if (*when == '<' && strchr(when, '>') != NULL && strchr(when, '>') < pid) when = strchr(when, '>') + 1;
       int wlen = pid ? (int)(pid - when) : 0;
+      if (*field(events[i], "time", at, sizeof(at)) != '\0' && strcmp(at, "-") != 0) {
+        when = at;
+        wlen = (int)strlen(at);
+      }
       while (wlen > 0 && when[wlen - 1] == ' ') wlen--;
       printf("  %.*s pid %.*s %-9s %s -> %s (%s, %s us) peer %s\n", wlen, when, pid ? (int)strcspn(pid + 9, "]") : 1,
              pid ? pid + 9 : "?", ev, dev, nd[0] && strcmp(nd, "-") ? nd : "(none)", reason, dur, peer);

@@ -734,7 +734,7 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
     warned="$nic:1"
     [ "$name" = gray_loss_ring4 ] && warned="mlx5_[0-9]:1"
     grep -m1 -E "$warned is degraded: it resent" "$tmp/out" || fail "no WARN saying $warned is degraded"
-    grep -m1 -E "event=degraded dev=mlx5_[0-9] port=1 evidence=resends resent_ppm=[0-9]+ threshold_ppm=2000 " \
+    grep -m1 -E "event=degraded dev=mlx5_[0-9] port=1 evidence=resends resent_ppm=[0-9]+ threshold_ppm=2000 .* time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{15}Z$" \
       "$tmp/syslog" || fail "no event=degraded line in syslog with the measured and allowed resends"
     if [ "$name" = gray_loss_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")
@@ -800,7 +800,7 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
     bound=${GRAY_DRAIN_BOUND_S:-3}
     awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || fail "the slow port was drained only after ${took} s"
     grep -m1 -E "$nic:1 is degraded: it moved [0-9]+ MB/s while busy" "$tmp/out" || fail "no WARN saying $nic:1 is slow"
-    grep -m1 -E "event=degraded dev=$nic port=1 evidence=rate rate_mbps=[0-9]+ expected_mbps=[0-9]+ .* busy_pct=[0-9]+ " "$tmp/syslog" ||
+    grep -m1 -E "event=degraded dev=$nic port=1 evidence=rate rate_mbps=[0-9]+ expected_mbps=[0-9]+ .* busy_pct=[0-9]+ .* time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{15}Z$" "$tmp/syslog" ||
       fail "no event=degraded line in syslog with the measured and expected rates"
     if [ "$name" = gray_rate_remote ]; then # node0's ends left the rail too
       pid0=$(awk '$2 == "rank" && $3 == 0 && $6 == "on" && $7 == "node0" { print $5 }' "$tmp/out")

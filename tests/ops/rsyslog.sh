@@ -47,8 +47,10 @@ wait_until 10 "both ranks write a metrics file" files_are
 ends=$(metric_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection uses mlx5_0"
 
+pulled=$EPOCHREALTIME
 sv link node0:mlx5_0 down
 wait_until 20 "$ends failover lines in rsyslog's file" at_least "event=failover" "$tmp/rsyslog.out" "$ends"
+plugged=$EPOCHREALTIME
 sv link node0:mlx5_0 up
 wait_until 30 "$ends failback lines in rsyslog's file" at_least "event=failback" "$tmp/rsyslog.out" "$ends"
 expect_clean_run
@@ -56,7 +58,7 @@ kill -0 "$rsyslog_pid" 2>/dev/null || fail "rsyslogd died during the run: $(cat 
 
 # Exactly those lines, nothing else, every field in order.
 out=$tmp/rsyslog.out
-fields='event=[a-z_]+ comm=0x[0-9a-f]+ dir=(send|recv) dev=[^ =]+ port=[0-9]+ new_dev=[^ =]+ new_port=[0-9]+ peer=[^ ]+ reason=[a-z_]+ inflight=[0-9]+ replayed=[0-9]+ replayed_bytes=[0-9]+ duration_us=[0-9]+ path=(standby|revived|new)'
+fields='event=[a-z_]+ comm=0x[0-9a-f]+ dir=(send|recv) dev=[^ =]+ port=[0-9]+ new_dev=[^ =]+ new_port=[0-9]+ peer=[^ ]+ reason=[a-z_]+ inflight=[0-9]+ replayed=[0-9]+ replayed_bytes=[0-9]+ duration_us=[0-9]+ path=(standby|revived|new) time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z'
 n=$(wc -l <"$out")
 ((n == 2 * ends)) || fail "$n lines from linkpass, expected $ends failover and $ends failback lines"
 bad=$(grep -vE "^local3\.(warning|notice) linkpass\[[0-9]+\]: $fields\$" "$out" || true)
@@ -75,5 +77,14 @@ ends_of() { sed -n "s/^[^ ]* linkpass\[\([0-9]*\)\]: event=$1 comm=\([^ ]*\) dir
 # Both ends of every connection moved: each comm id is there once as send and once as recv.
 pairs=$(ends_of failover | awk '{ print $2, $3 }' | sort | awk '{ n[$1]++; d[$1] = d[$1] $2 } END { for (c in n) if (n[c] != 2) print c }')
 [ -z "$pairs" ] || fail "connections with only one end moved: $pairs"
+# time= is the wall clock when traffic flowed again: each failover's
+# between the pull and the plug-in, each failback's after the plug-in.
+times_of() { sed -n "s/.* event=$1 .* time=\([^ ]*\)\$/\1/p" "$out"; }
+# Each time= of kind $1 (as seconds) not within [$2, $3].
+outside() { times_of "$1" | while read -r t; do awk -v s="$(date -u -d "$t" +%s.%N)" -v a="$2" -v b="$3" -v t="$t" 'BEGIN { if (s < a || s > b) print t }'; done; }
+late=$(outside failover "$pulled" "$plugged")
+[ -z "$late" ] || fail "failover lines whose time= is not between the pull ($pulled) and the plug-in ($plugged): $late"
+late=$(outside failback "$plugged" "$EPOCHREALTIME")
+[ -z "$late" ] || fail "failback lines whose time= is not after the plug-in ($plugged): $late"
 echo "PASS rsyslog: $fo failover and $fb failback lines through rsyslogd"
 cat "$out"

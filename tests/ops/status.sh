@@ -28,6 +28,8 @@ down_seen() {
 wait_until 10 "linkpass-status --json shows node0's mlx5_0 down with no connection" down_seen
 jq -e '[.events[] | select(.event == "failover" and .dev == "mlx5_0")] | length >= 1' "$tmp/status.json" >/dev/null ||
   fail "linkpass-status --json lists no failover event off mlx5_0: $(cat "$tmp/status.json")"
+jq -e '(.events | length) as $n | [.events[] | select(.time | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z$"))] | length == $n' \
+  "$tmp/status.json" >/dev/null || fail "linkpass-status --json has an event without its time: $(cat "$tmp/status.json")"
 # The JSON's counters are the files' own.
 for f in "$dir"/*.prom; do
   pid=$(sed -n 's/.*pid="\([0-9]*\)".*/\1/p' "$f" | head -1)
@@ -39,7 +41,7 @@ done
 "$status" --log "$tmp/syslog" >"$tmp/status.txt" || fail "linkpass-status failed"
 grep -qE '^  mlx5_0:1 +DOWN ' "$tmp/status.txt" || fail "the table shows no DOWN mlx5_0: $(cat "$tmp/status.txt")"
 grep -q '^last events:' "$tmp/status.txt" || fail "the table shows no events"
-grep -qE 'failover +mlx5_0 -> mlx5_[123]' "$tmp/status.txt" || fail "no 'failover mlx5_0 -> ...' event line: $(cat "$tmp/status.txt")"
+grep -qE '^  [0-9-]{10}T[0-9:.]{15}Z pid [0-9]+ failover +mlx5_0 -> mlx5_[123]' "$tmp/status.txt" || fail "no 'failover mlx5_0 -> ...' event line: $(cat "$tmp/status.txt")"
 cat "$tmp/status.txt"
 # The same events from standard input, as journalctl would hand them over.
 "$status" --log - --json <"$tmp/syslog" >"$tmp/stdin.json" || fail "linkpass-status --log - failed"
