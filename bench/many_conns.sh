@@ -24,7 +24,8 @@
 #        are copied there as syslog.K.PULL, out.K.PULL and gaps.K.PULL (the gap log), with pull.K.PULL the pull's time
 #        on the gap log's clock, for a closer look), PFREC (a file: perf records
 #        every page fault of both ranks, with call chains and wall-clock times, from 0.5 s before the pull
-#        for 1.5 s)
+#        for 1.5 s), CPUREC (a file: perf records both ranks' CPU, 1,999 samples a second with call chains,
+#        from 0.5 s before the pull for 1 s)
 set -euo pipefail
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
@@ -93,10 +94,16 @@ run() {
         -- sleep 1.5 >/dev/null 2>&1 &
       sleep 0.5
     fi
+    if [ -n "${CPUREC:-}" ]; then
+      perf record -F 1999 --call-graph dwarf,8192 -k CLOCK_REALTIME -p "$(pgrep -P "$p" | paste -sd,)" -o "$CPUREC" \
+        -- sleep 1 >/dev/null 2>&1 &
+      sleep 0.5
+    fi
     # The tool says when the port changed state: its own start takes
     # milliseconds on these busy cores.
     t_pull=$("$sv" link node0:mlx5_0 down | sed -n 's/.* at \([0-9.]*\).*/\1/p')
-    [ -z "${PFREC:-}" ] || echo "# K = $k: pulled at $t_pull (wall clock; $PFREC has the page faults)" >&2
+    [ -z "${KEEP:-}" ] || echo "$t_pull" >"$KEEP/pullwall.$k"
+    [ -z "${PFREC:-}${CPUREC:-}" ] || echo "# K = $k: pulled at $t_pull (wall clock; perf's clock in ${PFREC:-}${CPUREC:-})" >&2
     if [ -n "${FAILBACK_AFTER:-}" ]; then
       sleep "$FAILBACK_AFTER"
       t_plug=$("$sv" link node0:mlx5_0 up | sed -n 's/.* at \([0-9.]*\).*/\1/p')
