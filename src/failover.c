@@ -471,7 +471,8 @@ static ncclResult_t sender_on_moved(struct lp_send_comm *s, const struct lp_fo_a
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
   if (a->primary_failed) fo->peer_primary_ok = 0;
-  if (fo->state == LP_FO_IDLE) {
+  int crossed = fo->state != LP_FO_IDLE;
+  if (!crossed) {
     if (a->epoch <= fo->epoch) return ncclSuccess; /* older than a move made since */
     begin(c, LP_FO_PEER_NOTICE);
     fo->epoch = a->epoch;
@@ -481,6 +482,9 @@ static ncclResult_t sender_on_moved(struct lp_send_comm *s, const struct lp_fo_a
     return ncclSuccess; /* older than the REQ this end sent since */
   }
   /* Requested at its epoch: this end's REQ crossed it, or the lines above. */
+  if (crossed)
+    LP_INFO(NCCL_NET, "send connection 0x%llx: its REQ (epoch %u) crossed the receiver's MOVED, taken as the answer",
+            (unsigned long long)c->conn_id, a->epoch);
   if (!lp_sb_usable(c, &fo->sb, c->link.dev) || fo->sb.id != a->standby || fo->next.env != NULL) {
     fo->reason = LP_FO_PEER_NOTICE;
     return sender_start(s, LP_FO_PEER_NOTICE, -1);

@@ -66,10 +66,11 @@ static const struct cmd_help helps[] = {
      "needs root; otherwise a warning says why, and only ibv_get_sysfs_path()\n"
      "leads to them).  On a netns fabric CMD also runs in HOST's network\n"
      "namespace, with a /sys of its own, as with `ip netns exec`.\n"},
-    {"link", "simverbs link HOST:NIC[:PORT] down|up",
-     "Pull or restore a link (port 1 by default): the port changes state, its\n"
-     "sysfs files follow, and every context of the NIC gets IBV_EVENT_PORT_ERR\n"
-     "or IBV_EVENT_PORT_ACTIVE.  It prints when the port changed state (\"at\",\n"
+    {"link", "simverbs link HOST:NIC[:PORT][,HOST:NIC[:PORT]...] down|up",
+     "Pull or restore a link (port 1 by default), or several at once, as a\n"
+     "failing switch does: each port changes state, its sysfs files follow,\n"
+     "and every context of the NIC gets IBV_EVENT_PORT_ERR or\n"
+     "IBV_EVENT_PORT_ACTIVE.  It prints when each port changed state (\"at\",\n"
      "wall-clock seconds since the epoch).  On a netns fabric this sets the\n"
      "port's interface down or up in its host's namespace and waits for the\n"
      "port to follow.\n"},
@@ -360,6 +361,24 @@ static int resolve_target(struct sv_fabric *f, const char *cmd, const char *spec
   if (sv_parse_target(f, spec, dev, with_port ? port : NULL) == 0) return 0;
   explain_target(f, cmd, spec, with_port);
   return -1;
+}
+
+/* The ports a->pos[0] names, HOST:NIC[:PORT] joined by commas, at most
+ * MAX_TARGETS: 0, or the exit status after saying what was wrong. */
+#define MAX_TARGETS 16
+static int resolve_targets(struct args *a, struct sv_fabric *f, int *dev, int *port, int *n) {
+  char targets[512];
+  *n = 0;
+  if (snprintf(targets, sizeof(targets), "%s", a->pos[0]) >= (int)sizeof(targets))
+    return bad_usage(a->cmd, "the target list is too long");
+  char *save = NULL;
+  for (char *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (*n == MAX_TARGETS) return bad_usage(a->cmd, "at most %d ports at once", MAX_TARGETS);
+    if (resolve_target(f, a->cmd, t, true, &dev[*n], &port[*n]) != 0) return 1;
+    (*n)++;
+  }
+  if (*n == 0) return bad_usage(a->cmd, "expected a port: HOST:NIC[:PORT], or several joined by commas");
+  return 0;
 }
 
 /* ---- up ---- */
@@ -710,7 +729,7 @@ static int link_netns(struct sv_fabric *f, int dev, int port, int up, int was_up
 static int cmd_link(struct args *a) {
   const char *name;
   struct sv_fabric *f;
-  int dev, port, up, was_up, rc;
+  int dev[MAX_TARGETS], port[MAX_TARGETS], n, up, rc = 0;
   if (a->npos != 2)
     return bad_usage(a->cmd, "expected HOST:NIC[:PORT] then down or up, got %d argument%s", a->npos,
                      a->npos == 1 ? "" : "s");
@@ -719,30 +738,41 @@ static int cmd_link(struct args *a) {
   up = strcmp(a->pos[1], "up") == 0;
   if (!(name = fabric_name(a, NULL))) return EXIT_USAGE;
   if (!(f = open_fabric(a->cmd, name))) return 1;
-  if (resolve_target(f, a->cmd, a->pos[0], true, &dev, &port) != 0) {
+  int bad = resolve_targets(a, f, dev, port, &n);
+  if (bad != 0) {
     sv_fabric_detach(f);
-    return 1;
+    return bad;
   }
-  was_up = atomic_load(&f->devs[dev].ports[port - 1].state) == IBV_PORT_ACTIVE;
+  int was_up[MAX_TARGETS];
+  for (int i = 0; i < n; i++) was_up[i] = atomic_load(&f->devs[dev[i]].ports[port[i] - 1].state) == IBV_PORT_ACTIVE;
   if (f->netns) {
-    rc = link_netns(f, dev, port, up, was_up);
+    for (int i = 0; i < n && rc == 0; i++) rc = link_netns(f, dev[i], port[i], up, was_up[i]);
     sv_fabric_detach(f);
     return rc;
   }
-  /* The state flips first thing in the call: a benchmark times a pull
-   * from here, not from this tool's start (milliseconds on a busy host). */
-  struct timespec at;
-  clock_gettime(CLOCK_REALTIME, &at);
-  rc = sv_port_set_state(f, dev, port, up);
-  if (rc != 0)
-    fprintf(stderr, "simverbs link: %s:%s:%d is %s but its sysfs files could not be updated\n",
-            f->hosts[f->devs[dev].host].name, f->devs[dev].name, port, up ? "up" : "down");
-  else
-    printf("%s:%s:%d %s at %lld.%06ld%s\n", f->hosts[f->devs[dev].host].name, f->devs[dev].name, port,
-           up ? "up" : "down", (long long)at.tv_sec, at.tv_nsec / 1000,
-           was_up == up ? " (it already was: no event raised)" : "");
+  /* Every port flips before any line is printed: ports that fail together
+   * (a switch, a shared cable) do so within microseconds.  A state flips
+   * first thing in its call: a benchmark times a pull from here, not from
+   * this tool's start (milliseconds on a busy host). */
+  struct timespec at[MAX_TARGETS];
+  int failed[MAX_TARGETS];
+  for (int i = 0; i < n; i++) {
+    clock_gettime(CLOCK_REALTIME, &at[i]);
+    failed[i] = sv_port_set_state(f, dev[i], port[i], up) != 0;
+  }
+  for (int i = 0; i < n; i++) {
+    const char *host = f->hosts[f->devs[dev[i]].host].name, *nic = f->devs[dev[i]].name;
+    if (failed[i]) {
+      fprintf(stderr, "simverbs link: %s:%s:%d is %s but its sysfs files could not be updated\n", host, nic, port[i],
+              up ? "up" : "down");
+      rc = 1;
+    } else {
+      printf("%s:%s:%d %s at %lld.%06ld%s\n", host, nic, port[i], up ? "up" : "down", (long long)at[i].tv_sec,
+             at[i].tv_nsec / 1000, was_up[i] == up ? " (it already was: no event raised)" : "");
+    }
+  }
   sv_fabric_detach(f);
-  return rc ? 1 : 0;
+  return rc;
 }
 
 /* ---- fault ---- */
@@ -861,8 +891,6 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
   return 0;
 }
 
-#define MAX_FAULT_TARGETS 16
-
 /* One port fault on one or more ports (HOST:NIC[:PORT],HOST:NIC...): every
  * target is checked first, then the fault is set on all of them in one
  * pass, microseconds apart.  "Every port alike" must hold from the first
@@ -870,7 +898,7 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
  * half a second before the last, and a detector that compares ports rightly
  * saw the difference. */
 static int fault_port(struct args *a, struct sv_fabric *f) {
-  int dev[MAX_FAULT_TARGETS], port[MAX_FAULT_TARGETS], n = 0, rc;
+  int dev[MAX_TARGETS], port[MAX_TARGETS], n = 0, rc;
   if (!is_port_fault(a->pos[1]))
     return bad_usage(
         a->cmd,
@@ -878,16 +906,7 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
         "rate PERCENT, loss PERCENT, recv-post-fail [N], clear, "
         "device-fatal or device-recover",
         a->pos[1]);
-  char targets[512];
-  if (snprintf(targets, sizeof(targets), "%s", a->pos[0]) >= (int)sizeof(targets))
-    return bad_usage(a->cmd, "the target list is too long");
-  char *save = NULL;
-  for (char *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (n == MAX_FAULT_TARGETS) return bad_usage(a->cmd, "at most %d ports in one fault", MAX_FAULT_TARGETS);
-    if (resolve_target(f, a->cmd, t, true, &dev[n], &port[n]) != 0) return 1;
-    n++;
-  }
-  if (n == 0) return bad_usage(a->cmd, "expected a port: HOST:NIC[:PORT], or several joined by commas");
+  if ((rc = resolve_targets(a, f, dev, port, &n)) != 0) return rc;
   for (int i = 0; i < n; i++)
     if ((rc = fault_port_apply(a, &f->devs[dev[i]].ports[port[i] - 1])) != 0) return rc;
   sv_wake_all(f); /* engines re-check the ports at once */
