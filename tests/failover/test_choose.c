@@ -127,7 +127,7 @@ static void *claim_rounds(void *arg) {
   return NULL;
 }
 
-Test(choose, concurrent_claims_spread_evenly, .init = machine, .timeout = 60) {
+Test(choose, concurrent_claims_spread_evenly, .init = machine) {
   env.devs[3].link_layer = IBV_LINK_LAYER_INFINIBAND;
   down(0);
   int rounds = 50000, uneven = 0;

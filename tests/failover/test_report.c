@@ -120,7 +120,7 @@ static void emit_seq(const struct lp_syslog *sl, int i) {
  * default, 512 where systemd raised it): every call returns at once (a
  * blocking send would hang this test), the lines beyond the queue are held,
  * and every one arrives once, in order, as the daemon reads. */
-Test(report, lines_a_full_syslog_socket_cannot_take_are_held_in_order, .timeout = 30) {
+Test(report, lines_a_full_syslog_socket_cannot_take_are_held_in_order) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -158,7 +158,7 @@ static void *read_in_order(void *arg) {
 
 /* Lines still held when the process ends go out at close, once the daemon
  * makes room. */
-Test(report, held_lines_go_out_at_close, .timeout = 30) {
+Test(report, held_lines_go_out_at_close) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -204,7 +204,7 @@ static int emit_sweep_seq(const struct lp_syslog *sl, int i) {
  * process's last) brings them out first, in order, then itself.  Send the
  * sweep's lines at once and the daemon reads them before the sweep is over;
  * hold the other line too (or behind them) and it is late or lost. */
-Test(report, a_sweeps_lines_wait_for_its_end_or_for_a_line_not_of_a_sweep, .timeout = 30) {
+Test(report, a_sweeps_lines_wait_for_its_end_or_for_a_line_not_of_a_sweep) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -226,7 +226,7 @@ Test(report, a_sweeps_lines_wait_for_its_end_or_for_a_line_not_of_a_sweep, .time
 }
 
 /* A sweep that ends sends its lines: the control thread's look. */
-Test(report, a_sweeps_lines_go_out_when_it_is_over, .timeout = 30) {
+Test(report, a_sweeps_lines_go_out_when_it_is_over) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -248,7 +248,7 @@ Test(report, a_sweeps_lines_go_out_when_it_is_over, .timeout = 30) {
  * Hold them all and a job with one connection on the NIC learns of its
  * move 100 ms late; send them all and a sweep of a thousand moves pays
  * for a thousand lines while its moves wait. */
-Test(report, a_sweeps_first_lines_go_out_at_once_and_the_rest_at_its_end, .timeout = 30) {
+Test(report, a_sweeps_first_lines_go_out_at_once_and_the_rest_at_its_end) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -275,7 +275,7 @@ Test(report, a_sweeps_first_lines_go_out_at_once_and_the_rest_at_its_end, .timeo
 
 /* A process that ends in a sweep still says what it did: close sends the
  * held lines to both logs. */
-Test(report, a_sweeps_lines_go_out_at_close, .timeout = 30) {
+Test(report, a_sweeps_lines_go_out_at_close) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -293,7 +293,7 @@ Test(report, a_sweeps_lines_go_out_at_close, .timeout = 30) {
 /* After a sweep, the control thread's looks send every held line, in
  * order, as the daemon reads them (each send may wait a little for room;
  * a look that finds none gives up, and the next one goes on). */
-Test(report, after_a_sweep_the_looks_send_every_line_in_order_as_the_daemon_reads, .timeout = 30) {
+Test(report, after_a_sweep_the_looks_send_every_line_in_order_as_the_daemon_reads) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -316,7 +316,7 @@ Test(report, after_a_sweep_the_looks_send_every_line_in_order_as_the_daemon_read
 /* A sweep of more lines than the plugin holds (8,192), to a daemon that
  * does not read: NCCL's log still gets every line once, and syslog gets
  * what the daemon's queue and the ring take. */
-Test(report, a_sweep_longer_than_the_ring_loses_no_line_from_nccls_log, .timeout = 60) {
+Test(report, a_sweep_longer_than_the_ring_loses_no_line_from_nccls_log) {
   struct lp_syslog sl;
   struct slow_daemon d;
   daemon_start(&d, &sl);
@@ -345,7 +345,7 @@ static long minor_faults(void) {
  * thousands of moves costs more than its time (docs/SCALE.md).  Without
  * the ends' room, 2,000 lines fault in some 500 pages; a ring that did not
  * start again at its start once empty faults as many in the next sweep. */
-Test(report, a_sweeps_lines_fault_in_no_page_of_their_own, .timeout = 30) {
+Test(report, a_sweeps_lines_fault_in_no_page_of_their_own) {
   struct lp_syslog sl = {.enabled = 0};
   cr_assert_eq(lp_syslog_open(&sl), 0);
   lp_log_set_logger(count_logger);

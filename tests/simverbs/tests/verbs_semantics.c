@@ -185,10 +185,10 @@ static void fill(char *p, size_t n, int seed) {
   for (size_t i = 0; i < n; i++) p[i] = (char)(i * 7 + (size_t)seed);
 }
 
-TestSuite(data, .init = setup_connected, .fini = teardown, .timeout = 60);
-TestSuite(faults, .init = setup_connected, .fini = teardown, .timeout = 60);
-TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 60);
-TestSuite(flap, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(data, .init = setup_connected, .fini = teardown);
+TestSuite(faults, .init = setup_connected, .fini = teardown);
+TestSuite(bad_input, .init = setup, .fini = teardown);
+TestSuite(flap, .init = setup, .fini = teardown);
 
 Test(data, write_with_imm_lands_then_completes) {
   fill(A.buf, BUF_SIZE, 3);
