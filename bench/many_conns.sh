@@ -154,6 +154,7 @@ since() {
 }
 
 echo "# many connections on one NIC: sendrecv, 2 processes, K channels a direction on mlx5_0, one pull of node0:mlx5_0"
+echo "# K channels a direction: 2 K connection ends on node0's mlx5_0 (K sending, K receiving) and 2 K on node1's"
 echo "# longest pause between two completions of a rank (s); moved = failover lines (4 K expected: both ends, both directions)"
 echo "# standby s: from the start until every end has a standby path (the pull waits for it; - without LINKPASS_STANDBY)"
 echo "# slow ms: the slowest iteration of the run (every channel's message of one repetition; with the pull, it holds the"
