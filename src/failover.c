@@ -429,6 +429,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
   if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
+  if (a->primary_failed) fo->peer_primary_ok = 0;
   ncclResult_t rc;
   if (a->refused) { /* the receiver no longer holds the standby: a new path, as without one */
     LP_WARN(
@@ -543,7 +544,13 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
   hdr(&a->hdr, type, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
   a->standby = standby;
-  a->primary_failed = type == LP_MSG_FO_MOVED && fo->from_dev == fo->primary_dev;
+  /* The sender fails back only once this end says its primary is trusted
+   * again (a NOTICE for the failback, check_health).  Not only a MOVED's
+   * failed port: a REQ for a stall or an error made the primary suspect here
+   * too (begin), with a hold-down of its own that ends a little after the
+   * sender's; a failback asked before it ends found the primary refused
+   * here and put this end on a third NIC for good. */
+  a->primary_failed = fo->from_dev == fo->primary_dev && !lp_health_trusted(c->health, fo->primary_dev, lp_now_ns());
   /* The sender's new QPs may still be in INIT, unless they are its
    * standby's.  After a MOVED, the sender is still on the old path until
    * it reads it: a clear-to-send written now could be matched there and be

@@ -63,8 +63,9 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
     return bad(why, whylen, "%s %llu", "ack with refused =", ((const struct lp_fo_ack *)buf)->refused);
   if (h->type == LP_MSG_FO_MOVED && ((const struct lp_fo_ack *)buf)->standby == 0)
     return bad(why, whylen, "%s %llu", "a move onto the standby that names standby", 0);
-  if (ack && ((const struct lp_fo_ack *)buf)->primary_failed > (h->type == LP_MSG_FO_MOVED))
-    return bad(why, whylen, "%s %llu", "ack with primary_failed =", ((const struct lp_fo_ack *)buf)->primary_failed);
+  if (ack && ((const struct lp_fo_ack *)buf)->primary_failed > 1)
+    return bad(why, whylen, "%s %llu", "ack with a flag that is neither 0 nor 1, primary_failed =",
+               ((const struct lp_fo_ack *)buf)->primary_failed);
   if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok > 1)
     return bad(why, whylen, "%s %llu",
                "standby answer with a flag that is neither 0 nor 1, ok =", ((const struct lp_fo_sb_answer *)buf)->ok);

@@ -727,6 +727,9 @@ failback_after_blackhole)
   n=$(grep -c "event=failback" "$tmp/syslog" || true)
   wait_for_count "event=failback .*new_dev=mlx5_0" "$tmp/syslog" $((n + 1)) 20
   expect_clean_run
+  # Both ends' primary is mlx5_0: a failback elsewhere is one end that asked
+  # before the other trusted it again (an ACK's primary_failed).
+  ! grep "event=failback .*new_dev=mlx5_[1-9]" "$tmp/syslog" || fail "a failback went to a NIC that is not the primary"
   stalls=$(grep -c "event=failover .*reason=stall" "$tmp/syslog" || true)
   echo "$stalls stall moves, $(grep -c 'is suspect' "$tmp/out") suspect lines"; grep -E "is suspect|no silent fault" "$tmp/out" | cut -c1-200
   ;;

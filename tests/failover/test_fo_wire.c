@@ -126,8 +126,8 @@ Test(fo_wire, a_refusal_names_a_known_cause) {
 }
 
 /* A MOVED is an ACK nobody asked for: checked the same way, and it must
- * name the standby it moved onto, refuse nothing, and say only 0 or 1 of
- * its primary; an ACK never says the primary failed. */
+ * name the standby it moved onto and refuse nothing; either says only 0
+ * or 1 of the receiver's primary. */
 Test(fo_wire, a_moved_is_checked_as_an_ack_and_names_its_standby) {
   size_t len;
   char why[160];
@@ -148,7 +148,10 @@ Test(fo_wire, a_moved_is_checked_as_an_ack_and_names_its_standby) {
   a->refused = 0;
   a->primary_failed = 2;
   cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "primary_failed = 2 passed");
+  cr_assert(strstr(why, "primary_failed = 2"), "%s", why);
   a = ack_with(0, &len);
   a->primary_failed = 1;
-  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "an ACK that says the primary failed passed");
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), LP_MSG_FO_ACK, "%s", why);
+  a->primary_failed = 3;
+  cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "an ACK with primary_failed = 3 passed");
 }
