@@ -49,7 +49,9 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
   if (silent_fault_counted(h, dev, now)) return;
   struct lp_event e = {
       .type = LP_EV_SILENT_FAULT, .dev = (uint32_t)dev, .status = reason, .comm_id = comm_id, .time_ns = now};
-  lp_ring_push(&h->ring, &e); /* a full ring counts the loss itself */
+  atomic_fetch_add_explicit(&h->suspect_pending[dev], 1, memory_order_relaxed);
+  /* A full ring counts the loss itself; the device is then not suspect. */
+  if (!lp_ring_push(&h->ring, &e)) atomic_fetch_sub_explicit(&h->suspect_pending[dev], 1, memory_order_release);
 }
 
 void lp_health_lines_held(struct lp_health *h) {
@@ -242,6 +244,8 @@ static void fatal_sweep(struct lp_health *h, uint64_t now) {
 static void handle(struct lp_health *h, const struct lp_event *e, uint64_t now) {
   if (e->type == LP_EV_SILENT_FAULT) {
     silent_fault(h, e, now);
+    if (e->dev < (uint32_t)h->env->ndevs)
+      atomic_fetch_sub_explicit(&h->suspect_pending[e->dev], 1, memory_order_release); /* suspect_until is set */
     return;
   }
   if (e->type != LP_EV_ASYNC) {

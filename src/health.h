@@ -92,6 +92,13 @@ struct lp_health {
    * the connections still on it stay.  The hold-down and its damping are
    * those of a port flap (silent[]). */
   _Atomic uint64_t suspect_until[LP_MAX_DEVS];
+  /* Silent faults queued for the control thread and not handled yet: the
+   * device is suspect from the moment a connection leaves it, not from when
+   * the control thread gets to the event.  A receiver answering a move for
+   * a stall says in its ACK whether its primary may be used; read a moment
+   * too early, "trusted" let the sender fail back before the receiver's
+   * hold-down began, and put the receiver on a third NIC. */
+  _Atomic int suspect_pending[LP_MAX_DEVS];
   /* When the control thread last counted a silent fault of the device as a
    * flap (silent[].since_ns, published): faults within LP_SILENT_COALESCE_NS
    * of it are not even queued (lp_health_silent_fault). */
@@ -298,9 +305,12 @@ static inline int lp_health_down_reason(const struct lp_health *h, int dev) {
 static inline int lp_health_link_up(const struct lp_health *h, int dev) {
   return atomic_load_explicit(&h->link_up[dev], memory_order_relaxed);
 }
-/* Healthy and not suspect of a silent fault: fit to move back onto. */
+/* Healthy and not suspect of a silent fault, queued or counted: fit to
+ * move back onto.  The acquire pairs with the control thread's release
+ * once it has set suspect_until (health.c handle). */
 static inline int lp_health_trusted(const struct lp_health *h, int dev, uint64_t now) {
-  return lp_health_ok(h, dev) && now >= atomic_load_explicit(&h->suspect_until[dev], memory_order_relaxed);
+  return lp_health_ok(h, dev) && atomic_load_explicit(&h->suspect_pending[dev], memory_order_acquire) == 0 &&
+         now >= atomic_load_explicit(&h->suspect_until[dev], memory_order_relaxed);
 }
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "fo_wire.h"
 #include "health.h"
 
 static struct lp_env env;
@@ -158,4 +159,25 @@ Test(choose, a_suspect_device_only_as_a_last_healthy_resort, .init = machine) {
   cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, -1, 0, ~0u), 1, "healthy but suspect beats the device being left");
   atomic_store(&h.suspect_until[1], lp_now_ns() - 1);
   cr_assert(lp_health_trusted(&h, 1, lp_now_ns()), "its hold-down passed");
+}
+
+/* A silent fault is queued for the control thread, which sets the
+ * hold-down a moment later; the device is untrusted from the push, or a
+ * receiver's ACK made in between said "trusted" and let the sender fail
+ * back onto a primary the receiver then refused. */
+Test(choose, a_queued_silent_fault_makes_its_device_untrusted_at_once, .init = machine) {
+  cr_assert_eq(lp_ring_init(&h.ring, LP_RING_MIN_CAPACITY), 0);
+  h.running = 1;
+  lp_health_silent_fault(&h, 1, LP_FO_STALL, 42);
+  cr_assert_eq(atomic_load(&h.suspect_until[1]), 0, "no control thread ran: no hold-down yet");
+  cr_assert(!lp_health_trusted(&h, 1, lp_now_ns()), "a device with a silent fault queued was trusted");
+  cr_assert(lp_health_trusted(&h, 2, lp_now_ns()));
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 1, 0, ~0u), 2, "a device with a fault queued is not preferred");
+  /* The ring (2 slots) takes one more; a fault it refuses leaves no suspicion. */
+  lp_health_silent_fault(&h, 2, LP_FO_STALL, 42);
+  lp_health_silent_fault(&h, 3, LP_FO_STALL, 42);
+  cr_assert(!lp_health_trusted(&h, 2, lp_now_ns()));
+  cr_assert(lp_health_trusted(&h, 3, lp_now_ns()), "a fault the full ring refused left device 3 untrusted for good");
+  h.running = 0;
+  lp_ring_fini(&h.ring);
 }
