@@ -449,8 +449,11 @@ ncclResult_t lp_setup_listen(struct lp_setup *p, int dev, int tc, void *handle, 
   return ncclSuccess;
 }
 
+/* With a reset: a JOIN whose wait ran out (AS_AWAIT_JOIN) is a control
+ * connection to its connector, which would read an end of file as its
+ * peer's comm closed and fail a healthy connection. */
 static void pending_drop(struct lp_pending *pd) {
-  if (pd->fd >= 0) close(pd->fd);
+  lp_sock_abort(pd->fd);
   pd->fd = -1;
   pd->off = 0;
   pd->complete = 0;

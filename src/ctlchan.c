@@ -58,15 +58,6 @@ int lp_ctl_start(struct lp_ctl *ch, int listens) {
   return 0;
 }
 
-/* Closed with a reset: the dialing end must not read an end of file, which
- * means that the peer closed its comm (peer_closed). */
-static void abort_fd(int fd) {
-  if (fd < 0) return;
-  struct linger lg = {.l_onoff = 1, .l_linger = 0};
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-  close(fd);
-}
-
 void lp_ctl_close(struct lp_ctl *ch) {
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
@@ -75,8 +66,8 @@ void lp_ctl_close(struct lp_ctl *ch) {
     free(p->tx);
   }
   for (int i = 0; i < ch->nspent; i++) close(ch->spent[i]);
-  abort_fd(ch->rm.fd);
-  abort_fd(ch->rm.conn);
+  lp_sock_abort(ch->rm.fd);
+  lp_sock_abort(ch->rm.conn);
   lp_ctl_init(ch);
 }
 
@@ -223,19 +214,23 @@ static void remake_attempt_failed(struct lp_ctl *ch, const char *who, uint64_t n
     LP_INFO(NCCL_NET, "control connection %d to %s: making it again failed: %s (the peer offers it again)", rm->path,
             who, strerror(-err));
   }
-  abort_fd(rm->fd);
-  abort_fd(rm->conn);
+  lp_sock_abort(rm->fd);
+  lp_sock_abort(rm->conn);
   remake_clear(rm);
 }
 
-/* Connection i is made again on fd: both ends send on it from here on.  The
- * old fd joins the spent ones. */
-static void install(struct lp_ctl *ch, const char *who, int i, int fd) {
+/* Connection i is made again on fd, of the offer's generation `gen`: both
+ * ends send on it from here on.  The old fd joins the spent ones.  Each end
+ * takes the offer's number rather than counting: the dialing end installs
+ * once its REJOIN is sent, the listening end once it is read, and an
+ * attempt the listener gave up in between (its deadline, a reset) left the
+ * dialing end one ahead, which made every later offer look stale to it. */
+static void install(struct lp_ctl *ch, const char *who, int i, int fd, uint32_t gen) {
   struct lp_ctl_path *p = &ch->path[i];
   ch->spent[ch->nspent++] = p->fd;
   p->fd = fd;
   p->failed = p->told = 0;
-  p->gen++;
+  p->gen = gen;
   p->rx_off = p->rx_drop = p->tx_len = p->tx_off = 0;
   char a[64];
   LP_INFO(NCCL_NET, "control connection to %s over %s made again (%d of %d connections in use)", who,
@@ -273,7 +268,11 @@ static void offer(struct lp_ctl *ch, const char *who, int i, uint64_t now) {
   memset(&m, 0, sizeof(m));
   lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_CTL_OFFER, sizeof(m));
   m.path = (uint32_t)i;
-  m.gen = ch->path[i].gen + 1;
+  /* Past every generation offered before: the dialing end may have taken
+   * one this end then gave up. */
+  struct lp_ctl_path *p = &ch->path[i];
+  m.gen = (p->offered_gen > p->gen ? p->offered_gen : p->gen) + 1;
+  p->offered_gen = m.gen;
   m.nonce = (uint32_t)(now ^ (now >> 32)) ^ ((uint32_t)rm->fd * 2654435761u);
   lp_sockaddr_to_wire(&bound, &m.family, &m.port, &m.scope_id, m.addr);
   rm->rejoin.path = m.path;
@@ -307,8 +306,8 @@ static void listen_step(struct lp_ctl *ch, const char *who, uint64_t now) {
           a->path == b->path && a->gen == b->gen && a->nonce == b->nonce) {
         int fd = rm->conn;
         rm->conn = -1;
-        abort_fd(rm->fd);
-        install(ch, who, (int)b->path, fd);
+        lp_sock_abort(rm->fd);
+        install(ch, who, (int)b->path, fd, b->gen);
         return;
       }
       r = -EPROTO;
@@ -350,7 +349,7 @@ static void dial_step(struct lp_ctl *ch, const char *who, uint64_t now) {
     rm->connected = 1;
     r = lp_sock_send_progress(rm->fd, &rm->rejoin, sizeof(rm->rejoin), &rm->off);
     if (r == 1) {
-      install(ch, who, rm->path, rm->fd);
+      install(ch, who, rm->path, rm->fd, rm->rejoin.gen);
       return;
     }
   }
@@ -406,11 +405,12 @@ static int own_message(struct lp_ctl *ch, int i, const char *who) {
     }
     return 0;
   }
-  /* An offer for the next one: stale otherwise, or beyond what we keep. */
-  if (o->gen != p->gen + 1 || p->fd < 0 || ch->nspent == LP_CTL_SPENT) return 0;
+  /* An offer past the connection in use (the listening end may skip
+   * numbers: offer()); stale otherwise, or beyond what we keep. */
+  if (o->gen <= p->gen || p->fd < 0 || ch->nspent == LP_CTL_SPENT) return 0;
   p->failed = p->told = 1; /* the peer gave it up: it offers it again */
   if (ch->rm.path >= 0) {  /* an attempt of ours it no longer waits for */
-    abort_fd(ch->rm.fd);
+    lp_sock_abort(ch->rm.fd);
     remake_clear(&ch->rm);
   }
   ch->rm.offer = *o;

@@ -50,7 +50,8 @@ struct lp_ctl_path {
   int fd;                  /* -1: none */
   int failed;              /* given up; its fd stays open until lp_ctl_close (the idle watch may still have it) */
   int told;                /* the peer knows it was given up: its DROP came, or ours went */
-  uint32_t gen;            /* times it was made again */
+  uint32_t gen;            /* the generation of the connection in use: the offer it was made again on (0: set up) */
+  uint32_t offered_gen;    /* listening end: the highest generation offered for it, taken or not */
   union lp_sockaddr local; /* listening end: the address it was accepted on, to listen there again */
   /* rx holds what the socket gave, read in bulk: the next message first.
    * rx_off bytes are in it; the first rx_drop of them are a message already

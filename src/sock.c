@@ -235,12 +235,25 @@ int lp_sock_connect_check(int fd) {
 int lp_sock_accept(int lfd) {
   int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+  if (fd == 0) { /* stdin was closed: 0 means "none" here, so the socket moves */
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 1);
+    close(fd);
+    if (moved < 0) return 0;
+    fd = moved;
+  }
   int rc = set_common(fd);
   if (rc != 0) {
-    close(fd);
+    lp_sock_abort(fd);
     return 0; /* a connection we cannot configure is dropped, not fatal */
   }
   return fd;
+}
+
+void lp_sock_abort(int fd) {
+  if (fd < 0) return;
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  close(fd);
 }
 
 int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off) {

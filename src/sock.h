@@ -52,8 +52,12 @@ int lp_sock_listen(const union lp_sockaddr *local, union lp_sockaddr *bound);
 int lp_sock_connect_start(const union lp_sockaddr *to);
 /* 1 connected, 0 still in progress, -errno failed. */
 int lp_sock_connect_check(int fd);
-/* Accept one pending connection: fd, 0 when none, -errno. */
+/* Accept one pending connection: fd (never 0), 0 when none, -errno. */
 int lp_sock_accept(int lfd);
+/* Close with a reset (no-op for fd < 0): the far end reads an error, not
+ * the end of file that means "the peer closed its comm".  For a socket the
+ * far end may already count as a control connection. */
+void lp_sock_abort(int fd);
 /* Move bytes between `buf[*off..len)` and the socket.  1 when all done,
  * 0 to call again, -errno on error; -EPIPE when the peer closed. */
 int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off);

@@ -303,6 +303,41 @@ Test(ctlchan, an_offer_not_taken_is_made_again_later) {
   teardown(&e);
 }
 
+/* The sender (the dialing end) takes the connection made again once its
+ * REJOIN is out; the receiver only once it reads it.  An attempt the
+ * receiver gives up in between (here: its listener reset before it
+ * accepted) left the sender a generation ahead, and every later offer
+ * looked stale to it: the connection was never made again. */
+Test(ctlchan, an_attempt_the_listener_gives_up_after_the_rejoin_is_made_again) {
+  struct ends e;
+  setup(&e, 2);
+  uint64_t now = 1000 * STEP_NS;
+  const void *msg;
+  size_t len;
+  garbage_on(e.far[0]);
+  cr_assert_eq(lp_ctl_recv(&e.rx, "peer", &msg, &len), 0);
+  for (int k = 0; k < 40 && e.tx.path[0].gen == 0; k++, now += STEP_NS) {
+    lp_ctl_tick(&e.rx, "peer", now); /* DROP, then the offer; it does not accept yet */
+    if (e.rx.rm.path < 0) continue;
+    while (lp_ctl_recv(&e.tx, "peer", &msg, &len) == 1) cr_assert_fail("the sender got a message");
+    lp_ctl_tick(&e.tx, "peer", now);
+  }
+  cr_assert_eq(e.tx.path[0].gen, 1u, "the sender did not take the offer");
+  cr_assert_eq(e.rx.path[0].gen, 0u);
+  reset(&e.rx.rm.fd); /* the receiver's attempt fails before it read the REJOIN */
+  uint32_t got[4];
+  int n = 0;
+  pump(&e, &now, 400, 2, got, &n, 4);
+  cr_assert_eq(lp_ctl_live(&e.rx), 2, "the receiver never made the connection again");
+  cr_assert_eq(lp_ctl_live(&e.tx), 2, "the sender never made the connection again");
+  cr_expect_eq(e.tx.path[0].gen, e.rx.path[0].gen, "the ends disagree on the connection's generation");
+  for (uint32_t i = 0; i < 3; i++) cr_assert_eq(send_notice(&e, i), 0);
+  garbage_on(e.far[1]); /* the one made again must carry the channel */
+  pump(&e, &now, 5, 1, got, &n, 4);
+  cr_assert_eq(n, 3, "%d of 3 messages over the connection made again", n);
+  teardown(&e);
+}
+
 Test(ctlchan, a_message_ahead_on_one_connection_waits_for_the_other) {
   struct ends e;
   setup(&e, 2);
