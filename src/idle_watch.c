@@ -268,11 +268,16 @@ void lp_idle_watch_remove(struct lp_idle_watch *w, struct lp_comm *c) {
     w->comms[i] = w->comms[--w->n];
     for (int j = 0; j < w->nlater; j++)
       if (w->later[j] == c) w->later[j--] = w->later[--w->nlater];
-    /* Before its fd closes (a closed fd leaves the set by itself, but not
-     * while another copy of it is open).  An event already taken is
-     * dropped by the generation. */
+    /* Before its fds close (a closed fd leaves the set by itself, but not
+     * while another copy of it is open: a child forked after init holds
+     * one).  Every fd the comm ever had here: those of connections made
+     * again stay open until the comm is freed, and may still be armed (one
+     * was re-armed under its old number when the comm was busy); an event
+     * on one after this would name a freed comm.  An event already taken
+     * is dropped by the generation. */
     for (int k = 0; k < LP_CTL_PATHS; k++)
       if (c->ctl.path[k].fd >= 0) epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->ctl.path[k].fd, NULL);
+    for (int k = 0; k < c->ctl.nspent; k++) epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->ctl.spent[k], NULL);
     w->gen++;
     break;
   }
