@@ -69,7 +69,7 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 #define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
 #define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
 #define LP_SYSLOG_WAIT_MS 2          /* after a sweep, how long one send waits for room */
-#define LP_FLUSH_BATCH 64            /* lines sent under the lock at a time then */
+#define LP_FLUSH_BATCH 1             /* lines sent under the lock at a time then: a mover waits for one send at most */
 
 /* Lines not sent yet, oldest first.  Two reasons to hold one:
  *  - the socket had no room: a sweep of a thousand moves makes a thousand
@@ -215,7 +215,9 @@ static int emit(const struct lp_syslog *sl, int severity, const char *msg, int s
 /* Once the sweep is over, its lines go at the pace the daemon reads: each
  * send waits for room, LP_SYSLOG_WAIT_MS at most (the socket's send
  * timeout), LP_FLUSH_BATCH lines at a time so that a thread with a new
- * line to hold is not kept waiting long.  Without the wait, the control
+ * line to hold is not kept waiting long (64 at a time, as before
+ * 2026-12-06, held a move of a new sweep up to 128 ms behind a daemon that
+ * read slowly).  Without the wait, the control
  * thread sent the queue's ten lines every 2 ms: a sweep's 2,000 lines
  * reached syslog 400 ms after it ended.  During a sweep nothing waits. */
 unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned early) {
