@@ -428,8 +428,8 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
 static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
+  if (lp_fo_take_primary_word(a, &fo->peer_primary_ok)) fo->seen_gen--;          /* check_health looks once idle */
   if (fo->state != LP_FO_REQUESTED || a->epoch != fo->epoch) return ncclSuccess; /* superseded */
-  if (a->primary_failed) fo->peer_primary_ok = 0;
   ncclResult_t rc;
   if (a->refused) { /* the receiver no longer holds the standby: a new path, as without one */
     LP_WARN(
@@ -471,7 +471,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
 static ncclResult_t sender_on_moved(struct lp_send_comm *s, const struct lp_fo_ack *a) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
-  if (a->primary_failed) fo->peer_primary_ok = 0;
+  if (lp_fo_take_primary_word(a, &fo->peer_primary_ok)) fo->seen_gen--; /* check_health looks once idle */
   int crossed = fo->state != LP_FO_IDLE;
   if (!crossed) {
     if (a->epoch <= fo->epoch) return ncclSuccess; /* older than a move made since */
@@ -544,13 +544,17 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
   hdr(&a->hdr, type, lp_fo_ack_len(a->npending));
   a->link = c->link.local;
   a->standby = standby;
-  /* The sender fails back only once this end says its primary is trusted
-   * again (a NOTICE for the failback, check_health).  Not only a MOVED's
-   * failed port: a REQ for a stall or an error made the primary suspect here
-   * too (begin), with a hold-down of its own that ends a little after the
-   * sender's; a failback asked before it ends found the primary refused
-   * here and put this end on a third NIC for good. */
-  a->primary_failed = fo->from_dev == fo->primary_dev && !lp_health_trusted(c->health, fo->primary_dev, lp_now_ns());
+  /* Every answer says whether this end's primary may be used now; the
+   * sender keeps the latest (lp_fo_take_primary_word).  Where it may not, the
+   * sender fails back only after this end's NOTICE that it is trusted again
+   * (check_health).  A REQ for a stall or an error makes the primary suspect
+   * here too (begin), with a hold-down of its own that ends a little after
+   * the sender's; a failback asked before it ends found the primary refused
+   * here and put this end on a third NIC for good.  Said on every answer,
+   * not only one that leaves the primary: a flag left over from an earlier
+   * move, or one whose NOTICE was never due, would hold the failback back
+   * for good. */
+  a->primary_failed = dev != fo->primary_dev && !lp_health_trusted(c->health, fo->primary_dev, lp_now_ns());
   /* The sender's new QPs may still be in INIT, unless they are its
    * standby's.  After a MOVED, the sender is still on the old path until
    * it reads it: a clear-to-send written now could be matched there and be

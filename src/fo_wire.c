@@ -87,3 +87,10 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   }
   return h->type;
 }
+
+int lp_fo_take_primary_word(const struct lp_fo_ack *a, int *peer_primary_ok) {
+  if (a->refused) return 0; /* a refusal says nothing else */
+  int ok = !a->primary_failed, became = ok && !*peer_primary_ok;
+  *peer_primary_ok = ok;
+  return became;
+}

@@ -117,10 +117,11 @@ struct lp_fo_ack {
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t npending;
-  uint64_t resume_seq;     /* every message below this one is complete here */
-  uint32_t standby;        /* the REQ's standby id, when the receiver moved onto it (a MOVED's: never 0) */
-  uint32_t refused;        /* 1: the REQ's standby is gone here; nothing else in this ACK counts (a MOVED: 0) */
-  uint32_t primary_failed; /* the receiver left its primary, which is not trusted there now (a NOTICE's `reserved`) */
+  uint64_t resume_seq; /* every message below this one is complete here */
+  uint32_t standby;    /* the REQ's standby id, when the receiver moved onto it (a MOVED's: never 0) */
+  uint32_t refused;    /* 1: the REQ's standby is gone here; nothing else in this ACK counts (a MOVED: 0) */
+  uint32_t
+      primary_failed; /* 1: the receiver is off its primary, which is not trusted there now (a NOTICE's `reserved`) */
   uint32_t reserved;
   struct lp_link_info link;
   struct lp_fo_pending pending[LP_FIFO_DEPTH];
@@ -208,5 +209,13 @@ static inline size_t lp_fo_ack_len(uint32_t npending) {
 /* Validate a complete control message of any type for connection `conn_id`
  * and `nqps` QPs.  Returns its type, or -1 with a reason. */
 int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, char *why, size_t whylen);
+
+/* The receiver's word on its primary in a checked ACK or MOVED
+ * (`primary_failed`), taken into the sender's `*peer_primary_ok`: every
+ * answer but a refusal carries the receiver's current word, and the
+ * channel keeps its order, so the latest one stands, even from an answer a
+ * newer move superseded.  Returns 1 when the primary became usable by it
+ * (failing back is to be looked at), else 0. */
+int lp_fo_take_primary_word(const struct lp_fo_ack *a, int *peer_primary_ok);
 
 #endif

@@ -155,3 +155,25 @@ Test(fo_wire, a_moved_is_checked_as_an_ack_and_names_its_standby) {
   a->primary_failed = 3;
   cr_assert_eq(lp_fo_msg_check(a, len, 77, 1, why, sizeof(why)), -1, "an ACK with primary_failed = 3 passed");
 }
+
+/* The sender keeps the receiver's latest word on its primary: a flag left
+ * at "not trusted" by an earlier answer held a failback back for good. */
+Test(fo_wire, every_answer_but_a_refusal_sets_the_senders_word_on_the_primary) {
+  size_t len;
+  struct lp_fo_ack *a = ack_with(0, &len);
+  int ok = 1;
+  a->primary_failed = 1;
+  cr_assert_eq(lp_fo_take_primary_word(a, &ok), 0);
+  cr_assert_eq(ok, 0, "an answer off an untrusted primary clears it");
+  a->primary_failed = 0;
+  cr_assert_eq(lp_fo_take_primary_word(a, &ok), 1, "the primary became usable: failing back is to be looked at");
+  cr_assert_eq(ok, 1, "an answer that says the primary is trusted sets it again");
+  cr_assert_eq(lp_fo_take_primary_word(a, &ok), 0, "already usable: nothing new to look at");
+  cr_assert_eq(ok, 1);
+  a->primary_failed = 1;
+  lp_fo_take_primary_word(a, &ok);
+  a->refused = 1;
+  a->primary_failed = 0;
+  cr_assert_eq(lp_fo_take_primary_word(a, &ok), 0);
+  cr_assert_eq(ok, 0, "a refused ACK says nothing of the primary");
+}
