@@ -569,6 +569,26 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
   return ncclSuccess;
 }
 
+/* A failback's receiving end goes home while its primary's port is up,
+ * even where a silent fault of another connection made the primary suspect
+ * since this end last said it was trusted: the sender has revived its own
+ * path there already, and a third NIC would leave the connection across
+ * rails for good (no later failback brings it home: the sender is home).
+ * Seen in failover.failback_after_blackhole, when the other connection's
+ * stall came a millisecond before the failback's REQ.  If the primary is a
+ * black hole, the connection stalls again and moves off for a longer
+ * hold-down.  The primary's device, connected to the sender's `remote`;
+ * -1 (with nothing open) to choose as for any move. */
+static int failback_home(struct lp_comm *c, struct lp_link *next, const struct lp_link_info *remote) {
+  int home = c->fo->primary_dev;
+  if (!lp_health_ok(c->health, home) || !lp_comm_may_use(c, home)) return -1;
+  if (open_on(c, next, home, remote->nqps) != ncclSuccess) return -1;
+  next->remote = *remote;
+  if (lp_link_connect(next, c->traffic_class) == ncclSuccess) return home;
+  lp_link_close(next);
+  return -1;
+}
+
 static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
   struct lp_comm *c = &r->base;
   struct lp_fo *fo = c->fo;
@@ -592,6 +612,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     fo->via_standby = 1;
   }
   if (dev < 0) drop_standby(c); /* the sender dropped its side: it offers a new path */
+  if (dev < 0 && failback) dev = failback_home(c, &next, &m->link);
   for (int tries = 0; dev < 0 && tries < LP_MAX_DEVS; tries++) {
     ncclResult_t opened;
     dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
