@@ -100,9 +100,17 @@ static int choose_gid(const struct lp_ibv *ibv, const struct lp_config *cfg, con
       LP_WARN("NCCL_IB_GID_INDEX=%d is outside the GID table of %s:%d (%d entries); selecting automatically",
               cfg->gid_index, nic->name, dev->port, tbl_len);
     } else if (ibv->query_gid(nic->ctx, (uint8_t)dev->port, cfg->gid_index, &dev->gid) == 0) {
-      dev->gid_index = cfg->gid_index;
-      dev->gid_type = -1;
-      return 0;
+      /* An empty slot reads as all zeros: connections would fail at RTR
+       * with EINVAL, far from the setting that caused it. */
+      if (!gid_is_zero(&dev->gid)) {
+        dev->gid_index = cfg->gid_index;
+        dev->gid_type = -1;
+        return 0;
+      }
+      LP_WARN(
+          "NCCL_IB_GID_INDEX=%d names an empty GID slot on %s:%d (no address is assigned there: see "
+          "`show_gids` or %s/ports/%d/gids/); selecting automatically",
+          cfg->gid_index, nic->name, dev->port, nic->ibdev_path, dev->port);
     } else {
       LP_WARN("NCCL_IB_GID_INDEX=%d cannot be read on %s:%d; selecting automatically", cfg->gid_index, nic->name,
               dev->port);
