@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "log.h"
+
 struct sym {
   const char *name;
   const char *version;
@@ -69,6 +71,9 @@ int lp_ibv_load(struct lp_ibv *ibv, const char *override, char *why, size_t whyl
     snprintf(why, whylen, "cannot load libibverbs (%s); is rdma-core installed?", errs);
     return -1;
   }
+  if (nnames == 3 && strcmp(ibv->path, override) != 0)
+    LP_WARN("NCCL_IBVERBS_LIB=%s cannot be loaded (%s); using %s instead: fix or unset the variable", override, errs,
+            ibv->path);
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     void *p = dlvsym(ibv->dl, syms[i].name, syms[i].version);
     if (p == NULL && !syms[i].optional) {

@@ -1,8 +1,11 @@
 /* Run-time loading of libibverbs. */
 #include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ibv.h"
+#include "log.h"
 
 /* A library that is not libibverbs: refused with a reason naming what is
  * missing, never a crash. */
@@ -27,5 +30,34 @@ Test(ibv, default_names) {
   cr_expect_not_null(ibv.query_port);
   cr_expect_not_null(ibv.wc_status_str);
   cr_expect_str_eq(lp_ibv_wc_status(&ibv, IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded");
+  lp_ibv_unload(&ibv);
+}
+
+static char warned[1024];
+
+static void capture(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(warned, sizeof(warned), fmt, ap);
+  va_end(ap);
+}
+
+/* NCCL_IBVERBS_LIB naming a library that does not load: the default one is
+ * used, and a warning says so and names the variable (it fell back with an
+ * INFO line only). */
+Test(ibv, an_override_that_does_not_load_is_warned_about) {
+  struct lp_ibv ibv;
+  char why[512];
+  warned[0] = '\0';
+  lp_log_set_logger(capture);
+  int rc = lp_ibv_load(&ibv, "/nonexistent/libibverbs.so.1", why, sizeof(why));
+  lp_log_set_logger(NULL);
+  if (rc != 0) {
+    cr_expect(strstr(why, "/nonexistent/libibverbs.so.1") != NULL, "reason: %s", why);
+    return;
+  }
+  cr_expect(strstr(warned, "NCCL_IBVERBS_LIB=/nonexistent/libibverbs.so.1") != NULL, "warning: '%s'", warned);
   lp_ibv_unload(&ibv);
 }
