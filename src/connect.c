@@ -100,6 +100,7 @@ struct lp_listen_comm {
   union lp_sockaddr addr, alt_addr;
   struct lp_pending pend[LP_MAX_PENDING];
   struct lp_accept_stage *stage;
+  int accept_err; /* the last accept error warned about (-errno; 0: none since) */
 };
 
 static uint64_t deadline_after(uint64_t ns) { return ns > 0 ? lp_now_ns() + ns : 0; }
@@ -469,7 +470,14 @@ static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *
 static void take_new(struct lp_listen_comm *l, int lfd) {
   for (;;) {
     int fd = lp_sock_accept(lfd);
+    if (fd < 0 && fd != l->accept_err) { /* once per error, not per call of NCCL's accept loop */
+      char a[64];
+      LP_WARN("listener %s: cannot accept connections: %s%s", lp_sockaddr_str(&l->addr, a, sizeof(a)), strerror(-fd),
+              fd == -EMFILE || fd == -ENFILE ? " (raise the open-file limit, ulimit -n)" : "");
+    }
+    if (fd < 0) l->accept_err = fd;
     if (fd <= 0) break;
+    l->accept_err = 0;
     int slot = -1;
     for (int i = 0; i < LP_MAX_PENDING && slot < 0; i++)
       if (l->pend[i].fd < 0) slot = i;
