@@ -401,6 +401,13 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
          "NCCL_IB_RETRY_CNT=%d: 4.096 us x 2^%d x %d): a silent path is found by the retry error first; "
          "set the watchdog below the budget",
          cfg->watchdog_ms, budget_ms, cfg->timeout, cfg->retry_cnt, cfg->timeout, cfg->retry_cnt + 1);
+  /* The damped hold-down doubles from the first up to the ceiling; a
+   * ceiling below the first would raise itself (holddown.c). */
+  if (cfg->failback_holddown_max_ms < cfg->failback_holddown_ms)
+    diag(warn, warn_arg, &nwarn,
+         "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=%d is below LINKPASS_FAILBACK_HOLDDOWN_MS=%d: every hold-down lasts %d ms; "
+         "set the maximum at or above the first",
+         cfg->failback_holddown_max_ms, cfg->failback_holddown_ms, cfg->failback_holddown_ms);
 
   s = env(env_arg, "LINKPASS_SYSLOG_FACILITY");
   if (s != NULL && *s != '\0') {

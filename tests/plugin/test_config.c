@@ -270,6 +270,22 @@ Test(config, watchdog_at_or_above_the_retry_budget_warns_naming_both) {
   cr_expect_eq(load(&off, &cfg), 0, "no failover, no watchdog: nothing to say");
 }
 
+/* A ceiling below the first hold-down was raised to it without a word. */
+Test(config, a_holddown_ceiling_below_the_first_hold_down_warns) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  set(&e, "LINKPASS_FAILBACK_HOLDDOWN_MS", "10000");
+  set(&e, "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", "5000");
+  cr_assert_eq(load(&e, &cfg), 1);
+  cr_expect(strstr(e.warnings[0], "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=5000") &&
+                strstr(e.warnings[0], "LINKPASS_FAILBACK_HOLDDOWN_MS=10000"),
+            "%s", e.warnings[0]);
+  struct fake_env ok = {0};
+  set(&ok, "LINKPASS_FAILBACK_HOLDDOWN_MS", "5000");
+  set(&ok, "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS", "5000");
+  cr_expect_eq(load(&ok, &cfg), 0, "equal: no warning");
+}
+
 Test(config, metrics_file_without_the_pid_warns) {
   struct fake_env e = {0};
   struct lp_config cfg;
