@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <syslog.h>
@@ -267,6 +268,15 @@ int lp_syslog_open(struct lp_syslog *sl) {
     if (sl->fd < 0) goto fail_mu;
     struct timeval wait = {.tv_usec = LP_SYSLOG_WAIT_MS * 1000}; /* for lp_syslog_flush; other sends never wait */
     setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
+    /* Said once here: a line the socket refuses later is lost with an
+     * INFO line only, and NCCL's default level hides those. */
+    struct stat st;
+    const char *wrong = stat(sl->socket, &st) != 0 ? strerror(errno) : !S_ISSOCK(st.st_mode) ? "not a socket" : NULL;
+    if (wrong != NULL)
+      LP_WARN(
+          "syslog socket %s: %s: event lines reach NCCL's log only until a syslog daemon listens there (start "
+          "rsyslog, set LINKPASS_SYSLOG_SOCKET, or LINKPASS_SYSLOG=0 to keep them in NCCL's log)",
+          sl->socket, wrong);
   }
   sl->held = h;
   return 0;
