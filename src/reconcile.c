@@ -20,6 +20,19 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
     return lp_comm_fail(c, ncclRemoteError, "peer resumes at message %llu, outside %llu..%llu",
                         (unsigned long long)resume, (unsigned long long)(s->head - LP_FIFO_DEPTH),
                         (unsigned long long)s->head);
+  /* A message the receiver has not completed but this end has: the
+   * receiver's old NIC acknowledged its writes, then wrote no completion
+   * for it, not even a flush, within the drain's bound (failover.c drain).
+   * Its send buffer is NCCL's again, so it cannot be written again, and
+   * its receive would wait for good: the connection fails, saying why. */
+  for (uint64_t seq = resume; seq < s->head; seq++) {
+    const struct lp_send_msg *m = &s->msgs[lp_fifo_slot(seq)];
+    if (m->seq == seq && m->events == 0)
+      return lp_comm_fail(c, ncclRemoteError,
+                          "message %llu completed here (the peer's NIC acknowledged it) but not at the peer, "
+                          "whose old NIC wrote no completion for it: it cannot be sent again; the connection fails",
+                          (unsigned long long)seq);
+  }
   /* The receiver's current CTS entries, keyed for its new NIC. */
   for (uint32_t i = 0; i < a->npending; i++) {
     const struct lp_fo_pending *pm = &a->pending[i];

@@ -160,3 +160,17 @@ Test(reconcile, a_buffer_not_registered_on_the_new_nic_fails, .init = comm) {
   uint64_t bytes = 0;
   cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclInternalError);
 }
+
+/* The receiver lists message 3 as not complete, but this end saw its
+ * writes complete and gave the buffer back to NCCL: nothing can write it
+ * again, and skipping it left the receive waiting for good.  It fails,
+ * before anything completes. */
+Test(reconcile, a_message_complete_here_but_not_at_the_peer_fails_the_connection, .init = comm) {
+  s.msgs[lp_fifo_slot(3)].events = 0;
+  ack_from(3);
+  int replayed = 0;
+  uint64_t bytes = 0;
+  cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclRemoteError);
+  cr_assert_eq(s.base.error, ncclRemoteError, "sticky");
+  for (uint64_t seq = 1; seq <= 4; seq++) cr_assert(!reqs[seq].done, "nothing completes on such an ACK");
+}
