@@ -164,6 +164,18 @@ static int current_nic(struct lp_comm *c) {
   return nic;
 }
 
+/* A buffer registered for a comm is one it will use: from now on it moves
+ * only where the buffer is registered too.  Narrowed at its first isend or
+ * irecv only, a move before that could take it to a NIC that refused the
+ * buffer (a dma-buf on a NIC without them), and its first use failed. */
+static ncclResult_t registered(struct lp_comm *c, ncclResult_t rc, void **mhandle) {
+  if (rc != ncclSuccess) return rc;
+  lp_comm_enter(c);
+  lp_comm_uses(c, *mhandle);
+  lp_comm_leave(c);
+  return rc;
+}
+
 ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   struct lp_comm *c = lp_comm_check(comm, 0);
   *mhandle = NULL;
@@ -171,7 +183,8 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
     LP_WARN("regMr: invalid comm %p", comm);
     return ncclInvalidArgument;
   }
-  return lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, -1, 0, mhandle);
+  return registered(c, lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, -1, 0, mhandle),
+                    mhandle);
 }
 
 ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
@@ -183,7 +196,8 @@ ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uin
   }
   /* Host memory needs no dma-buf: register it the ordinary way. */
   if (type == NCCL_PTR_HOST) fd = -1;
-  return lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, fd, offset, mhandle);
+  return registered(c, lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, fd, offset, mhandle),
+                    mhandle);
 }
 
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
