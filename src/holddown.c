@@ -12,8 +12,11 @@ void lp_holddown_init(struct lp_holddown *h, uint64_t base_ns, uint64_t max_ns, 
 
 unsigned lp_holddown_down(struct lp_holddown *h, uint64_t now) {
   if (h->down) return h->flaps;
-  /* Stable for a whole capped period: the past is forgiven. */
-  if (now - h->since_ns >= h->max_ns) h->flaps = 0;
+  /* Stable for a whole capped period: the past is forgiven.  Counted from
+   * when the port became usable again, not from when it came up: at the
+   * cap, the hold-down alone lasted the whole period, and a port failing
+   * each time soon after its failback went back to the base hold-down. */
+  if (now - h->since_ns >= h->hold_ns + h->max_ns) h->flaps = 0;
   h->flaps++;
   uint64_t hold = h->base_ns;
   for (unsigned i = 1; i < h->flaps && hold < h->max_ns; i++) hold *= 2;

@@ -29,6 +29,22 @@ Test(holddown, each_quick_flap_doubles_the_hold_up_to_the_cap) {
   }
 }
 
+/* A port that fails again soon after each failback stays at the cap:
+ * the hold-down itself is no stable time (it went back to the base once
+ * the hold-down alone lasted the capped period). */
+Test(holddown, a_port_that_fails_soon_after_each_failback_stays_at_the_cap) {
+  struct lp_holddown h;
+  lp_holddown_init(&h, 2 * S, 16 * S, 0);
+  uint64_t t = 1000 * S, expect[] = {2, 4, 8, 16, 16, 16, 16};
+  for (int i = 0; i < 7; i++) {
+    lp_holddown_down(&h, t);
+    lp_holddown_up(&h, t + S / 10);
+    uint64_t usable = lp_holddown_ready_at(&h);
+    cr_assert_eq(usable - (t + S / 10), expect[i] * S, "flap %d", i + 1);
+    t = usable + S; /* fails 1 s after each failback */
+  }
+}
+
 Test(holddown, never_gives_up_and_forgives_after_a_stable_period) {
   struct lp_holddown h;
   lp_holddown_init(&h, 1 * S, 16 * S, 0);
