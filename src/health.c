@@ -296,12 +296,23 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
  * suspect) but `avoid`, round 1 healthy ones but `avoid`, round 2 healthy
  * ones, round 3 ports that are up but held down; only the first `rounds`
  * are tried. */
+/* `dev` is in `primary`'s pool (the primary first) and carries the same
+ * link layer: where a connection of `primary` may go at all. */
+static int in_pool(const struct lp_env *env, int primary, int dev) {
+  if (env->devs[dev].link_layer != env->devs[primary].link_layer) return 0;
+  for (int k = 0; k < env->pool_n[primary]; k++)
+    if (env->pool[primary][k] == dev) return 1;
+  return 0;
+}
+
 static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, uint32_t nics,
                 int rounds, int *seen) {
   const struct lp_env *env = h->env;
   uint64_t now = lp_now_ns();
+  /* The preference may be the peer's (its rail): only where the pool
+   * allows, or a connection went to a NIC its pool leaves out. */
   if (prefer >= 0 && prefer < env->ndevs && prefer != avoid && (nics >> env->devs[prefer].nic & 1u) &&
-      lp_health_trusted(h, prefer, now)) {
+      in_pool(env, primary, prefer) && lp_health_trusted(h, prefer, now)) {
     *seen = atomic_load_explicit(&loads[prefer], memory_order_relaxed);
     return prefer;
   }

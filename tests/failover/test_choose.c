@@ -181,3 +181,13 @@ Test(choose, a_queued_silent_fault_makes_its_device_untrusted_at_once, .init = m
   h.running = 0;
   lp_ring_fini(&h.ring);
 }
+
+/* The preference may come from the peer (its rail): a device the pool
+ * leaves out, or of another link layer, is not taken for it. */
+Test(choose, a_preference_outside_the_pool_is_not_taken, .init = machine) {
+  env.pool_n[0] = 3;
+  memcpy(env.pool[0], (int[]){0, 2, 3}, 3 * sizeof(int)); /* LINKPASS_NIC_POOL=mlx5_0=mlx5_2,mlx5_3 */
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 1, 0, ~0u), 2, "device 1 is not in device 0's pool");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 3, 0, ~0u), 2, "device 3 is RoCE: another link layer");
+  cr_assert_eq(lp_health_choose(&h, LP_DIR_SEND, 0, 0, -1, ~0u), 0, "the primary itself is taken");
+}
