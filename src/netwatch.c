@@ -94,9 +94,11 @@ static void *watch_main(void *arg) {
   for (;;) {
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
+      LP_WARN("netwatch: poll failed (%s): RoCE interfaces are no longer watched; port events and polling still are",
+              strerror(errno));
       break;
     }
-    if (fds[1].revents) break;
+    if (fds[1].revents) return NULL; /* stopped */
     if (!(fds[0].revents & POLLIN)) continue;
     int err = nl_recvmsgs_default(w->ev);
     if (err >= 0 || err == -NLE_AGAIN) {
@@ -114,6 +116,10 @@ static void *watch_main(void *arg) {
     LP_INFO(NCCL_NET, "netwatch: route netlink: %s; reading every interface again", nl_geterror(err));
     resync(w);
   }
+  /* Given up: an interface last seen down must not hold its port down for
+   * good (health.c port_up waits for it); the port's own events and polling
+   * decide from now on, as when the watch could not start. */
+  for (int d = 0; d < LP_MAX_DEVS; d++) atomic_store(&w->down[d], 0);
   return NULL;
 }
 
