@@ -361,6 +361,14 @@ enum exec_result { EXEC_DONE, EXEC_WAIT, EXEC_PATH_DOWN, EXEC_RNR, EXEC_FAIL };
 struct exec_out {
   enum ibv_wc_status status;
   uint32_t len;
+  /* The responder breaks too (an access error, an invalid request): done
+   * by the caller after the requester's error completion is written.  On a
+   * NIC the NAK that carries the error leaves as the responder breaks and
+   * arrives within microseconds, long before the responder's process can
+   * see its flushes and tell the requester's over TCP; broken first here,
+   * the responder's notice could be read before the requester's CQE existed,
+   * and the requester took its own refusal for the peer's path failure. */
+  enum sv_qp_fault responder;
 };
 
 /* Packets of a request of `bytes` at the QP's path MTU (a zero-length one is one). */
@@ -397,12 +405,12 @@ static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct 
   uint32_t mr_access;
   if (!remote_range(d, w->rkey, w->remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &remote, &direct, &pid,
                     &mr_access)) {
-    fail_responder(d, SV_QP_FAULT_ACCESS);
+    out->responder = SV_QP_FAULT_ACCESS;
     out->status = IBV_WC_REM_ACCESS_ERR;
     return EXEC_FAIL;
   }
   if (w->remote_addr % sizeof(uint64_t)) { /* an invalid request: NAKed, and the responder breaks */
-    fail_responder(d, SV_QP_FAULT_ERR);
+    out->responder = SV_QP_FAULT_ERR;
     out->status = IBV_WC_REM_INV_REQ_ERR;
     return EXEC_FAIL;
   }
@@ -445,7 +453,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || is_read) {
     uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
     if (x.len && !remote_range(d, w->rkey, w->remote_addr, x.len, need, remote, direct, &pid, &mr_access)) {
-      fail_responder(d, SV_QP_FAULT_ACCESS);
+      out->responder = SV_QP_FAULT_ACCESS;
       out->status = IBV_WC_REM_ACCESS_ERR;
       return EXEC_FAIL;
     }
@@ -759,7 +767,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     enum exec_result r;
     if (!loopback && take_one(&lp->access_error)) {
       /* as a bad rkey: the responder NAKs and breaks, nothing lands */
-      fail_responder(d, SV_QP_FAULT_ACCESS);
+      out.responder = SV_QP_FAULT_ACCESS;
       out.status = IBV_WC_REM_ACCESS_ERR;
       r = EXEC_FAIL;
     } else {
@@ -777,6 +785,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     progress = 1;
     if (r == EXEC_FAIL) {
       fail_qp(lq, w, out.status);
+      if (out.responder != SV_QP_FAULT_NONE) fail_responder(d, out.responder);
       break;
     }
     if (!loopback && take_one(&lp->ack_loss)) {
