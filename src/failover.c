@@ -765,6 +765,15 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
       }
       if (n->reserved) fo->peer_primary_ok = 0;
       if (n->epoch != fo->epoch || fo->state != LP_FO_IDLE) return ncclSuccess; /* already moving */
+      /* The NIC before the peer (progress.c), once more: a request of ours
+       * the peer refused broke its end, and the refusal's completion is
+       * here before the notice of the flushes it caused was sent, but
+       * maybe after this call's poll.  Moving for it would answer a
+       * refusal, which every NIC repeats, with a move. */
+      int got, drained;
+      ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
+      c->fed_unclocked |= got > 0; /* the watchdog hears of them at the next clocked call */
+      if (rc != ncclSuccess || fo->state != LP_FO_IDLE) return rc; /* failed, or its own error moves it */
       return sender_start(s, LP_FO_PEER_NOTICE, n->failed_rail);
     }
     if (type == LP_MSG_FO_SB_ANSWER) return standby_answered(s, buf);
