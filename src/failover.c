@@ -569,6 +569,15 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
   return ncclSuccess;
 }
 
+/* The receiver's new path `next`, open, connected to the sender's
+ * `remote`: 1, or 0 with it closed. */
+static int connect_to(struct lp_comm *c, struct lp_link *next, const struct lp_link_info *remote) {
+  next->remote = *remote;
+  if (lp_link_connect(next, c->traffic_class) == ncclSuccess) return 1;
+  lp_link_close(next);
+  return 0;
+}
+
 /* A failback's receiving end goes home while its primary's port is up,
  * even where a silent fault of another connection made the primary suspect
  * since this end last said it was trusted: the sender has revived its own
@@ -583,10 +592,7 @@ static int failback_home(struct lp_comm *c, struct lp_link *next, const struct l
   int home = c->fo->primary_dev;
   if (!lp_health_ok(c->health, home) || !lp_comm_may_use(c, home)) return -1;
   if (open_on(c, next, home, remote->nqps) != ncclSuccess) return -1;
-  next->remote = *remote;
-  if (lp_link_connect(next, c->traffic_class) == ncclSuccess) return home;
-  lp_link_close(next);
-  return -1;
+  return connect_to(c, next, remote) ? home : -1;
 }
 
 static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_req *m) {
@@ -617,11 +623,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     ncclResult_t opened;
     dev = open_claimed(c, &next, prefer, avoid, m->link.nqps, &opened);
     if (dev < 0) break;
-    if (opened == ncclSuccess) {
-      next.remote = m->link;
-      if (lp_link_connect(&next, c->traffic_class) == ncclSuccess) break;
-      lp_link_close(&next);
-    }
+    if (opened == ncclSuccess && connect_to(c, &next, &m->link)) break;
     prefer = -1;
     avoid = dev;
     dev = -1;

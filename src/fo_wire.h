@@ -117,11 +117,10 @@ struct lp_fo_ack {
   uint64_t conn_id;
   uint32_t epoch;
   uint32_t npending;
-  uint64_t resume_seq; /* every message below this one is complete here */
-  uint32_t standby;    /* the REQ's standby id, when the receiver moved onto it (a MOVED's: never 0) */
-  uint32_t refused;    /* 1: the REQ's standby is gone here; nothing else in this ACK counts (a MOVED: 0) */
-  uint32_t
-      primary_failed; /* 1: the receiver is off its primary, which is not trusted there now (a NOTICE's `reserved`) */
+  uint64_t resume_seq;     /* every message below this one is complete here */
+  uint32_t standby;        /* the REQ's standby id, when the receiver moved onto it (a MOVED's: never 0) */
+  uint32_t refused;        /* 1: the REQ's standby is gone here; nothing else in this ACK counts (a MOVED: 0) */
+  uint32_t primary_failed; /* 1: the receiver is off its primary, not trusted there now (a NOTICE's `reserved`) */
   uint32_t reserved;
   struct lp_link_info link;
   struct lp_fo_pending pending[LP_FIFO_DEPTH];

@@ -291,11 +291,6 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
 
 /* ---- where connections go ---- */
 
-/* The choice among `loads` (one per device), and the load the chosen
- * device had when it was made.  Round 0 takes trusted devices (healthy, not
- * suspect) but `avoid`, round 1 healthy ones but `avoid`, round 2 healthy
- * ones, round 3 ports that are up but held down; only the first `rounds`
- * are tried. */
 /* `dev` is in `primary`'s pool (the primary first) and carries the same
  * link layer: where a connection of `primary` may go at all. */
 static int in_pool(const struct lp_env *env, int primary, int dev) {
@@ -305,6 +300,11 @@ static int in_pool(const struct lp_env *env, int primary, int dev) {
   return 0;
 }
 
+/* The choice among `loads` (one per device), and the load the chosen
+ * device had when it was made.  Round 0 takes trusted devices (healthy, not
+ * suspect) but `avoid`, round 1 healthy ones but `avoid`, round 2 healthy
+ * ones, round 3 ports that are up but held down; only the first `rounds`
+ * are tried. */
 static int pick(const struct lp_health *h, _Atomic int *loads, int primary, int prefer, int avoid, uint32_t nics,
                 int rounds, int *seen) {
   const struct lp_env *env = h->env;
