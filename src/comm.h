@@ -45,8 +45,15 @@ struct lp_req {
   uint8_t nsub;
   int events; /* recv: WRITE_WITH_IMM completions still expected; flush: reads not yet complete */
   uint64_t seq;
-  size_t size;                /* send: bytes sent */
-  size_t sizes[LP_MAX_RECVS]; /* recv: bytes received per sub-receive */
+  size_t size; /* send: bytes sent */
+  union {
+    size_t sizes[LP_MAX_RECVS]; /* recv: bytes received per sub-receive */
+    struct {                    /* flush: the reads that could not be posted yet */
+      uint64_t devs;            /* bit d: device d */
+      void *data;
+      void *mhandle;
+    } unposted;
+  };
 };
 
 struct lp_comm {

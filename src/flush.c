@@ -28,29 +28,65 @@ static void path_close(struct lp_flush *f, int dev) {
   f->path[dev] = NULL;
 }
 
-static struct lp_flush_path *path_open(struct lp_flush *f, const struct lp_env *env, int dev) {
+/* Reap every completion of one path; a failed read is logged once per
+ * breakage and counts as done (flush.h). */
+static void path_poll(struct lp_flush_path *p) {
+  struct ibv_wc wc[8];
+  int n;
+  while (p->outstanding > 0 && (n = ibv_poll_cq(p->link.cq, 8, wc)) > 0) {
+    for (int i = 0; i < n; i++) {
+      int *reads = (int *)(uintptr_t)wc[i].wr_id;
+      if (wc[i].status != IBV_WC_SUCCESS && !p->broken) {
+        LP_WARN(
+            "iflush: the read through %s:%u failed (%s): the received data is delivered but may not yet be "
+            "visible to the GPU; the flush path is rebuilt for the next flush",
+            p->link.local.dev_name, p->link.local.port, lp_ibv_wc_status(&p->link.env->ibv, wc[i].status));
+        p->broken = 1;
+      }
+      p->outstanding--;
+      (*reads)--;
+    }
+  }
+}
+
+/* The path to read through now: NULL with *later set while a broken path
+ * still has reads to reap before it can be rebuilt. */
+static struct lp_flush_path *path_open(struct lp_flush *f, const struct lp_env *env, int dev, int *later) {
   struct lp_flush_path *p = f->path[dev];
+  *later = 0;
+  if (p != NULL && p->broken) path_poll(p); /* a broken QP flushes all it holds at once */
   if (p != NULL && p->broken && p->outstanding == 0) path_close(f, dev);
-  if ((p = f->path[dev]) != NULL) return p->broken ? NULL : p;
+  if ((p = f->path[dev]) != NULL) {
+    *later = p->broken || p->outstanding >= LP_FLUSH_DEPTH;
+    return *later ? NULL : p;
+  }
   p = calloc(1, sizeof(*p));
-  if (p == NULL) return NULL;
-  if (lp_link_open(&p->link, env, NULL, LP_DIR_RECV, dev, 1, &p->sink, sizeof(p->sink), 0) != ncclSuccess) {
-    free(p);
-    return NULL;
-  }
-  if (lp_link_loopback(&p->link, LP_FLUSH_TIMEOUT, LP_FLUSH_RETRY_CNT) != ncclSuccess) {
-    lp_link_close(&p->link);
-    free(p);
-    return NULL;
-  }
+  if (p == NULL) goto fail;
+  if (lp_link_open(&p->link, env, NULL, LP_DIR_RECV, dev, 1, &p->sink, sizeof(p->sink), 0) != ncclSuccess)
+    goto fail_free;
+  if (lp_link_loopback(&p->link, LP_FLUSH_TIMEOUT, LP_FLUSH_RETRY_CNT) != ncclSuccess) goto fail_close;
   f->path[dev] = p;
+  f->open_failed &= ~(1ull << dev);
   return p;
+fail_close:
+  lp_link_close(&p->link);
+fail_free:
+  free(p);
+fail:
+  if (f->open_failed >> dev & 1u) return NULL; /* said already; each flush tries again */
+  f->open_failed |= 1ull << dev;
+  LP_WARN(
+      "iflush: no flush path could be made through %s: the received data is delivered but may not yet be "
+      "visible to the GPU; the next flush tries again",
+      env->devs[dev].name);
+  return NULL;
 }
 
 ncclResult_t lp_flush_post(struct lp_flush *f, const struct lp_env *env, int dev, uint64_t addr, uint32_t rkey,
                            int *reads) {
-  struct lp_flush_path *p = path_open(f, env, dev);
-  if (p == NULL || p->outstanding >= LP_FLUSH_DEPTH) return ncclSystemError;
+  int later;
+  struct lp_flush_path *p = path_open(f, env, dev, &later);
+  if (p == NULL) return later ? ncclInProgress : ncclSystemError;
   /* The completion finds its request's count through the work request id. */
   struct ibv_sge sge = {.addr = (uintptr_t)&p->sink, .length = 1, .lkey = p->link.ctrl_mr->lkey};
   struct ibv_send_wr wr = {.wr_id = (uintptr_t)reads,
@@ -74,24 +110,8 @@ ncclResult_t lp_flush_post(struct lp_flush *f, const struct lp_env *env, int dev
 }
 
 void lp_flush_poll(struct lp_flush *f) {
-  for (int d = 0; d < LP_MAX_DEVS; d++) {
-    struct lp_flush_path *p = f->path[d];
-    if (p == NULL || p->outstanding == 0) continue;
-    struct ibv_wc wc[8];
-    int n = ibv_poll_cq(p->link.cq, 8, wc);
-    for (int i = 0; i < n; i++) {
-      int *reads = (int *)(uintptr_t)wc[i].wr_id;
-      if (wc[i].status != IBV_WC_SUCCESS && !p->broken) {
-        LP_WARN(
-            "iflush: the read through %s:%u failed (%s): the received data is delivered but may not yet be "
-            "visible to the GPU; the flush path is rebuilt for the next flush",
-            p->link.local.dev_name, p->link.local.port, lp_ibv_wc_status(&p->link.env->ibv, wc[i].status));
-        p->broken = 1;
-      }
-      p->outstanding--;
-      (*reads)--;
-    }
-  }
+  for (int d = 0; d < LP_MAX_DEVS; d++)
+    if (f->path[d] != NULL) path_poll(f->path[d]);
 }
 
 void lp_flush_close(struct lp_flush *f) {

@@ -19,10 +19,14 @@ struct lp_flush_path;
 
 struct lp_flush {
   struct lp_flush_path *path[LP_MAX_DEVS];
+  uint64_t open_failed; /* devices whose path could not be made (bit d), warned about once */
 };
 
 /* Read one byte at `addr` (key `rkey` on `dev`'s NIC) through `dev`:
- * *reads counts it now, and its completion (lp_flush_poll) takes it off. */
+ * *reads counts it now, and its completion (lp_flush_poll) takes it off.
+ * ncclInProgress: not now (the path is full, or broken with reads still
+ * to reap before it is rebuilt): post again later.  ncclSystemError: no
+ * read can be made through `dev` (said in a WARN). */
 ncclResult_t lp_flush_post(struct lp_flush *f, const struct lp_env *env, int dev, uint64_t addr, uint32_t rkey,
                            int *reads);
 /* Reap the completions of every flush path; a failed read is logged and

@@ -175,27 +175,40 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   return lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 1, r->tail);
 }
 
+/* Post the reads of `req` still unposted; a device that cannot take one
+ * now keeps its bit, one that cannot take any is dropped (flush.c said why). */
+static void post_flush_reads(struct lp_recv_comm *r, struct lp_req *req) {
+  struct lp_comm *c = &r->base;
+  for (int d = 0; d < c->env->ndevs; d++) {
+    if (!(req->unposted.devs >> d & 1u)) continue;
+    int nic = c->env->devs[d].nic;
+    struct ibv_mr *mr = lp_mr_on(req->unposted.mhandle, nic);
+    /* A NIC that is gone has no writes left to push; its port being down
+     * would only cost the read's retry budget. */
+    int gone = c->health != NULL && (!lp_health_link_up(c->health, d) || lp_health_nic_fatal(c->health, nic));
+    if (!gone && mr != NULL &&
+        lp_flush_post(&r->flush, c->env, d, (uint64_t)(uintptr_t)req->unposted.data, mr->rkey, &req->events) ==
+            ncclInProgress)
+      continue;
+    req->unposted.devs &= ~(1ull << d);
+  }
+}
+
 ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, struct lp_req **out) {
   struct lp_comm *c = &r->base;
   *out = NULL;
-  uint64_t devs = r->flush_devs ? r->flush_devs : 1ull << c->link.dev;
-  r->flush_devs = 0;
   struct lp_req *req = lp_req_alloc(c);
   if (req == NULL) {
     LP_WARN("iflush: more than %d requests outstanding on the connection to %s", LP_MAX_REQS, c->peer);
     return ncclInternalError;
   }
   req->type = LP_REQ_FLUSH; /* events (its reads) start at 0 */
-  for (int d = 0; d < c->env->ndevs; d++) {
-    if (!(devs >> d & 1u)) continue;
-    int nic = c->env->devs[d].nic;
-    /* A NIC that is gone has no writes left to push; its port being down
-     * would only cost the read's retry budget. */
-    if (c->health != NULL && (!lp_health_link_up(c->health, d) || lp_health_nic_fatal(c->health, nic))) continue;
-    struct ibv_mr *mr = lp_mr_on(mhandle, nic);
-    if (mr != NULL) lp_flush_post(&r->flush, c->env, d, (uint64_t)(uintptr_t)data, mr->rkey, &req->events);
-  }
-  if (req->events == 0) { /* nothing to wait for: NCCL takes NULL as done */
+  req->unposted.devs = r->flush_devs ? r->flush_devs : 1ull << c->link.dev;
+  req->unposted.data = data;
+  req->unposted.mhandle = mhandle;
+  r->flush_devs = 0;
+  post_flush_reads(r, req);
+  if (req->events == 0 && req->unposted.devs == 0) { /* nothing to wait for: NCCL takes NULL as done */
     lp_req_free(req);
     return ncclSuccess;
   }
@@ -205,5 +218,6 @@ ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, st
 
 void lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req) {
   lp_flush_poll(&r->flush);
-  if (req->events == 0) req->done = 1;
+  if (req->unposted.devs != 0) post_flush_reads(r, req);
+  if (req->events == 0 && req->unposted.devs == 0) req->done = 1;
 }

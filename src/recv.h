@@ -18,8 +18,9 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now);
  * if none), so the NIC's writes into GPU memory are visible.  *req NULL:
  * nothing to wait for. */
 ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, struct lp_req **req);
-/* Reap flush reads; the request is done once every read of it completed
- * (failed ones too). */
+/* Reap flush reads and post those that had to wait (a flush path being
+ * rebuilt); the request is done once every read of it was posted and
+ * completed (failed ones too), or could not be made (warned). */
 void lp_recv_flush_test(struct lp_recv_comm *r, struct lp_req *req);
 
 #endif
