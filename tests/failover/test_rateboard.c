@@ -61,6 +61,29 @@ Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
   cr_expect_neq(access(path, F_OK), 0);
 }
 
+Test(rateboard, a_slot_left_mid_write_is_read_again_once_its_new_holder_posts) {
+  fresh_path();
+  struct lp_rateboard a, b, dead;
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(&dead, path, 0x7ffffff0, why, sizeof(why)), 0, "%s", why); /* no such process */
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&dead, 0, 0x99, 1, 500, now, now);
+  int slot = dead.held[0];
+  /* Killed between its two adds: the sequence word stays odd. */
+  atomic_fetch_add(&dead.t->slot[slot].seq, 1);
+  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  cr_assert_eq(a.held[0], slot, "the dead holder's slot is the first free one");
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900, "the slot stays hidden from readers");
+  lp_rateboard_post(&a, 0, 0x42, 1, 700, now + 1, now + 1);
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now + 1), 700);
+  munmap(dead.t, sizeof(*dead.t));
+  close(dead.fd);
+  lp_rateboard_close(&a);
+  lp_rateboard_close(&b);
+}
+
 Test(rateboard, bad_paths_and_none_say_why) {
   struct lp_rateboard b;
   char why[256];
