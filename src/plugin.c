@@ -21,11 +21,22 @@ static struct lp_plugin the_plugin = {
     .env = {.syslog = {.fd = -1}},
 };
 
-/* Resolve an NCCL context pointer (NULL: the default one).  NULL if bogus. */
+/* Where `ctx` is linked among the live contexts; NULL if it is not one.
+ * Called with p->lock held. */
+static struct lp_ctx **ctx_link(struct lp_plugin *p, const void *ctx) {
+  struct lp_ctx **at = &p->ctxs;
+  while (*at != NULL && *at != ctx) at = &(*at)->next;
+  return *at != NULL ? at : NULL;
+}
+
+/* Resolve an NCCL context pointer (NULL: the default one).  NULL if it is
+ * not a live one: finalized already, or never ours. */
 static struct lp_ctx *ctx_get(struct lp_plugin *p, void *ctx) {
   if (ctx == NULL) return &p->default_ctx;
-  struct lp_ctx *c = ctx;
-  return c->magic == LP_CTX_MAGIC ? c : NULL;
+  pthread_mutex_lock(&p->lock);
+  struct lp_ctx **at = ctx_link(p, ctx);
+  pthread_mutex_unlock(&p->lock);
+  return at != NULL ? *at : NULL;
 }
 
 /* The traffic class a comm made under `ctx` uses. */
@@ -191,7 +202,6 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
             d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", d->speed_mbps, d->gid_index,
             lp_gid_str(&d->gid, g, sizeof(g)), d->lid, p->env.nics[d->nic].pci_path);
   }
-  p->default_ctx.magic = LP_CTX_MAGIC;
   p->default_ctx.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   p->ready = 1;
   start_failover(p);
@@ -216,9 +226,10 @@ ncclResult_t lp_init(void **ctx, uint64_t commId, ncclNetCommConfig_v12_t *confi
     if (c == NULL) {
       rc = ncclSystemError;
     } else {
-      c->magic = LP_CTX_MAGIC;
       c->comm_id = commId;
       c->traffic_class = config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+      c->next = p->ctxs;
+      p->ctxs = c;
       *ctx = c;
     }
   }
@@ -229,16 +240,18 @@ ncclResult_t lp_init(void **ctx, uint64_t commId, ncclNetCommConfig_v12_t *confi
 
 ncclResult_t lp_finalize(void *ctx) {
   struct lp_plugin *p = &the_plugin;
-  struct lp_ctx *c = ctx;
-  if (c != NULL && c->magic != LP_CTX_MAGIC) {
-    LP_WARN("finalize: invalid context %p", ctx);
+  pthread_mutex_lock(&p->lock);
+  struct lp_ctx **at = ctx != NULL ? ctx_link(p, ctx) : NULL;
+  if (ctx != NULL && at == NULL) {
+    pthread_mutex_unlock(&p->lock);
+    LP_WARN("finalize: context %p is not a live one (finalized already, or not made by this plugin's init)", ctx);
     return ncclInvalidArgument;
   }
-  if (c != NULL) {
-    c->magic = 0;
+  if (at != NULL) {
+    struct lp_ctx *c = *at;
+    *at = c->next;
     free(c);
   }
-  pthread_mutex_lock(&p->lock);
   int last = p->nctx > 0 && --p->nctx == 0;
   pthread_mutex_unlock(&p->lock);
   /* Devices stay open: NCCL may init again, and comms it forgot to close

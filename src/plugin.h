@@ -19,14 +19,12 @@
 #include "idle_watch.h"
 #include "mr.h"
 
-#define LP_CTX_MAGIC 0x4c504354u
-
 /* What NCCL's init hands us per communicator (v11+); v8-v10 have none and
  * use the plugin's default context. */
 struct lp_ctx {
-  uint32_t magic;
   uint64_t comm_id;
-  int traffic_class; /* NCCL_NET_TRAFFIC_CLASS_UNDEF: use NCCL_IB_TC */
+  int traffic_class;   /* NCCL_NET_TRAFFIC_CLASS_UNDEF: use NCCL_IB_TC */
+  struct lp_ctx *next; /* the plugin's live contexts */
 };
 
 struct lp_plugin {
@@ -34,6 +32,9 @@ struct lp_plugin {
   int ready;            /* devices discovered, verbs loaded: env is complete and read-only */
   int config_logged;    /* the effective settings go to the INFO log once */
   int nctx;             /* live contexts (init calls not yet finalized) */
+  /* Those init handed out, so that a context finalized already (or never
+   * ours) is told apart without reading the memory it points to. */
+  struct lp_ctx *ctxs;
   struct lp_env env;
   struct lp_ctx default_ctx;
   struct lp_setup setup;        /* connects in progress */

@@ -1003,6 +1003,14 @@ int main(int argc, char **argv) {
     die("unknown scenario");
   }
   CHECK(hnet_finalize(&net));
+  if (strcmp(scenario, "garbage") == 0 && net.version >= 11) {
+    /* A context used after its finalize is refused without its memory
+     * being read (freed: AddressSanitizer catches a read). */
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = NULL;
+    if (hnet_finalize(&net) != ncclInvalidArgument) die("a second finalize of one context was taken");
+    if (hnet_listen(&net, 0, handle, &lc) == ncclSuccess || lc != NULL) die("listen took a finalized context");
+  }
   fprintf(stderr, "harness %s/%s (ABI v%d): OK\n", argv[1], scenario, net.version);
   return 0;
 }
