@@ -6,11 +6,15 @@
 #include "log.h"
 #include "pool.h"
 
+/* A device left out of the pools could never move, nor take a moved
+ * connection: the pools must hold every device discovery may keep. */
+_Static_assert(LP_POOL_MAX >= LP_MAX_DEVS, "LP_POOL_MAX must cover LP_MAX_DEVS");
+
 /* Each device's NIC pool, logged once: closeness order unless
  * LINKPASS_NIC_POOL spells it out. */
 void lp_env_build_pools(struct lp_env *env) {
   struct lp_pool_nic in[LP_MAX_DEVS];
-  int n = env->ndevs < LP_POOL_MAX ? env->ndevs : LP_POOL_MAX;
+  int n = env->ndevs;
   for (int d = 0; d < n; d++) {
     const struct lp_nic *nic = lp_env_nic_of(env, d);
     snprintf(in[d].name, sizeof(in[d].name), "%s", env->devs[d].name);
@@ -30,7 +34,7 @@ void lp_env_build_pools(struct lp_env *env) {
       continue;
     }
     env->pool_n[d] = m > 0 ? m : lp_pool_order(in, n, d, env->pool[d]);
-    char line[512];
+    char line[LP_POOL_MAX * 16]; /* room for a whole pool of typical names */
     int o = snprintf(line, sizeof(line), "NIC pool of %s:", env->devs[d].name);
     for (int k = 0; k < env->pool_n[d] && o < (int)sizeof(line); k++)
       o += snprintf(line + o, sizeof(line) - (size_t)o, " %s", env->devs[env->pool[d][k]].name);

@@ -13,7 +13,11 @@
 
 #include <stddef.h>
 
-#define LP_POOL_MAX 32
+/* Devices a pool can hold: as many as nic.h lets discovery keep
+ * (LP_MAX_DEVS; env.c checks), so every device gets a pool of all the
+ * others: a device past the limit would have none, and its connections
+ * could never move. */
+#define LP_POOL_MAX 64
 #define LP_POOL_NAME_MAX 64
 
 struct lp_pool_nic {
