@@ -1,6 +1,7 @@
 /* NIC pools: closeness ordering, explicit pools, choosing a target. */
 #include "pool.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +50,86 @@ int lp_pool_order(const struct lp_pool_nic *nics, int n, int primary, int *order
   return m + 1;
 }
 
-static int nic_index(const struct lp_pool_nic *nics, int n, const char *name, size_t len) {
-  for (int i = 0; i < n; i++)
-    if (strlen(nics[i].name) == len && strncmp(nics[i].name, name, len) == 0) return i;
-  return -1;
+/* The devices `name` (len bytes: "NIC" or "NIC:PORT") names, into out, in
+ * index order, which is port order (discovery keeps a NIC's ports in order,
+ * and the PCI sort is stable): NIC:PORT names that port, a bare NIC every
+ * port of it.  Returns how many, or -1 with a reason that ends with
+ * `where` (the name's place in the spec). */
+static int resolve(const struct lp_pool_nic *nics, int n, const char *name, size_t len, const char *where, int *out,
+                   char *why, size_t whylen) {
+  const char *colon = memchr(name, ':', len);
+  size_t nlen = colon ? (size_t)(colon - name) : len;
+  int port = -1;
+  if (colon) {
+    size_t plen = len - nlen - 1;
+    int digits = plen > 0 && plen <= 3; /* ports are 1..255 */
+    port = 0;
+    for (size_t i = 0; digits && i < plen; i++) {
+      digits = isdigit((unsigned char)colon[1 + i]) != 0;
+      port = port * 10 + (colon[1 + i] - '0');
+    }
+    if (!digits) {
+      snprintf(why, whylen, "'%.*s'%s has a port that is not a number", (int)len, name, where);
+      return -1;
+    }
+  }
+  int k = 0, nic_known = 0;
+  for (int i = 0; i < n; i++) {
+    if (strlen(nics[i].name) != nlen || strncmp(nics[i].name, name, nlen) != 0) continue;
+    nic_known = 1;
+    if (port < 0 || (port > 0 && nics[i].port == port)) out[k++] = i;
+  }
+  if (!nic_known)
+    snprintf(why, whylen, "unknown NIC '%.*s'%s", (int)nlen, name, where);
+  else if (k == 0)
+    snprintf(why, whylen, "unknown port '%.*s'%s: not an active port NCCL_IB_HCA keeps", (int)len, name, where);
+  return k > 0 ? k : -1;
+}
+
+static int listed(const int *list, int m, int dev) {
+  for (int k = 0; k < m; k++)
+    if (list[k] == dev) return 1;
+  return 0;
+}
+
+/* The pool of `head` from the names in [p, end): head first, then each
+ * name's devices not listed yet.  A name that adds none is listed twice
+ * (a bare NIC name may bring back the head's own port: that is a sibling
+ * port's way of naming its NIC).  Returns its length, or -1 with a reason. */
+static int pool_of(const struct lp_pool_nic *nics, int n, int head, const char *p, const char *end, int *list,
+                   char *why, size_t whylen) {
+  char where[LP_POOL_NAME_MAX + 32];
+  int m = 0, named[LP_POOL_MAX];
+  snprintf(where, sizeof(where), " in the pool of %s", nics[head].name);
+  if (nics[head].port > 0) {
+    size_t o = strlen(where);
+    snprintf(where + o, sizeof(where) - o, ":%d", nics[head].port);
+  }
+  list[m++] = head;
+  while (p < end) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    size_t len = comma ? (size_t)(comma - p) : (size_t)(end - p);
+    int k = resolve(nics, n, p, len, where, named, why, whylen);
+    if (k < 0) return -1;
+    int added = 0;
+    for (int i = 0; i < k; i++) {
+      if (listed(list, m, named[i])) continue;
+      list[m++] = named[i];
+      added++;
+    }
+    if (added == 0) {
+      snprintf(why, whylen, "'%.*s' listed twice%s", (int)len, p, where);
+      return -1;
+    }
+    p = comma ? comma + 1 : end;
+  }
+  return m;
 }
 
 int lp_pool_parse(const char *spec, const struct lp_pool_nic *nics, int n, int primary, int *order, char *why,
                   size_t whylen) {
   int found = 0;
+  if (n > LP_POOL_MAX) n = LP_POOL_MAX;
   for (const char *entry = spec; entry && *entry;) {
     const char *end = strchr(entry, ';');
     size_t elen = end ? (size_t)(end - entry) : strlen(entry);
@@ -66,34 +138,18 @@ int lp_pool_parse(const char *spec, const struct lp_pool_nic *nics, int n, int p
       snprintf(why, whylen, "entry '%.*s' is not NIC=NIC[,NIC...]", (int)elen, entry);
       return -1;
     }
-    int head = nic_index(nics, n, entry, (size_t)(eq - entry));
-    if (head < 0) {
-      snprintf(why, whylen, "unknown NIC '%.*s'", (int)(eq - entry), entry);
-      return -1;
-    }
-    int m = 0, list[LP_POOL_MAX];
-    list[m++] = head;
-    for (const char *p = eq + 1; p < entry + elen;) {
-      const char *comma = memchr(p, ',', (size_t)(entry + elen - p));
-      size_t len = comma ? (size_t)(comma - p) : (size_t)(entry + elen - p);
-      int idx = nic_index(nics, n, p, len);
-      if (idx < 0) {
-        snprintf(why, whylen, "unknown NIC '%.*s' in the pool of %s", (int)len, p, nics[head].name);
-        return -1;
+    int heads[LP_POOL_MAX], list[LP_POOL_MAX];
+    int nh = resolve(nics, n, entry, (size_t)(eq - entry), "", heads, why, whylen);
+    if (nh < 0) return -1;
+    /* Every head is checked, not only `primary`: a spec is valid or not
+     * whichever device asks. */
+    for (int h = 0; h < nh; h++) {
+      int m = pool_of(nics, n, heads[h], eq + 1, entry + elen, list, why, whylen);
+      if (m < 0) return -1;
+      if (heads[h] == primary) {
+        memcpy(order, list, sizeof(int) * (size_t)m);
+        found = m;
       }
-      int dup = 0;
-      for (int k = 0; k < m; k++) dup |= list[k] == idx;
-      if (dup) {
-        snprintf(why, whylen, "NIC %s listed twice in the pool of %s", nics[idx].name, nics[head].name);
-        return -1;
-      }
-      if (m == LP_POOL_MAX) break;
-      list[m++] = idx;
-      p = comma ? comma + 1 : entry + elen;
-    }
-    if (head == primary) {
-      memcpy(order, list, sizeof(int) * (size_t)m);
-      found = m;
     }
     entry = end ? end + 1 : NULL;
   }

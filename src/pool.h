@@ -20,21 +20,26 @@
 #define LP_POOL_MAX 64
 #define LP_POOL_NAME_MAX 64
 
+/* One device: a port of a NIC.  A dual-port NIC gives two, with one name. */
 struct lp_pool_nic {
-  char name[LP_POOL_NAME_MAX];
-  const char *pci_path; /* resolved sysfs device path, "" when unknown */
-  int numa;             /* -1 unknown */
+  char name[LP_POOL_NAME_MAX]; /* the NIC's */
+  const char *pci_path;        /* resolved sysfs device path, "" when unknown */
+  int numa;                    /* -1 unknown */
+  int port;                    /* 1-based; 0 unknown, then only the bare name names it */
 };
 
 /* Fill order[0..n-1] for `primary`: primary first, then by closeness, ties
  * by index.  Returns n. */
 int lp_pool_order(const struct lp_pool_nic *nics, int n, int primary, int *order);
 
-/* Explicit pools: "mlx5_0=mlx5_2,mlx5_1;mlx5_1=mlx5_3".  For `primary`,
- * writes the NIC indices of its list (primary first, then the named ones,
- * unnamed NICs left out) into order and returns how many; returns 0 when
- * the spec does not mention `primary` (use lp_pool_order), -1 with a reason
- * when the spec is malformed or names an unknown NIC. */
+/* Explicit pools: "mlx5_0=mlx5_2,mlx5_1;mlx5_1:2=mlx5_3:1".  A name is
+ * NIC:PORT (that port) or a bare NIC (every port of it, in port order), on
+ * either side of '='.  For `primary`, writes the device indices of its list
+ * (primary first, then the named ones not listed yet, unnamed devices left
+ * out) into order and returns how many; a later entry naming `primary`
+ * replaces an earlier one.  Returns 0 when the spec does not name `primary`
+ * (use lp_pool_order), -1 with a reason when the spec is malformed, names an
+ * unknown NIC or port, or a name adds no device not already listed. */
 int lp_pool_parse(const char *spec, const struct lp_pool_nic *nics, int n, int primary, int *order, char *why,
                   size_t whylen);
 

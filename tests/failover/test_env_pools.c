@@ -44,3 +44,23 @@ Test(env_pools, every_device_gets_a_pool_beyond_32) {
   cr_assert(in_pool(0, 39), "device 0 may move to the last device");
   cr_assert(in_pool(39, 0), "and the last device to the first");
 }
+
+Test(env_pools, a_port_of_a_dual_port_nic_can_be_named) {
+  dual_port_machine(2); /* mlx5_0:1 mlx5_0:2 mlx5_1:1 mlx5_1:2 */
+  snprintf(env.cfg.nic_pool, sizeof(env.cfg.nic_pool), "mlx5_0:2=mlx5_1:2;mlx5_1=mlx5_0:1");
+  lp_env_build_pools(&env);
+  cr_assert_eq(env.pool_n[1], 2);
+  cr_assert_arr_eq(env.pool[1], ((int[]){1, 3}), 2 * sizeof(int), "mlx5_0:2 moves to mlx5_1:2 only");
+  cr_assert_eq(env.pool_n[2], 2);
+  cr_assert_arr_eq(env.pool[2], ((int[]){2, 0}), 2 * sizeof(int), "a bare head names each port: mlx5_1:1");
+  cr_assert_eq(env.pool_n[3], 2);
+  cr_assert_arr_eq(env.pool[3], ((int[]){3, 0}), 2 * sizeof(int), "and mlx5_1:2");
+  cr_assert_eq(env.pool_n[0], 4, "mlx5_0:1 is not named: closeness");
+}
+
+Test(env_pools, an_unknown_port_means_closeness_for_all) {
+  dual_port_machine(2);
+  snprintf(env.cfg.nic_pool, sizeof(env.cfg.nic_pool), "mlx5_0:1=mlx5_1:1;mlx5_1:1=mlx5_0:3");
+  lp_env_build_pools(&env);
+  for (int d = 0; d < env.ndevs; d++) cr_assert_eq(env.pool_n[d], 4, "device %d: closeness", d);
+}
