@@ -123,12 +123,19 @@ static int listed(const struct lp_idle_watch *w, const struct lp_comm *c) {
 }
 
 /* Comms answered lately are armed again once their idle period is over;
- * returns the earliest such time still ahead (UINT64_MAX: none). */
+ * returns the earliest such time still ahead (UINT64_MAX: none).  The fds
+ * are noted again first: NCCL's calls may have made a connection again
+ * since the answer (one that found NCCL in the comm noted nothing), and
+ * arming the old copies would leave the new socket unwatched.  A comm
+ * NCCL is in waits for the next period. */
 static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
   uint64_t next = UINT64_MAX;
   for (int i = 0; i < w->nlater;) {
     struct lp_comm *c = w->later[i];
+    if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
+      note_paths(c);
+      lp_comm_leave(c);
       arm(w, c);
       c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
