@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,18 +208,62 @@ static const char *field(const char *line, const char *key, char *out, size_t le
   return out;
 }
 
+/* The length of the UTF-8 sequence that starts at s, 0 when it is not a
+ * valid one (a Latin-1 byte in a log line or a file name, a character cut
+ * by a field's length): JSON text must be UTF-8. */
+static size_t utf8_len(const unsigned char *s) {
+  if (s[0] < 0x80) return 1;
+  size_t n;
+  unsigned long cp, min;
+  if ((s[0] & 0xe0) == 0xc0) {
+    n = 2, cp = s[0] & 0x1f, min = 0x80;
+  } else if ((s[0] & 0xf0) == 0xe0) {
+    n = 3, cp = s[0] & 0x0f, min = 0x800;
+  } else if ((s[0] & 0xf8) == 0xf0) {
+    n = 4, cp = s[0] & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  /* The terminating NUL is no continuation byte: a cut sequence stops here. */
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+/* A JSON string; a byte that is not valid UTF-8 becomes U+FFFD. */
 static void json_str(const char *s) {
   putchar('"');
-  for (; *s; s++) {
+  while (*s) {
+    size_t n = utf8_len((const unsigned char *)s);
     if (*s == '"' || *s == '\\')
       printf("\\%c", *s);
     else if ((unsigned char)*s < 0x20)
       printf("\\u%04x", *s);
+    else if (n == 0)
+      fputs("\\ufffd", stdout);
     else
-      putchar(*s);
+      fwrite(s, 1, n, stdout);
+    s += n ? n : 1;
   }
   putchar('"');
 }
+
+/* ", \"key\": value", or null for a value that is not finite: JSON has no NaN
+ * or infinity, and a metrics file may say NaN, +Inf or 1e999 (which strtod
+ * makes infinite), or a file's age be taken from such a timestamp. */
+static void json_num(const char *key, double v, int decimals) {
+  printf(", \"%s\": ", key);
+  if (isfinite(v))
+    printf("%.*f", decimals, v);
+  else
+    fputs("null", stdout);
+}
+
+/* A port's path_up: 1 up, 0 down, -1 for NaN, which says neither. */
+static int path_state(double up) { return isnan(up) ? -1 : up != 0; }
 
 static void print_json(void) {
   printf("{\"processes\": [");
@@ -226,20 +271,26 @@ static void print_json(void) {
     const struct proc *p = &procs[i];
     printf("%s\n  {\"pid\": %d, \"file\": ", i ? "," : "", p->pid);
     json_str(p->file);
-    printf(", \"state\": \"%s\", \"updated_age_seconds\": %.3f", p->state, p->age_s);
-    printf(", \"replayed_requests\": %.0f, \"replayed_bytes\": %.0f, \"paths_lost\": %.0f", p->v[P_REPLAYED],
-           p->v[P_REPLAYED_BYTES], p->v[P_LOST]);
-    printf(", \"last_failover_seconds\": %.6f, \"event_ring_overflows\": %.0f, \"devices\": [", p->v[P_LAST_FAILOVER],
-           p->v[P_OVERFLOWS]);
+    printf(", \"state\": \"%s\"", p->state);
+    json_num("updated_age_seconds", p->age_s, 3);
+    json_num("replayed_requests", p->v[P_REPLAYED], 0);
+    json_num("replayed_bytes", p->v[P_REPLAYED_BYTES], 0);
+    json_num("paths_lost", p->v[P_LOST], 0);
+    json_num("last_failover_seconds", p->v[P_LAST_FAILOVER], 6);
+    json_num("event_ring_overflows", p->v[P_OVERFLOWS], 0);
+    printf(", \"devices\": [");
     for (int j = 0; j < p->ndevs; j++) {
       const struct dev *d = &p->devs[j];
       printf("%s\n    {\"device\": ", j ? "," : "");
       json_str(d->name);
-      printf(
-          ", \"port\": %d, \"path_up\": %s, \"connections\": %.0f, \"failovers\": %.0f, \"failbacks\": %.0f, "
-          "\"flaps\": %.0f, \"degraded_seconds\": %.3f}",
-          d->port, d->v[D_UP] != 0 ? "true" : "false", d->v[D_CONNS], d->v[D_FAILOVERS], d->v[D_FAILBACKS],
-          d->v[D_FLAPS], d->v[D_DEGRADED]);
+      static const char *const up[] = {"null", "false", "true"};
+      printf(", \"port\": %d, \"path_up\": %s", d->port, up[path_state(d->v[D_UP]) + 1]);
+      json_num("connections", d->v[D_CONNS], 0);
+      json_num("failovers", d->v[D_FAILOVERS], 0);
+      json_num("failbacks", d->v[D_FAILBACKS], 0);
+      json_num("flaps", d->v[D_FLAPS], 0);
+      json_num("degraded_seconds", d->v[D_DEGRADED], 3);
+      printf("}");
     }
     printf("]}");
   }
@@ -276,7 +327,8 @@ static void print_table(const char *where) {
       const struct dev *d = &p->devs[j];
       char port[NAME_MAX_LEN + 8];
       snprintf(port, sizeof(port), "%s:%d", d->name, d->port);
-      printf("  %-16s %-5s %11.0f %9.0f %9.0f %6.0f %11.3f\n", port, d->v[D_UP] != 0 ? "up" : "DOWN", d->v[D_CONNS],
+      static const char *const path[] = {"?", "DOWN", "up"};
+      printf("  %-16s %-5s %11.0f %9.0f %9.0f %6.0f %11.3f\n", port, path[path_state(d->v[D_UP]) + 1], d->v[D_CONNS],
              d->v[D_FAILOVERS], d->v[D_FAILBACKS], d->v[D_FLAPS], d->v[D_DEGRADED]);
     }
   }
