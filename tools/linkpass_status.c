@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_PROCS 256
 #define MAX_DEVS 64
@@ -92,13 +94,54 @@ static struct dev *dev_of(struct proc *p, const char *name, int port) {
   return d;
 }
 
-/* One metrics file.  1 when it is linkpass's, 0 when not, -1 on error. */
-static int read_file(const char *path, struct proc *p) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    fprintf(stderr, "linkpass-status: cannot read %s: %s\n", path, strerror(errno));
-    return -1;
+/* Whether st is /dev/null: it reads as empty, and stays a way to name no file. */
+static int is_dev_null(const struct stat *st) {
+  struct stat null;
+  return S_ISCHR(st->st_mode) && stat("/dev/null", &null) == 0 && S_ISCHR(null.st_mode) && null.st_rdev == st->st_rdev;
+}
+
+/* Opens a file to read lines from; NULL, with *why, when it cannot be read
+ * or is nothing to read lines from: a directory opens and reads as nothing
+ * (it was skipped without a word), a device such as /dev/zero never ends,
+ * and the open of a FIFO no one writes blocks (hence O_NONBLOCK, cleared
+ * once the file is known).  Only a regular file or /dev/null is read, and
+ * where pipe_ok a pipe (bash's <(journalctl ...), a FIFO named on the
+ * command line). */
+static FILE *open_text(const char *path, int pipe_ok, const char **why) {
+  struct stat st;
+  int flags, saved;
+  FILE *f;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) goto fail;
+  if (fstat(fd, &st) != 0) goto fail_fd;
+  if (S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    goto fail_fd;
   }
+  if (!S_ISREG(st.st_mode) && !is_dev_null(&st) && !(pipe_ok && S_ISFIFO(st.st_mode))) {
+    close(fd);
+    *why = pipe_ok ? "not a regular file or a pipe" : "not a regular file";
+    return NULL;
+  }
+  flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) goto fail_fd;
+  f = fdopen(fd, "r");
+  if (f == NULL) goto fail_fd;
+  return f;
+fail_fd:
+  saved = errno;
+  close(fd);
+  errno = saved;
+fail:
+  *why = strerror(errno);
+  return NULL;
+}
+
+/* One metrics file.  1 when it is linkpass's, 0 when not, -1, with *why,
+ * when it cannot be read. */
+static int read_file(const char *path, struct proc *p, int pipe_ok, const char **why) {
+  FILE *f = open_text(path, pipe_ok, why);
+  if (f == NULL) return -1;
   memset(p, 0, sizeof(*p));
   snprintf(p->file, sizeof(p->file), "%s", path);
   p->pid = -1;
@@ -126,6 +169,11 @@ static int read_file(const char *path, struct proc *p) {
       p->v[k] = value;
       p->have[k] = 1;
     }
+  }
+  if (ferror(f)) {
+    *why = strerror(errno);
+    fclose(f);
+    return -1;
   }
   fclose(f);
   return ours;
@@ -163,17 +211,25 @@ static int read_dir(const char *dir) {
     if (n < 6 || strcmp(e->d_name + n - 5, ".prom") != 0) continue;
     char path[4096];
     if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
-    if (read_file(path, &procs[nprocs]) == 1) nprocs++;
+    /* Not one named by the user: the rest of the directory still counts.
+     * A FIFO here would be no metrics file, so only regular files. */
+    const char *why;
+    int r = read_file(path, &procs[nprocs], 0, &why);
+    if (r < 0) fprintf(stderr, "linkpass-status: skipping %s: %s\n", path, why);
+    if (r == 1) nprocs++;
   }
   closedir(d);
   return 0;
 }
 
 /* The last event lines linkpass sent to syslog ("... linkpass[pid]: event=..."),
- * from a file or, for "-", standard input (journalctl's output). */
-static void read_events(const char *log, int want) {
-  FILE *f = strcmp(log, "-") == 0 ? stdin : fopen(log, "r");
-  if (f == NULL) return;
+ * from a file or, for "-", standard input (journalctl's output).  0, or -1
+ * when a log the user named cannot be read; the default one is read only
+ * when it can be (a node whose log is the journal has none). */
+static int read_events(const char *log, int named, int want) {
+  const char *why = NULL;
+  FILE *f = strcmp(log, "-") == 0 ? stdin : open_text(log, 1, &why);
+  if (f == NULL) goto fail;
   char line[1024];
   while (fgets(line, sizeof(line), f)) {
     if (strstr(line, "linkpass[") == NULL || strstr(line, "event=") == NULL) continue;
@@ -181,6 +237,7 @@ static void read_events(const char *log, int want) {
     snprintf(events[nevents % MAX_EVENTS], sizeof(events[0]), "%s", line);
     nevents++;
   }
+  if (ferror(f)) why = strerror(errno);
   if (f != stdin) fclose(f);
   if (want > MAX_EVENTS) want = MAX_EVENTS;
   if (nevents > want) {
@@ -190,6 +247,15 @@ static void read_events(const char *log, int want) {
     memcpy(events, keep, sizeof(keep[0]) * (size_t)want);
     nevents = want;
   }
+  if (why != NULL) goto fail;
+  return 0;
+fail:
+  if (!named) return 0;
+  fprintf(stderr,
+          "linkpass-status: cannot read the log %s: %s (name a syslog file that can be read, or - for standard "
+          "input)\n",
+          strcmp(log, "-") == 0 ? "on standard input" : log, why);
+  return -1;
 }
 
 /* A key=value field of an event line into out ("" when absent). */
@@ -366,10 +432,13 @@ static void usage(FILE *out) {
           "usage: linkpass-status [--dir DIR] [--log FILE] [--events N] [--json] [FILE.prom ...]\n"
           "  --dir DIR     metrics directory (default: that of $LINKPASS_METRICS_FILE, else\n"
           "                /var/lib/prometheus/node-exporter, the textfile directory of Debian's node exporter)\n"
-          "  --log FILE    syslog file with linkpass's event lines (default /var/log/syslog, when readable);\n"
+          "  --log FILE    syslog file with linkpass's event lines (default /var/log/syslog, when readable;\n"
+          "                a FILE named here that cannot be read is an error);\n"
           "                - reads them from standard input: journalctl -t linkpass | linkpass-status --log -\n"
           "  --events N    how many of the last event lines to show (default 8; 0: none)\n"
-          "  --json        one JSON document instead of the table\n");
+          "  --json        one JSON document instead of the table\n"
+          "exit status: 0, 1 when an input cannot be read (the directory, a FILE.prom, the --log FILE),\n"
+          "2 on a bad option\n");
 }
 
 int main(int argc, char **argv) {
@@ -378,11 +447,14 @@ int main(int argc, char **argv) {
       {"events", required_argument, NULL, 'e'}, {"json", no_argument, NULL, 'j'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   const char *dir = NULL, *log = "/var/log/syslog";
-  int json = 0, want_events = 8, c;
+  int json = 0, want_events = 8, log_named = 0, c;
   while ((c = getopt_long(argc, argv, "d:l:e:jh", longopts, NULL)) != -1) {
     switch (c) {
     case 'd': dir = optarg; break;
-    case 'l': log = optarg; break;
+    case 'l':
+      log = optarg;
+      log_named = 1;
+      break;
     case 'e': {
       char *end;
       long n = strtol(optarg, &end, 10);
@@ -399,9 +471,15 @@ int main(int argc, char **argv) {
     }
   }
   char where[4096];
+  int rc = 0;
   if (optind < argc) {
-    for (int i = optind; i < argc && nprocs < MAX_PROCS; i++)
-      if (read_file(argv[i], &procs[nprocs]) == 1) nprocs++;
+    for (int i = optind; i < argc && nprocs < MAX_PROCS; i++) {
+      const char *why;
+      int r = read_file(argv[i], &procs[nprocs], 1, &why);
+      if (r < 0) fprintf(stderr, "linkpass-status: cannot read the metrics file %s: %s\n", argv[i], why);
+      if (r < 0) rc = 1;
+      if (r == 1) nprocs++;
+    }
     snprintf(where, sizeof(where), "%d file%s", argc - optind, argc - optind == 1 ? "" : "s");
   } else {
     const char *pattern = getenv("LINKPASS_METRICS_FILE");
@@ -411,13 +489,16 @@ int main(int argc, char **argv) {
     }
     if (dir == NULL) dir = "/var/lib/prometheus/node-exporter";
     if (dir != where) snprintf(where, sizeof(where), "%s", dir);
-    if (read_dir(dir) != 0) return 1;
+    if (read_dir(dir) != 0) rc = 1;
   }
+  if (want_events > 0 && read_events(log, log_named, want_events) != 0) rc = 1;
+  /* Without an input the user asked for, a summary would pass for the
+   * node's whole story: the errors said what is missing, print nothing. */
+  if (rc != 0) return rc;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   for (int i = 0; i < nprocs; i++) judge(&procs[i], (double)now.tv_sec + (double)now.tv_nsec / 1e9);
   qsort(procs, (size_t)nprocs, sizeof(procs[0]), by_pid);
-  if (want_events > 0) read_events(log, want_events);
   if (json)
     print_json();
   else
