@@ -14,8 +14,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,7 @@
 #define MAX_DEVS 64
 #define MAX_EVENTS 64
 #define NAME_MAX_LEN 64
+#define MAX_BAD_LINES 3 /* said per metrics file; the rest are counted */
 
 /* The per-port series, in the order they are printed. */
 static const char *const dev_series[] = {"linkpass_path_up",          "linkpass_connections",
@@ -63,18 +66,88 @@ static int nprocs;
 static char events[MAX_EVENTS][1024];
 static int nevents;
 
-/* The value of label `key` in "k1=\"v1\",k2=\"v2\"" into out; 0 or -1. */
+/* The value of label `key` in "k1=\"v1\",k2=\"v2\"" into out; 0, -1 when it
+ * is absent, -2 when it is longer than out holds. */
 static int label(const char *labels, const char *key, char *out, size_t len) {
   size_t klen = strlen(key);
   for (const char *p = labels; (p = strstr(p, key)) != NULL; p += klen) {
     if ((p != labels && p[-1] != ',' && p[-1] != '{') || strncmp(p + klen, "=\"", 2) != 0) continue;
     const char *v = p + klen + 2, *end = strchr(v, '"');
-    if (end == NULL || (size_t)(end - v) >= len) return -1;
+    if (end == NULL) return -1;
+    if ((size_t)(end - v) >= len) return -2;
     memcpy(out, v, (size_t)(end - v));
     out[end - v] = '\0';
     return 0;
   }
   return -1;
+}
+
+/* A whole number in [lo, hi] into *out; 0, or -1 when s is anything else
+ * (atoi took "4294967297" for pid 1, and a pid of 1 is always running). */
+static int whole_number(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != '\0' || errno == ERANGE || n < lo || n > hi) return -1;
+  *out = (int)n;
+  return 0;
+}
+
+/* The next line of f into buf, without its newline: 1, 0 at the end, or
+ * LINE_LONG for a line longer than buf holds (read to its end and not cut:
+ * its head would carry a cut value, and its tail would be taken for a line
+ * of its own) or LINE_NUL for one with a NUL byte (which would hide the
+ * rest of it from the string functions), both with what fit in buf. */
+enum { LINE_NUL = -2, LINE_LONG = -1 };
+static int next_line(FILE *f, char *buf, size_t len) {
+  size_t n = 0;
+  int c, got = 1;
+  while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+    if (c == '\0')
+      got = LINE_NUL;
+    else if (n + 1 < len)
+      buf[n++] = (char)c;
+    else if (got == 1)
+      got = LINE_LONG;
+  }
+  buf[n] = '\0';
+  return c == EOF && n == 0 && got == 1 ? 0 : got;
+}
+
+/* "name{labels} value [timestamp]", cut in place into line (the name),
+ * *labels and *value: NULL, or what is wrong with the line. */
+static const char *parse_sample(char *line, char **labels, double *value) {
+  char *brace = strchr(line, '{'), *close = brace ? strchr(brace, '}') : NULL, *end, *rest;
+  if (brace == NULL || close == NULL) return "no {labels}";
+  *brace = '\0';
+  *close = '\0';
+  *labels = brace + 1;
+  /* strtod takes Prometheus' NaN and +Inf, and makes 1e999 infinite. */
+  *value = strtod(close + 1, &end);
+  if (end == close + 1) return "no number after the labels";
+  (void)strtoll(end, &rest, 10); /* the optional timestamp */
+  if (rest[strspn(rest, " \t\r")] != '\0') return "more than a number and a timestamp after the labels";
+  return NULL;
+}
+
+/* A metrics file being read, for what is said about its bad lines. */
+struct reading {
+  const char *path;
+  size_t line, bad; /* a file of newlines can hold more than an int counts */
+};
+
+/* A linkpass line that is not what the plugin writes is left out and said,
+ * for the first few of a file only: a file of garbage says so once, not for
+ * a screenful. */
+static void bad_line(struct reading *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bad_line(struct reading *r, const char *fmt, ...) {
+  if (++r->bad > MAX_BAD_LINES) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "linkpass-status: %s:%zu: ", r->path, r->line);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, ": line left out\n");
+  va_end(ap);
 }
 
 static int series_index(const char *name, const char *const *list, int n) {
@@ -146,22 +219,52 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
   snprintf(p->file, sizeof(p->file), "%s", path);
   p->pid = -1;
   char line[2048];
-  int ours = 0;
-  while (fgets(line, sizeof(line), f)) {
-    if (line[0] == '#' || strncmp(line, "linkpass_", 9) != 0) continue;
-    char *brace = strchr(line, '{'), *close = brace ? strchr(brace, '}') : NULL;
-    if (brace == NULL || close == NULL) continue;
-    *brace = '\0';
-    *close = '\0';
-    double value = strtod(close + 1, NULL);
-    char pid[32], dev[NAME_MAX_LEN], port[16];
-    if (label(brace + 1, "pid", pid, sizeof(pid)) == 0) p->pid = atoi(pid);
+  int ours = 0, full = 0, got;
+  struct reading r = {.path = path};
+  while ((got = next_line(f, line, sizeof(line))) != 0) {
+    r.line++;
+    /* Comments, and other exporters' series in the textfile directory. */
+    if (strncmp(line, "linkpass_", 9) != 0) continue;
+    if (got == LINE_LONG) {
+      bad_line(&r, "longer than %zu characters", sizeof(line) - 1);
+      continue;
+    }
+    if (got == LINE_NUL) {
+      bad_line(&r, "a NUL byte");
+      continue;
+    }
+    char *labels, pid[32], dev[NAME_MAX_LEN], port[16];
+    double value;
+    int n;
+    const char *wrong = parse_sample(line, &labels, &value);
+    if (wrong != NULL) {
+      bad_line(&r, "%s", wrong);
+      continue;
+    }
+    int has_pid = label(labels, "pid", pid, sizeof(pid));
+    if (has_pid == -2 || (has_pid == 0 && whole_number(pid, 1, INT_MAX, &n) != 0)) {
+      bad_line(&r, "pid=\"%.31s\" is no process id", has_pid == 0 ? pid : "...");
+      continue;
+    }
+    if (has_pid == 0) p->pid = n;
     ours = 1;
     int k = series_index(line, dev_series, D_COUNT);
-    if (k >= 0 && label(brace + 1, "device", dev, sizeof(dev)) == 0 &&
-        label(brace + 1, "port", port, sizeof(port)) == 0) {
-      struct dev *d = dev_of(p, dev, atoi(port));
-      if (d) d->v[k] = value;
+    if (k >= 0) {
+      if (label(labels, "device", dev, sizeof(dev)) != 0 || label(labels, "port", port, sizeof(port)) != 0) {
+        bad_line(&r, "%s without a device (up to %d characters) and a port", line, NAME_MAX_LEN - 1);
+        continue;
+      }
+      if (whole_number(port, 1, 255, &n) != 0) {
+        bad_line(&r, "port=\"%s\" is no port number (1..255)", port);
+        continue;
+      }
+      struct dev *d = dev_of(p, dev, n);
+      if (d != NULL) {
+        d->v[k] = value;
+      } else if (!full) {
+        full = 1;
+        fprintf(stderr, "linkpass-status: %s: more than %d ports: the others left out\n", path, MAX_DEVS);
+      }
       continue;
     }
     k = series_index(line, proc_series, P_COUNT);
@@ -170,6 +273,8 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
       p->have[k] = 1;
     }
   }
+  if (r.bad > MAX_BAD_LINES)
+    fprintf(stderr, "linkpass-status: %s: %zu lines left out in all (is it a linkpass metrics file?)\n", path, r.bad);
   if (ferror(f)) {
     *why = strerror(errno);
     fclose(f);
@@ -195,8 +300,11 @@ static void judge(struct proc *p, double now) {
   }
 }
 
+/* Compared, not subtracted: a file without a pid (-1) and one of INT_MAX
+ * would overflow. */
 static int by_pid(const void *a, const void *b) {
-  return ((const struct proc *)a)->pid - ((const struct proc *)b)->pid;
+  int x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+  return (x > y) - (x < y);
 }
 
 static int read_dir(const char *dir) {
@@ -206,9 +314,13 @@ static int read_dir(const char *dir) {
     return -1;
   }
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && nprocs < MAX_PROCS) {
+  while ((e = readdir(d)) != NULL) {
     size_t n = strlen(e->d_name);
     if (n < 6 || strcmp(e->d_name + n - 5, ".prom") != 0) continue;
+    if (nprocs == MAX_PROCS) {
+      fprintf(stderr, "linkpass-status: more than %d metrics files in %s: the others left out\n", MAX_PROCS, dir);
+      break;
+    }
     char path[4096];
     if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
     /* Not one named by the user: the rest of the directory still counts.
@@ -230,23 +342,30 @@ static int read_events(const char *log, int named, int want) {
   const char *why = NULL;
   FILE *f = strcmp(log, "-") == 0 ? stdin : open_text(log, 1, &why);
   if (f == NULL) goto fail;
-  char line[1024];
-  while (fgets(line, sizeof(line), f)) {
+  char line[sizeof(events[0])];
+  size_t seen = 0, unread = 0; /* a log of years: more lines than an int counts */
+  int got;
+  while ((got = next_line(f, line, sizeof(line))) != 0) {
     if (strstr(line, "linkpass[") == NULL || strstr(line, "event=") == NULL) continue;
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(events[nevents % MAX_EVENTS], sizeof(events[0]), "%s", line);
-    nevents++;
+    if (got != 1) {
+      unread++;
+      continue;
+    }
+    memcpy(events[seen++ % MAX_EVENTS], line, sizeof(line));
   }
   if (ferror(f)) why = strerror(errno);
   if (f != stdin) fclose(f);
+  if (unread > 0)
+    fprintf(stderr,
+            "linkpass-status: %s: %zu linkpass event lines longer than %zu characters or with a NUL byte left out\n",
+            strcmp(log, "-") == 0 ? "standard input" : log, unread, sizeof(line) - 1);
   if (want > MAX_EVENTS) want = MAX_EVENTS;
-  if (nevents > want) {
-    /* Keep the last `want`, oldest first. */
-    char keep[MAX_EVENTS][1024];
-    for (int i = 0; i < want; i++) memcpy(keep[i], events[(nevents - want + i) % MAX_EVENTS], sizeof(keep[i]));
-    memcpy(events, keep, sizeof(keep[0]) * (size_t)want);
-    nevents = want;
-  }
+  /* Keep the last `want`, oldest first. */
+  size_t keep_n = seen < (size_t)want ? seen : (size_t)want;
+  char keep[MAX_EVENTS][sizeof(events[0])];
+  for (size_t i = 0; i < keep_n; i++) memcpy(keep[i], events[(seen - keep_n + i) % MAX_EVENTS], sizeof(keep[i]));
+  memcpy(events, keep, sizeof(keep[0]) * keep_n);
+  nevents = (int)keep_n;
   if (why != NULL) goto fail;
   return 0;
 fail:
@@ -473,18 +592,23 @@ int main(int argc, char **argv) {
   char where[4096];
   int rc = 0;
   if (optind < argc) {
+    if (argc - optind > MAX_PROCS)
+      fprintf(stderr, "linkpass-status: more than %d metrics files: the others left out\n", MAX_PROCS);
     for (int i = optind; i < argc && nprocs < MAX_PROCS; i++) {
       const char *why;
       int r = read_file(argv[i], &procs[nprocs], 1, &why);
       if (r < 0) fprintf(stderr, "linkpass-status: cannot read the metrics file %s: %s\n", argv[i], why);
       if (r < 0) rc = 1;
+      if (r == 0) fprintf(stderr, "linkpass-status: %s has no linkpass sample: no linkpass metrics file\n", argv[i]);
       if (r == 1) nprocs++;
     }
     snprintf(where, sizeof(where), "%d file%s", argc - optind, argc - optind == 1 ? "" : "s");
   } else {
     const char *pattern = getenv("LINKPASS_METRICS_FILE");
     if (dir == NULL && pattern != NULL && strrchr(pattern, '/') != NULL) {
-      snprintf(where, sizeof(where), "%.*s", (int)(strrchr(pattern, '/') - pattern), pattern);
+      /* "/linkpass-%p.prom" is in "/", not in "". */
+      int len = (int)(strrchr(pattern, '/') - pattern);
+      snprintf(where, sizeof(where), "%.*s", len > 0 ? len : 1, pattern);
       dir = where;
     }
     if (dir == NULL) dir = "/var/lib/prometheus/node-exporter";

@@ -125,4 +125,74 @@ jq -e '.processes | length == 1' "$tmp/out" >/dev/null || fail "the directory's 
 grep -q "skipping $tmp/dir/fifo.prom: not a regular file" "$tmp/err" || fail "the FIFO is not named: $(cat "$tmp/err")"
 grep -q "skipping $tmp/dir/sub.prom: Is a directory" "$tmp/err" || fail "the subdirectory is not named: $(cat "$tmp/err")"
 
+# 5. Lines of a metrics file that are not what linkpass writes are left out,
+# each said with its file and line (the first few of a file), and never read
+# as something else.
+pad=$(head -c 2100 /dev/zero | tr '\0' x)
+{
+  echo '# HELP linkpass_connections Connections whose path currently uses the NIC port.'
+  echo 'linkpass_connections{device="mlx5_0",port="1",pid="7"} 3'
+  # Cut at 2047 characters, the head's value was 12 and the tail a line of
+  # its own that set paths_lost to 99.
+  printf 'linkpass_connections{device="mlx5_0",port="1",pid="7",pad="%s"} 12345\n' "${pad:0:1983}"
+  printf 'linkpass_paths_lost_total{pid="7",pad="%s",x="1"}linkpass_paths_lost_total{pid="7"} 99\n' "${pad:0:2000}"
+  echo 'linkpass_up{pid="7"} 1'
+  echo 'linkpass_metrics_updated_timestamp_seconds{pid="7"} 1e10'
+  echo 'linkpass_replayed_requests_total{pid="7"}'
+  echo 'linkpass_replayed_bytes_total{pid="7"} 12 bytes'
+  echo 'linkpass_failovers_total{device="mlx5_0",port="x",pid="7"} 5'
+  echo 'linkpass_failbacks_total{device="mlx5_0",port="1",pid="7"} 2 1700000000000'
+} >"$tmp/bad.prom"
+run --log /dev/null --json "$tmp/bad.prom"
+((rc == 0)) || fail "malformed lines: exit $rc: $(cat "$tmp/err")"
+valid_json "malformed lines"
+jq -e '.processes[0] | .pid == 7 and .paths_lost == 0 and .replayed_requests == 0 and .replayed_bytes == 0 and
+  (.devices[0] | .connections == 3 and .failovers == 0 and .failbacks == 2)' "$tmp/out" >/dev/null ||
+  fail "a malformed line was read as a value: $(cat "$tmp/out")"
+grep -q "bad.prom:3: longer than 2047 characters: line left out" "$tmp/err" || fail "the long line is not named: $(cat "$tmp/err")"
+grep -q "bad.prom:7: no number after the labels" "$tmp/err" || fail "the line without a value is not named: $(cat "$tmp/err")"
+grep -q "bad.prom: 5 lines left out in all" "$tmp/err" || fail "the count of bad lines is missing: $(cat "$tmp/err")"
+n=$(grep -c "line left out" "$tmp/err")
+((n == 3)) || fail "$n bad lines said, expected the first 3: $(cat "$tmp/err")"
+
+# A pid beyond an int is no pid (atoi made 4294967297 pid 1, which always
+# runs), and a file without a pid sorts before one of INT_MAX.
+printf 'linkpass_up{pid="4294967297"} 1\n' >"$tmp/big.prom"
+printf 'linkpass_up{pid="2147483647"} 1\n' >"$tmp/max.prom"
+printf 'linkpass_paths_lost_total{job="x"} 0\n' >"$tmp/nopid.prom"
+run --log /dev/null --json "$tmp/big.prom"
+grep -q 'big.prom:1: pid="4294967297" is no process id' "$tmp/err" || fail "a pid beyond an int is not named: $(cat "$tmp/err")"
+jq -e '.processes | length == 0' "$tmp/out" >/dev/null || fail "a pid beyond an int was read: $(cat "$tmp/out")"
+run --log /dev/null --json "$tmp/max.prom" "$tmp/nopid.prom"
+jq -e '[.processes[].pid] == [-1, 2147483647]' "$tmp/out" >/dev/null || fail "processes not in pid order: $(cat "$tmp/out")"
+
+# More ports than the table holds: said, once.
+for i in $(seq 0 70); do echo "linkpass_path_up{device=\"mlx5_$i\",port=\"1\",pid=\"8\"} 1"; done >"$tmp/ports.prom"
+run --log /dev/null --json "$tmp/ports.prom"
+valid_json "71 ports"
+grep -q "ports.prom: more than 64 ports: the others left out" "$tmp/err" || fail "the ports left out are not said: $(cat "$tmp/err")"
+
+# A file named with no linkpass sample is said.
+printf 'node_load1 0.5\n' >"$tmp/other.prom"
+run --log /dev/null "$tmp/other.prom"
+((rc == 0)) && grep -q "other.prom has no linkpass sample" "$tmp/err" || fail "a file with no linkpass sample: exit $rc: $(cat "$tmp/err")"
+
+# 6. An event line longer than the command reads is left out, and its tail
+# is not taken for an event of its own.
+{
+  printf 'Dec  1 10:00:00 node7 linkpass[5]: event=failover dev=mlx5_0 new_dev=mlx5_1 pad=%s\n' "$pad"
+  printf 'Dec  1 10:00:00 node7 kernel: %s linkpass[5]: event=failback dev=bogus\n' "${pad:0:1000}"
+  printf 'Dec  1 10:00:01 node7 linkpass[5]: event=failover dev=mlx5_2 new_dev=mlx5_3\n'
+} >"$tmp/long.log"
+run --log "$tmp/long.log" --json "$good"
+((rc == 0)) || fail "long event lines: exit $rc: $(cat "$tmp/err")"
+valid_json "long event lines"
+jq -e '[.events[].dev] == ["mlx5_2"]' "$tmp/out" >/dev/null || fail "a long event line was read: $(cat "$tmp/out")"
+grep -q "long.log: 1 linkpass event lines longer than 1023 characters" "$tmp/err" ||
+  fail "the long event line is not said: $(cat "$tmp/err")"
+
+# 7. A metrics file pattern in / means the directory /, not "".
+LINKPASS_METRICS_FILE=/linkpass-%p.prom run --log /dev/null --events 0
+((rc == 0)) || fail "LINKPASS_METRICS_FILE=/linkpass-%p.prom: exit $rc: $(cat "$tmp/err")"
+
 echo "PASS status_input: bad input gives a clear error or valid output"
