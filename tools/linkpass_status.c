@@ -97,8 +97,10 @@ static int whole_number(const char *s, long lo, long hi, int *out) {
  * LINE_LONG for a line longer than buf holds (read to its end and not cut:
  * its head would carry a cut value, and its tail would be taken for a line
  * of its own) or LINE_NUL for one with a NUL byte (which would hide the
- * rest of it from the string functions), both with what fit in buf. */
-enum { LINE_NUL = -2, LINE_LONG = -1 };
+ * rest of it from the string functions), both with what fit in buf; or
+ * LINE_ERROR when the read failed, with errno its reason (taken at once:
+ * what the caller prints about earlier lines would change errno). */
+enum { LINE_ERROR = -3, LINE_NUL = -2, LINE_LONG = -1 };
 static int next_line(FILE *f, char *buf, size_t len) {
   size_t n = 0;
   int c, got = 1;
@@ -111,6 +113,7 @@ static int next_line(FILE *f, char *buf, size_t len) {
       got = LINE_LONG;
   }
   buf[n] = '\0';
+  if (c == EOF && ferror(f)) return LINE_ERROR;
   return c == EOF && n == 0 && got == 1 ? 0 : got;
 }
 
@@ -176,15 +179,17 @@ static int is_dev_null(const struct stat *st) {
 /* Opens a file to read lines from; NULL, with *why, when it cannot be read
  * or is nothing to read lines from: a directory opens and reads as nothing
  * (it was skipped without a word), a device such as /dev/zero never ends,
- * and the open of a FIFO no one writes blocks (hence O_NONBLOCK, cleared
- * once the file is known).  Only a regular file or /dev/null is read, and
+ * and the open of a FIFO no one writes blocks (hence O_NONBLOCK where a
+ * FIFO is refused, cleared once the file is known).  Only a regular file or /dev/null is read, and
  * where pipe_ok a pipe (bash's <(journalctl ...), a FIFO named on the
  * command line). */
 static FILE *open_text(const char *path, int pipe_ok, const char **why) {
   struct stat st;
   int flags, saved;
   FILE *f;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  /* Opened without waiting, a FIFO nobody writes yet would read as empty
+   * at once: one the user named is waited for, as cat does. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | (pipe_ok ? 0 : O_NONBLOCK));
   if (fd < 0) goto fail;
   if (fstat(fd, &st) != 0) goto fail_fd;
   if (S_ISDIR(st.st_mode)) {
@@ -221,7 +226,7 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
   char line[2048];
   int ours = 0, full = 0, got;
   struct reading r = {.path = path};
-  while ((got = next_line(f, line, sizeof(line))) != 0) {
+  while ((got = next_line(f, line, sizeof(line))) != 0 && got != LINE_ERROR) {
     r.line++;
     /* Comments, and other exporters' series in the textfile directory. */
     if (strncmp(line, "linkpass_", 9) != 0) continue;
@@ -275,7 +280,7 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
   }
   if (r.bad > MAX_BAD_LINES)
     fprintf(stderr, "linkpass-status: %s: %zu lines left out in all (is it a linkpass metrics file?)\n", path, r.bad);
-  if (ferror(f)) {
+  if (got == LINE_ERROR) {
     *why = strerror(errno);
     fclose(f);
     return -1;
@@ -345,7 +350,7 @@ static int read_events(const char *log, int named, int want) {
   char line[sizeof(events[0])];
   size_t seen = 0, unread = 0; /* a log of years: more lines than an int counts */
   int got;
-  while ((got = next_line(f, line, sizeof(line))) != 0) {
+  while ((got = next_line(f, line, sizeof(line))) != 0 && got != LINE_ERROR) {
     if (strstr(line, "linkpass[") == NULL || strstr(line, "event=") == NULL) continue;
     if (got != 1) {
       unread++;
@@ -353,7 +358,7 @@ static int read_events(const char *log, int named, int want) {
     }
     memcpy(events[seen++ % MAX_EVENTS], line, sizeof(line));
   }
-  if (ferror(f)) why = strerror(errno);
+  if (got == LINE_ERROR) why = strerror(errno);
   if (f != stdin) fclose(f);
   if (unread > 0)
     fprintf(stderr,

@@ -195,4 +195,16 @@ grep -q "long.log: 1 linkpass event lines longer than 1023 characters" "$tmp/err
 LINKPASS_METRICS_FILE=/linkpass-%p.prom run --log /dev/null --events 0
 ((rc == 0)) || fail "LINKPASS_METRICS_FILE=/linkpass-%p.prom: exit $rc: $(cat "$tmp/err")"
 
+# 8. A FIFO named as the log is read once its writer comes, not taken for
+# an empty file because nobody had it open for writing yet.  The status
+# command opens it first (in the background); the write's open waits for it.
+mkfifo "$tmp/log.fifo"
+timeout 10 "$status" --log "$tmp/log.fifo" --json "$good" >"$tmp/out" 2>"$tmp/err" &
+reader=$!
+printf 'Dec  1 10:00:02 node7 linkpass[5]: event=failover dev=mlx5_4 new_dev=mlx5_5\n' >"$tmp/log.fifo"
+wait "$reader"
+rc=$?
+((rc == 0)) || fail "a FIFO as the log: exit $rc: $(cat "$tmp/err")"
+jq -e '[.events[].dev] == ["mlx5_4"]' "$tmp/out" >/dev/null || fail "the FIFO's event was not read: $(cat "$tmp/out")"
+
 echo "PASS status_input: bad input gives a clear error or valid output"
