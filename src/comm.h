@@ -50,6 +50,7 @@ struct lp_req {
     size_t sizes[LP_MAX_RECVS]; /* recv: bytes received per sub-receive */
     struct {                    /* flush: the reads that could not be posted yet */
       uint64_t devs;            /* bit d: device d */
+      uint64_t since_ns;        /* when a read first had to wait (0: none has) */
       void *data;
       void *mhandle;
     } unposted;

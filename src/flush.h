@@ -19,7 +19,8 @@ struct lp_flush_path;
 
 struct lp_flush {
   struct lp_flush_path *path[LP_MAX_DEVS];
-  uint64_t open_failed; /* devices whose path could not be made (bit d), warned about once */
+  uint64_t warned;                /* bit d: a failure through device d said, no read completed since */
+  uint64_t retry_ns[LP_MAX_DEVS]; /* no new path through d before then (a failure's back-off) */
 };
 
 /* Read one byte at `addr` (key `rkey` on `dev`'s NIC) through `dev`:

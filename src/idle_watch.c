@@ -136,7 +136,7 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     if (c->fo->watch_skip_until_ns <= now) {
       note_paths(c);
       lp_comm_leave(c);
-      arm(w, c);
+      if (!c->fo->watch_off) arm(w, c); /* set meanwhile by a look (a failed comm, a closed peer) */
       c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
     } else {

@@ -29,20 +29,16 @@ static struct lp_ctx **ctx_link(struct lp_plugin *p, const void *ctx) {
   return *at != NULL ? at : NULL;
 }
 
-/* Resolve an NCCL context pointer (NULL: the default one).  NULL if it is
- * not a live one: finalized already, or never ours. */
-static struct lp_ctx *ctx_get(struct lp_plugin *p, void *ctx) {
-  if (ctx == NULL) return &p->default_ctx;
+/* The traffic class of a comm made under `ctx` (NULL: the default
+ * context) into *tc, read under the lock: a finalize at the same time
+ * frees it.  -1 when `ctx` is not a live context: finalized already, or
+ * never ours. */
+static int ctx_tc(struct lp_plugin *p, void *ctx, int *tc) {
   pthread_mutex_lock(&p->lock);
-  struct lp_ctx **at = ctx_link(p, ctx);
+  const struct lp_ctx *c = ctx == NULL ? &p->default_ctx : ctx_link(p, ctx) != NULL ? ctx : NULL;
+  if (c != NULL) *tc = c->traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF ? c->traffic_class : p->env.cfg.tc;
   pthread_mutex_unlock(&p->lock);
-  return at != NULL ? *at : NULL;
-}
-
-/* The traffic class a comm made under `ctx` uses. */
-static int ctx_tc(const struct lp_plugin *p, const struct lp_ctx *ctx) {
-  if (ctx && ctx->traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF) return ctx->traffic_class;
-  return p->env.cfg.tc;
+  return c != NULL ? 0 : -1;
 }
 
 static const char *env_get(void *arg, const char *name) {
@@ -304,7 +300,8 @@ ncclResult_t lp_get_properties(int dev, ncclNetProperties_v12_t *props) {
 
 ncclResult_t lp_set_net_attr(void *ctx, ncclNetAttr_v12_t *netAttr) {
   (void)netAttr; /* hints about the collective; nothing to tune yet */
-  if (ctx_get(&the_plugin, ctx) == NULL) {
+  int tc;
+  if (ctx_tc(&the_plugin, ctx, &tc) != 0) {
     LP_WARN("setNetAttr: invalid context %p", ctx);
     return ncclInvalidArgument;
   }
@@ -315,12 +312,12 @@ ncclResult_t lp_set_net_attr(void *ctx, ncclNetAttr_v12_t *netAttr) {
 ncclResult_t lp_listen(void *ctx, int dev, void *handle, void **listenComm) {
   struct lp_plugin *p = &the_plugin;
   *listenComm = NULL;
-  struct lp_ctx *c = ctx_get(p, ctx);
-  if (!p->ready || c == NULL || dev < 0 || dev >= p->env.ndevs || handle == NULL) {
+  int tc = 0;
+  if (!p->ready || ctx_tc(p, ctx, &tc) != 0 || dev < 0 || dev >= p->env.ndevs || handle == NULL) {
     LP_WARN("listen: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->env.ndevs);
     return ncclInvalidArgument;
   }
-  return lp_setup_listen(&p->setup, dev, ctx_tc(p, c), handle, listenComm);
+  return lp_setup_listen(&p->setup, dev, tc, handle, listenComm);
 }
 
 ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, void **sendComm,
@@ -328,11 +325,11 @@ ncclResult_t lp_connect(void *ctx, int dev, int traffic_class, void *handle, voi
   struct lp_plugin *p = &the_plugin;
   *sendComm = NULL;
   if (sendDevComm) *sendDevComm = NULL; /* no device offload */
-  struct lp_ctx *c = ctx_get(p, ctx);
-  if (!p->ready || c == NULL || dev < 0 || dev >= p->env.ndevs) {
+  int ctx_class = 0;
+  if (!p->ready || ctx_tc(p, ctx, &ctx_class) != 0 || dev < 0 || dev >= p->env.ndevs) {
     LP_WARN("connect: invalid call (initialized %d, context %p, device %d of %d)", p->ready, ctx, dev, p->env.ndevs);
     return ncclInvalidArgument;
   }
-  int tc = traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF ? traffic_class : ctx_tc(p, c);
+  int tc = traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF ? traffic_class : ctx_class;
   return lp_setup_connect(&p->setup, dev, tc, handle, sendComm);
 }

@@ -148,11 +148,14 @@ void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port,
   if (b->held[dev] >= 0 && beat(b, b->held[dev], now_ns) != 0) b->held[dev] = -1;
   if (b->held[dev] < 0 && (b->held[dev] = claim(b, now_ns)) < 0) return; /* a full board */
   struct lp_rb_slot *s = &b->t->slot[b->held[dev]];
-  /* Odd while nobody writes it: a holder killed between its two adds, or
-   * a corrupt file.  The slot is ours now; without this each post would
-   * leave it odd and hidden from every reader for good. */
-  if (atomic_load_explicit(&s->seq, rx) & 1u) atomic_fetch_add_explicit(&s->seq, 1, rx);
-  atomic_fetch_add_explicit(&s->seq, 1, memory_order_acq_rel); /* odd: readers skip it */
+  /* To odd (readers skip it) in one step: from even by 1, from odd by 2.
+   * Odd while nobody writes it is a holder killed between its two adds, or
+   * a corrupt file: each post would leave it odd, hidden for good.  A
+   * holder that stalled past the takeover and finishes its write meanwhile
+   * makes the swap fail, not the count. */
+  uint32_t seq = atomic_load_explicit(&s->seq, rx);
+  while (!atomic_compare_exchange_weak_explicit(&s->seq, &seq, seq + ((seq & 1u) ? 2u : 1u), memory_order_acq_rel, rx))
+    continue;
   atomic_store_explicit(&s->guid, guid, rx);
   atomic_store_explicit(&s->port, port, rx);
   atomic_store_explicit(&s->mbps, mbps, rx);

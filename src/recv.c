@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "recv.h"
+
+#include "clock.h"
 #include "log.h"
 
 /* Message in `slot` fully delivered, sizes set. */
@@ -175,8 +177,28 @@ ncclResult_t lp_recv_probe(struct lp_recv_comm *r, uint64_t now) {
   return lp_comm_post(c, 0, &wr, LP_WR_CTS, LP_CTS_SIGNAL_EVERY, 1, r->tail);
 }
 
+/* How long a flush waits for a device's flush path to be rebuilt (its
+ * broken QP's reads to be reaped): they come back within microseconds of
+ * the breakage on a NIC, and a CQ that never returns them must not hold
+ * every later flush for good. */
+#define LP_FLUSH_WAIT_NS (1000ull * 1000 * 1000)
+
+/* A read of `req` through `d` could not be posted now: 1 while it may wait
+ * longer, 0 once it waited too long (said). */
+static int flush_may_wait(struct lp_comm *c, struct lp_req *req, int d) {
+  uint64_t now = lp_now_ns();
+  if (req->unposted.since_ns == 0) req->unposted.since_ns = now;
+  if (now - req->unposted.since_ns < LP_FLUSH_WAIT_NS) return 1;
+  LP_WARN(
+      "iflush on the connection to %s: the flush path through %s:%d was not rebuilt within 1 s (the reads of "
+      "its broken QP never completed): this receive's data may not yet be visible to the GPU",
+      c->peer, c->env->devs[d].name, c->env->devs[d].port);
+  return 0;
+}
+
 /* Post the reads of `req` still unposted; a device that cannot take one
- * now keeps its bit, one that cannot take any is dropped (flush.c said why). */
+ * now keeps its bit, for a while, one that cannot take any is dropped
+ * (flush.c said why). */
 static void post_flush_reads(struct lp_recv_comm *r, struct lp_req *req) {
   struct lp_comm *c = &r->base;
   for (int d = 0; d < c->env->ndevs; d++) {
@@ -188,7 +210,8 @@ static void post_flush_reads(struct lp_recv_comm *r, struct lp_req *req) {
     int gone = c->health != NULL && (!lp_health_link_up(c->health, d) || lp_health_nic_fatal(c->health, nic));
     if (!gone && mr != NULL &&
         lp_flush_post(&r->flush, c->env, d, (uint64_t)(uintptr_t)req->unposted.data, mr->rkey, &req->events) ==
-            ncclInProgress)
+            ncclInProgress &&
+        flush_may_wait(c, req, d))
       continue;
     req->unposted.devs &= ~(1ull << d);
   }
