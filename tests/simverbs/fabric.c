@@ -127,10 +127,16 @@ int sv_fabric_destroy(const char *name) {
   sv_fabric_path(name, path, sizeof(path));
   snprintf(dir, sizeof(dir), "%s.d", path);
   /* A process on the fabric may still be writing its port counters there
-   * (its engine thread): a file it adds behind the walk keeps a directory
-   * from going, so the walk is made again.  It stops writing once the
-   * port's directory is gone. */
-  for (int pass = 0; pass < 4 && access(dir, F_OK) == 0; pass++) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+   * (its engine thread), a file at a time, for as long as the port's
+   * directory is there: a walk of the tree in place raced it, and a busy
+   * writer kept directories from going pass after pass.  The tree is moved
+   * aside first, in one step: from then on every path the writer builds
+   * names nothing, and at most the file it was writing lands in the moved
+   * tree, which the next pass takes. */
+  char doomed[PATH_MAX + 32];
+  snprintf(doomed, sizeof(doomed), "%s.gone.%d", dir, (int)getpid());
+  const char *tree = rename(dir, doomed) == 0 ? doomed : dir;
+  for (int pass = 0; pass < 4 && access(tree, F_OK) == 0; pass++) nftw(tree, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return unlink(path);
 }
 

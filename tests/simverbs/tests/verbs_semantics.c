@@ -61,12 +61,14 @@ static void open_end(struct end *e, const char *name, int cqe) {
   e->pd = ibv_alloc_pd(e->ctx);
   e->cq = ibv_create_cq(e->ctx, cqe, NULL, NULL, 0);
   e->buf = calloc(1, BUF_SIZE);
-  e->mr = ibv_reg_mr(e->pd, e->buf, BUF_SIZE,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                         IBV_ACCESS_REMOTE_ATOMIC);
-  struct ibv_qp_init_attr ia = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
-                                .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4,
-                                        .max_recv_sge = 4, .max_inline_data = 64}};
+  e->mr =
+      ibv_reg_mr(e->pd, e->buf, BUF_SIZE,
+                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+  struct ibv_qp_init_attr ia = {
+      .send_cq = e->cq,
+      .recv_cq = e->cq,
+      .qp_type = IBV_QPT_RC,
+      .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4, .max_inline_data = 64}};
   e->qp = ibv_create_qp(e->pd, &ia);
   cr_assert(e->pd && e->cq && e->mr && e->qp);
   struct ibv_port_attr pa;
@@ -75,15 +77,19 @@ static void open_end(struct end *e, const char *name, int cqe) {
 }
 
 static int to_init(struct end *e) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                             IBV_ACCESS_REMOTE_ATOMIC};
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT,
+      .port_num = 1,
+      .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
   return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
 static int to_rtr_rnr(struct end *e, struct end *peer, uint8_t min_rnr_timer) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = peer->qp->qp_num,
-                          .max_dest_rd_atomic = 1, .min_rnr_timer = min_rnr_timer,
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = IBV_MTU_4096,
+                          .dest_qp_num = peer->qp->qp_num,
+                          .max_dest_rd_atomic = 1,
+                          .min_rnr_timer = min_rnr_timer,
                           .ah_attr = {.dlid = peer->lid, .port_num = 1}};
   return ibv_modify_qp(e->qp, &a,
                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -94,11 +100,11 @@ static int to_rtr(struct end *e, struct end *peer) { return to_rtr_rnr(e, peer, 
 
 /* timeout 8: 1.05 ms per attempt; 3 retries: the budget is about 4.2 ms. */
 static int to_rts(struct end *e, uint8_t timeout, uint8_t rnr_retry) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = timeout, .retry_cnt = 3, .rnr_retry = rnr_retry,
-                          .max_rd_atomic = 1};
-  return ibv_modify_qp(e->qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_RTS, .timeout = timeout, .retry_cnt = 3, .rnr_retry = rnr_retry, .max_rd_atomic = 1};
+  return ibv_modify_qp(
+      e->qp, &a,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 static void connect_pair(uint8_t timeout) {
@@ -173,8 +179,12 @@ static void post_recv(struct end *e, uint64_t id, uint64_t off, uint32_t len) {
 static int post_write(struct end *e, struct end *to, enum ibv_wr_opcode op, uint64_t id, uint64_t off, uint32_t len,
                       uint32_t rkey) {
   struct ibv_sge s = {.addr = (uintptr_t)e->buf + off, .length = len, .lkey = e->mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = op,
-                           .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(0xabcd)},
+  struct ibv_send_wr wr = {.wr_id = id,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = op,
+                           .send_flags = IBV_SEND_SIGNALED,
+                           .imm_data = htobe32(0xabcd)},
                      *bad;
   wr.wr.rdma.remote_addr = (uintptr_t)to->buf + off;
   wr.wr.rdma.rkey = rkey;
@@ -216,7 +226,10 @@ Test(data, send_scatters_over_sges_and_inline_is_copied_at_post) {
   struct ibv_recv_wr rwr = {.wr_id = 5, .sg_list = rs, .num_sge = 2}, *rbad;
   cr_assert_eq(ibv_post_recv(B.qp, &rwr, &rbad), 0);
   struct ibv_sge ss = {.addr = (uintptr_t)msg, .length = sizeof(msg)};
-  struct ibv_send_wr wr = {.wr_id = 6, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+  struct ibv_send_wr wr = {.wr_id = 6,
+                           .sg_list = &ss,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
                            .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE},
                      *bad;
   cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
@@ -261,7 +274,8 @@ Test(data, registrations_of_any_length_get_their_pages_shared) {
   cr_assert_geq(fab->mrs[m1->handle].win_fd, 0, "64 bytes past a page boundary still get the window");
   if (whole) {
     cr_assert_eq(fab->mrs[m1->handle].win_hi, (uintptr_t)big + BUF_SIZE + 4096, "the window has its last page");
-    cr_assert_eq(fab->mrs[m2->handle].win_id, fab->mrs[m1->handle].win_id, "a registration on shared pages shares them");
+    cr_assert_eq(fab->mrs[m2->handle].win_id, fab->mrs[m1->handle].win_id,
+                 "a registration on shared pages shares them");
   } else {
     cr_assert_eq(fab->mrs[m1->handle].win_hi, (uintptr_t)big + BUF_SIZE, "its last page, not wholly its own, is not");
     cr_assert_eq(fab->mrs[m2->handle].win_fd, -1, "a registration without a whole page of its own moves no page");
@@ -281,7 +295,8 @@ Test(data, registrations_of_any_length_get_their_pages_shared) {
   cr_assert_eq(memcmp(big + len, A.buf, 256), 0, "the neighbour's bytes");
   memset(big + len, 0, 256);
   cr_assert_eq(post_write(&A, &past, IBV_WR_RDMA_WRITE, 3, 0, 8, m1->rkey), 0);
-  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR, "the window is wider than the registration: access is not");
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_ACCESS_ERR,
+               "the window is wider than the registration: access is not");
   for (int i = 0; i < 8; i++) cr_assert_eq(big[len + i], 0, "nothing of a refused write lands");
   ibv_dereg_mr(m2);
   ibv_dereg_mr(m1);
@@ -382,7 +397,8 @@ static int page_present(const void *p) {
 /* Pages of [p, p + len) not in this process's page table. */
 static int pages_absent(const char *p, size_t len) {
   int absent = 0;
-  for (uintptr_t a = sv_page_down((uintptr_t)p); a < (uintptr_t)p + len; a += SV_PAGE) absent += !page_present((void *)a);
+  for (uintptr_t a = sv_page_down((uintptr_t)p); a < (uintptr_t)p + len; a += SV_PAGE)
+    absent += !page_present((void *)a);
   return absent;
 }
 
@@ -446,9 +462,14 @@ Test(data, a_send_queue_is_sized_by_its_caps_and_faulted_in_at_create) {
     uint32_t sge, inl, stride;
   } want[] = {{1, 0, 128}, {1, 256, 320}, {4, 64, 128}, {16, 0, 320}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-    struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = 512, .max_recv_wr = 1, .max_send_sge = want[i].sge,
-                                          .max_recv_sge = 1, .max_inline_data = want[i].inl}};
+    struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                  .recv_cq = A.cq,
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 512,
+                                          .max_recv_wr = 1,
+                                          .max_send_sge = want[i].sge,
+                                          .max_recv_sge = 1,
+                                          .max_inline_data = want[i].inl}};
     struct ibv_qp *qp = ibv_create_qp(A.pd, &ia);
     cr_assert_not_null(qp);
     struct sv_qp_local *lq = (struct sv_qp_local *)qp;
@@ -472,10 +493,13 @@ Test(bad_input, a_fabric_goes_down_whole_while_its_counters_are_written) {
   atomic_store(&stop, 1);
   pthread_join(t, NULL);
   cr_assert_neq(access(dir, F_OK), 0, "%s is left behind", dir);
+  char moved[PATH_MAX + 40]; /* where sv_fabric_destroy moves the tree to take it */
+  snprintf(moved, sizeof(moved), "%s.gone.%d", dir, (int)getpid());
+  cr_assert_neq(access(moved, F_OK), 0, "%s is left behind", moved);
 }
 
-static int post_atomic(enum ibv_wr_opcode op, uint64_t id, uint64_t remote_off, uint64_t compare_add,
-                       uint64_t swap, uint32_t rkey) {
+static int post_atomic(enum ibv_wr_opcode op, uint64_t id, uint64_t remote_off, uint64_t compare_add, uint64_t swap,
+                       uint32_t rkey) {
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8, .lkey = A.mr->lkey};
   struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = op, .send_flags = IBV_SEND_SIGNALED},
                      *bad;
@@ -530,8 +554,8 @@ Test(data, rdma_read_and_unsignaled_writes) {
   wr.wr.rdma.remote_addr = (uintptr_t)B.buf + 65536;
   wr.wr.rdma.rkey = B.mr->rkey;
   cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0); /* unsignaled: no completion */
-  struct ibv_send_wr rd = {.wr_id = 12, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
-                           .send_flags = IBV_SEND_SIGNALED};
+  struct ibv_send_wr rd = {
+      .wr_id = 12, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED};
   rd.wr.rdma.remote_addr = (uintptr_t)B.buf;
   rd.wr.rdma.rkey = B.mr->rkey;
   cr_assert_eq(ibv_post_send(A.qp, &rd, &bad), 0);
@@ -550,7 +574,9 @@ Test(data, completion_channel_delivers_an_event) {
   cr_assert_not_null(cq);
   cr_assert_eq(ibv_req_notify_cq(cq, 0), 0);
   /* A second QP pair whose receive CQ is the notified one. */
-  struct ibv_qp_init_attr ia = {.send_cq = B.cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+  struct ibv_qp_init_attr ia = {.send_cq = B.cq,
+                                .recv_cq = cq,
+                                .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
   struct ibv_qp *old = B.qp;
   B.qp = ibv_create_qp(B.pd, &ia);
@@ -642,7 +668,9 @@ Test(flap, flap_shorter_than_retry_budget_is_absorbed) {
 /* The send queue holds as many requests as create_qp granted, and no
  * more: with the peer's port down they all wait on the ACK timer. */
 Test(flap, a_send_queue_holds_what_create_granted_and_no_more) {
-  struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_RC,
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                .recv_cq = A.cq,
+                                .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 5, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   A.qp = ibv_create_qp(A.pd, &ia);
   cr_assert_not_null(A.qp);
@@ -672,8 +700,10 @@ Test(flap, write_to_an_init_qp_is_dropped_and_lands_one_ack_timeout_after_rtr) {
   uint64_t took = sv_now_ns() - t0;
   cr_assert_eq(wc.status, IBV_WC_SUCCESS, "got %s", ibv_wc_status_str(wc.status));
   cr_assert_eq(memcmp(A.buf, B.buf, 4096), 0);
-  cr_assert_geq(took, T16_NS, "retransmitted after %llu us, before the local ACK timeout", (unsigned long long)took / 1000);
-  cr_assert_lt(took, 2 * T16_NS, "the first retransmission must carry it (took %llu us)", (unsigned long long)took / 1000);
+  cr_assert_geq(took, T16_NS, "retransmitted after %llu us, before the local ACK timeout",
+                (unsigned long long)took / 1000);
+  cr_assert_lt(took, 2 * T16_NS, "the first retransmission must carry it (took %llu us)",
+               (unsigned long long)took / 1000);
 }
 
 Test(flap, rnr_nak_waits_the_responders_rnr_timer) {
@@ -692,7 +722,10 @@ Test(flap, rnr_nak_waits_the_responders_rnr_timer) {
   uint64_t took = sv_now_ns() - t0;
   cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
   cr_assert_geq(took, 40960000ull, "resent after %llu us, before the RNR timer", (unsigned long long)took / 1000);
-  cr_assert_lt(took, 3 * 40960000ull, "took %llu us", (unsigned long long)took / 1000);
+  /* Loose above (5 timers): on two busy cores the engine thread that
+   * resends may run tens of ms late (132 ms seen in CI against 3 timers);
+   * a resend that waits the largest RNR timer (655 ms), or none, still fails. */
+  cr_assert_lt(took, 5 * 40960000ull, "took %llu us", (unsigned long long)took / 1000);
 }
 
 Test(flap, retry_exceeded_comes_after_every_timeout_and_not_much_later) {
@@ -833,7 +866,10 @@ Test(faults, crashed_peer_process_is_seen_as_unreachable_and_reaped) {
   cr_assert_eq(read(toparent[0], &c, 1), 1);
   /* Alive: a write lands in the child's memory. */
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+  struct ibv_send_wr wr = {.wr_id = 1,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   wr.wr.rdma.remote_addr = rkey_addr[1];
@@ -859,9 +895,9 @@ Test(faults, crashed_peer_process_is_seen_as_unreachable_and_reaped) {
 Test(bad_input, wrong_attribute_masks_are_einval) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
   cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PORT), EINVAL, "INIT needs PKEY_INDEX and ACCESS");
-  cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS |
-                                           IBV_QP_TIMEOUT),
-               EINVAL, "TIMEOUT is not allowed on RESET->INIT");
+  cr_assert_eq(
+      ibv_modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_TIMEOUT),
+      EINVAL, "TIMEOUT is not allowed on RESET->INIT");
   struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
   cr_assert_eq(ibv_modify_qp(A.qp, &rtr, IBV_QP_STATE), EINVAL, "RESET->RTR is illegal");
   cr_assert_eq(to_init(&A), 0);
@@ -912,7 +948,10 @@ Test(bad_input, a_key_kept_after_dereg_is_refused_when_its_slot_is_reused) {
 Test(bad_input, out_of_bounds_write_is_remote_access_error) {
   connect_pair(8);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 3, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+  struct ibv_send_wr wr = {.wr_id = 3,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   wr.wr.rdma.remote_addr = (uintptr_t)B.buf + BUF_SIZE - 32; /* runs 32 bytes past the region */
@@ -925,7 +964,10 @@ Test(bad_input, out_of_bounds_write_is_remote_access_error) {
 Test(bad_input, bad_lkey_is_local_protection_error) {
   connect_pair(8);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey + 1};
-  struct ibv_send_wr wr = {.wr_id = 3, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+  struct ibv_send_wr wr = {.wr_id = 3,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   wr.wr.rdma.remote_addr = (uintptr_t)B.buf;
@@ -940,7 +982,10 @@ Test(bad_input, send_longer_than_receive_buffer) {
   connect_pair(8);
   post_recv(&B, 40, 0, 16);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 4, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+  struct ibv_send_wr wr = {.wr_id = 4,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
@@ -953,7 +998,9 @@ Test(bad_input, send_longer_than_receive_buffer) {
 Test(bad_input, cq_overrun_raises_cq_err) {
   struct ibv_cq *tiny = ibv_create_cq(A.ctx, 1, NULL, NULL, 0);
   cr_assert_not_null(tiny);
-  struct ibv_qp_init_attr ia = {.send_cq = tiny, .recv_cq = tiny, .qp_type = IBV_QPT_RC,
+  struct ibv_qp_init_attr ia = {.send_cq = tiny,
+                                .recv_cq = tiny,
+                                .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   A.qp = ibv_create_qp(A.pd, &ia);
   cr_assert_not_null(A.qp);
@@ -963,7 +1010,9 @@ Test(bad_input, cq_overrun_raises_cq_err) {
 }
 
 Test(bad_input, unsupported_qp_types_and_huge_queues_fail_cleanly) {
-  struct ibv_qp_init_attr ia = {.send_cq = A.cq, .recv_cq = A.cq, .qp_type = IBV_QPT_UD,
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                .recv_cq = A.cq,
+                                .qp_type = IBV_QPT_UD,
                                 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   errno = 0;
   cr_assert_null(ibv_create_qp(A.pd, &ia));
@@ -1186,7 +1235,10 @@ Test(data, a_dmabuf_registration_holds_the_buffer_after_its_fd_is_closed) {
   cr_assert_eq(close(fd), 0);
   fill(A.buf, 8192, 5);
   struct ibv_sge s = {.addr = (uintptr_t)A.buf, .length = 8192, .lkey = A.mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+  struct ibv_send_wr wr = {.wr_id = 1,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   wr.wr.rdma.remote_addr = (uintptr_t)view + 4096;
@@ -1210,7 +1262,10 @@ static void connect_to_itself(struct end *e) {
 
 static int post_read(struct end *e, uint64_t id, void *into, uint32_t lkey, void *from, uint32_t rkey) {
   struct ibv_sge s = {.addr = (uintptr_t)into, .length = 1, .lkey = lkey};
-  struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+  struct ibv_send_wr wr = {.wr_id = id,
+                           .sg_list = &s,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_READ,
                            .send_flags = IBV_SEND_SIGNALED},
                      *bad;
   wr.wr.rdma.remote_addr = (uintptr_t)from;
