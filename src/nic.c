@@ -207,14 +207,14 @@ static int read_numa(const char *ibdev_path) {
 
 int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struct lp_nic *nics, int *nnics,
                     struct lp_dev *devs, int max_devs) {
-  int ndevs = 0, nlist = 0;
+  int ndevs = 0, nlist = 0, d, ports_left = 0;
   *nnics = 0;
   struct ibv_device **list = ibv->get_device_list(&nlist);
   if (list == NULL) {
     LP_WARN("ibv_get_device_list failed: %s", strerror(errno));
     return 0;
   }
-  for (int d = 0; d < nlist && *nnics < LP_MAX_NICS; d++) {
+  for (d = 0; d < nlist && *nnics < LP_MAX_NICS; d++) {
     const char *name = ibv->get_device_name(list[d]);
     if (name == NULL) continue;
     struct lp_nic *nic = &nics[*nnics];
@@ -231,7 +231,7 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
       goto drop;
     }
     int kept = 0;
-    for (int port = 1; port <= nic->attr.phys_port_cnt && ndevs < max_devs; port++) {
+    for (int port = 1; port <= nic->attr.phys_port_cnt; port++) {
       struct ibv_port_attr pa;
       memset(&pa, 0, sizeof(pa));
       if (ibv->query_port(nic->ctx, (uint8_t)port, &pa) != 0) {
@@ -244,6 +244,10 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
       }
       if (!lp_filter_match(&cfg->hca, name, port)) {
         LP_INFO(NCCL_INIT | NCCL_NET, "skipping %s:%d (excluded by NCCL_IB_HCA)", name, port);
+        continue;
+      }
+      if (ndevs == max_devs) {
+        ports_left++;
         continue;
       }
       struct lp_dev *dev = &devs[ndevs];
@@ -272,6 +276,16 @@ int lp_nic_discover(const struct lp_ibv *ibv, const struct lp_config *cfg, struc
     ibv->close_device(nic->ctx);
     nic->ctx = NULL;
   }
+  /* What did not fit is said: its ports could neither carry connections
+   * nor take moved ones, and NCCL would never know they exist. */
+  if (d < nlist)
+    LP_WARN(
+        "%d RDMA devices found; linkpass opens the first %d it can use and leaves out the other %d: choose "
+        "them with NCCL_IB_HCA",
+        nlist, LP_MAX_NICS, nlist - d);
+  if (ports_left > 0)
+    LP_WARN("%d usable ports left out: linkpass offers at most %d devices (ports); choose them with NCCL_IB_HCA",
+            ports_left, max_devs);
   ibv->free_device_list(list);
   if (cfg->device_pci_order) lp_dev_sort_pci(devs, ndevs, nics);
   return ndevs;

@@ -2,11 +2,13 @@
 #define _GNU_SOURCE /* mkdtemp */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "log.h"
 #include "nic.h"
 
 Test(nic, speed_from_width_and_speed) {
@@ -27,8 +29,7 @@ static union ibv_gid gid_of(const char *text) {
 
 /* mlx5's usual table: link-local v1, v2, then IPv4-mapped v1, v2. */
 Test(nic, gid_prefers_roce_v2_ipv4) {
-  union ibv_gid g[4] = {gid_of("fe80::1"), gid_of("fe80::1"), gid_of("::ffff:198.18.0.1"),
-                        gid_of("::ffff:198.18.0.1")};
+  union ibv_gid g[4] = {gid_of("fe80::1"), gid_of("fe80::1"), gid_of("::ffff:198.18.0.1"), gid_of("::ffff:198.18.0.1")};
   int t[4] = {IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2};
   cr_expect_eq(lp_gid_pick(g, t, 4, 2, LP_FAMILY_ANY, NULL), 3);
   cr_expect_eq(lp_gid_pick(g, t, 4, 1, LP_FAMILY_ANY, NULL), 2);
@@ -52,8 +53,8 @@ static struct lp_addr_range range4(const char *net, int prefix) {
 
 /* NCCL_IB_ADDR_RANGE: only GIDs in the subnet are candidates. */
 Test(nic, gid_range_filters_candidates) {
-  union ibv_gid g[6] = {gid_of("fe80::1"),           gid_of("fe80::1"),           gid_of("::ffff:198.18.0.1"),
-                        gid_of("::ffff:198.18.0.1"), gid_of("::ffff:10.1.2.3"),   gid_of("::ffff:10.1.2.3")};
+  union ibv_gid g[6] = {gid_of("fe80::1"),           gid_of("fe80::1"),         gid_of("::ffff:198.18.0.1"),
+                        gid_of("::ffff:198.18.0.1"), gid_of("::ffff:10.1.2.3"), gid_of("::ffff:10.1.2.3")};
   int t[6] = {IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1,
               IBV_GID_TYPE_ROCE_V2, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2};
   struct lp_addr_range ten = range4("10.0.0.0", 8), bench = range4("198.18.0.0", 15), none = range4("172.16.0.0", 12);
@@ -95,8 +96,11 @@ Test(nic, devices_sort_by_pci_address_stably_unknown_last) {
   snprintf(nics[0].pci_path, sizeof(nics[0].pci_path), "/sys/devices/pci0000:80/0000:b1:00.0");
   snprintf(nics[1].pci_path, sizeof(nics[1].pci_path), "/nowhere");
   snprintf(nics[2].pci_path, sizeof(nics[2].pci_path), "/sys/devices/pci0000:00/0000:17:00.0");
-  struct lp_dev devs[5] = {{.nic = 0, .port = 1}, {.nic = 0, .port = 2}, {.nic = 1, .port = 1},
-                           {.nic = 2, .port = 1}, {.nic = 2, .port = 2}};
+  struct lp_dev devs[5] = {{.nic = 0, .port = 1},
+                           {.nic = 0, .port = 2},
+                           {.nic = 1, .port = 1},
+                           {.nic = 2, .port = 1},
+                           {.nic = 2, .port = 2}};
   lp_dev_sort_pci(devs, 5, nics);
   const int nic[5] = {2, 2, 0, 0, 1}, port[5] = {1, 2, 1, 2, 1};
   for (int i = 0; i < 5; i++) {
@@ -161,4 +165,71 @@ Test(nic, netdevs_of_the_nics_from_sysfs) {
   cr_expect_eq(lp_nic_netdevs(nics, 2, devs, 2, names, 1), 1, "bounded by the room given");
   snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
   cr_assert_eq(system(cmd), 0);
+}
+
+/* Discovery over a verbs library that offers one NIC with two usable
+ * ports, where linkpass has room for none: what does not fit is said (it
+ * was left out without a word). */
+static struct ibv_device fake_dev = {.name = "fake_0", .ibdev_path = "/nonexistent/fake_0"};
+static struct ibv_device *fake_list[] = {&fake_dev, NULL};
+static struct ibv_context fake_ctx;
+static char nic_warned[512];
+
+static struct ibv_device **fake_get_list(int *n) {
+  *n = 1;
+  return fake_list;
+}
+static void fake_free_list(struct ibv_device **l) { (void)l; }
+static const char *fake_name(struct ibv_device *d) { return d->name; }
+static struct ibv_context *fake_open(struct ibv_device *d) {
+  (void)d;
+  return &fake_ctx;
+}
+static int fake_close(struct ibv_context *c) {
+  (void)c;
+  return 0;
+}
+static int fake_query_device(struct ibv_context *c, struct ibv_device_attr *a) {
+  (void)c;
+  memset(a, 0, sizeof(*a));
+  a->phys_port_cnt = 2;
+  return 0;
+}
+static int fake_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a) {
+  (void)c, (void)port;
+  a->state = IBV_PORT_ACTIVE;
+  a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+  return 0;
+}
+static void capture_warn(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
+                         ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(nic_warned, sizeof(nic_warned), fmt, ap);
+  va_end(ap);
+}
+
+Test(nic, ports_beyond_the_devices_linkpass_has_room_for_are_said) {
+  struct lp_ibv ibv = {.get_device_list = fake_get_list,
+                       .free_device_list = fake_free_list,
+                       .get_device_name = fake_name,
+                       .open_device = fake_open,
+                       .close_device = fake_close,
+                       .query_device = fake_query_device,
+                       .query_port = fake_query_port};
+  struct lp_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  static struct lp_nic nics[LP_MAX_NICS];
+  struct lp_dev devs[1];
+  int nnics = -1;
+  nic_warned[0] = '\0';
+  lp_log_set_logger(capture_warn);
+  int n = lp_nic_discover(&ibv, &cfg, nics, &nnics, devs, 0);
+  lp_log_set_logger(NULL);
+  cr_assert_eq(n, 0);
+  cr_assert_eq(nnics, 0);
+  cr_assert(strstr(nic_warned, "2 usable ports left out") != NULL, "warned: \"%s\"", nic_warned);
+  cr_assert(strstr(nic_warned, "NCCL_IB_HCA") != NULL, "warned: \"%s\"", nic_warned);
 }
