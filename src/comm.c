@@ -19,9 +19,20 @@ struct lp_comm *lp_comm_check(void *comm, int kind) {
   return c;
 }
 
+struct lp_req *lp_comm_reqs(struct lp_comm *comm, int *n) {
+  if (comm->kind == LP_COMM_SEND) {
+    *n = LP_MAX_SEND_REQS;
+    return ((struct lp_send_comm *)comm)->reqs;
+  }
+  *n = LP_MAX_REQS;
+  return ((struct lp_recv_comm *)comm)->reqs;
+}
+
 struct lp_req *lp_req_alloc(struct lp_comm *comm) {
-  for (int i = 0; i < LP_MAX_REQS; i++) {
-    struct lp_req *r = &comm->reqs[i];
+  int n;
+  struct lp_req *pool = lp_comm_reqs(comm, &n);
+  for (int i = 0; i < n; i++) {
+    struct lp_req *r = &pool[i];
     if (!r->used) {
       memset(r, 0, sizeof(*r));
       r->used = 1;

@@ -25,7 +25,13 @@
 #include "wire.h"
 
 #define LP_COMM_MAGIC 0x4c50436fu
+/* Requests a comm can have outstanding.  A receive comm: an irecv or an
+ * iflush per step NCCL has in flight, within the FIFO's depth.  A send
+ * comm: an isend per sub-receive, and a message of the FIFO may gather up
+ * to LP_MAX_RECVS of them (several subs of NCCL's proxy on one
+ * connection), as NCCL's own transport sizes its pool. */
 #define LP_MAX_REQS NCCL_NET_MAX_REQUESTS
+#define LP_MAX_SEND_REQS (NCCL_NET_MAX_REQUESTS * LP_MAX_RECVS)
 
 #define LP_SIGNAL_EVERY 64           /* force a signaled WR at least this often */
 #define LP_CTS_SIGNAL_EVERY 16       /* receiver: one clear-to-send in this many is signaled */
@@ -80,8 +86,7 @@ struct lp_comm {
   int fed_unclocked;        /* and whether they took completions (the watchdog's) */
   uint64_t progress_end_ns; /* when the last one ended, while a timed message is out (progress.c) */
   char peer_id[160];        /* `peer` without blanks, for key=value event lines */
-  struct lp_req reqs[LP_MAX_REQS];
-  struct lp_watchdog wd; /* fed here, consulted by failover */
+  struct lp_watchdog wd;    /* fed here, consulted by failover */
   /* Set by failover while a move is agreed (failover.h): nothing new goes
    * out, and NCCL's calls only progress the move. */
   int paused;
@@ -140,6 +145,7 @@ struct lp_send_comm {
   size_t max_wr_bytes;
   int metered; /* messages out that the transmit meter times (lp_send_msg.metered) */
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
+  struct lp_req reqs[LP_MAX_SEND_REQS];
 };
 
 /* Messages of at least this many bytes are timed for their NIC's rate
@@ -166,6 +172,7 @@ struct lp_recv_comm {
   struct lp_mr *cts_mh[LP_FIFO_DEPTH][LP_MAX_RECVS]; /* to re-key CTS entries on another NIC */
   uint64_t flush_devs;   /* devices that delivered data since the last iflush (bit d: device d) */
   struct lp_flush flush; /* the loopback paths iflush reads through */
+  struct lp_req reqs[LP_MAX_REQS];
 };
 
 #define LP_SEND_CTRL_LEN \
@@ -175,6 +182,8 @@ struct lp_recv_comm {
 /* ---- comm.c ---- */
 struct lp_comm *lp_comm_check(void *comm, int kind); /* kind 0: send or recv */
 struct lp_req *lp_req_alloc(struct lp_comm *comm);
+/* The comm's requests: *n of them (its kind's pool). */
+struct lp_req *lp_comm_reqs(struct lp_comm *comm, int *n);
 void lp_req_free(struct lp_req *req);
 /* Record a failure once (WARN) and make the comm fail from now on. */
 ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fmt, ...)

@@ -120,9 +120,10 @@ static ncclResult_t refuse_failed(struct lp_comm *c, int reason, ncclResult_t rc
 
 /* ---- shared steps ---- */
 
-static int outstanding_requests(const struct lp_comm *c) {
-  int n = 0;
-  for (int i = 0; i < LP_MAX_REQS; i++) n += c->reqs[i].used && !c->reqs[i].done;
+static int outstanding_requests(struct lp_comm *c) {
+  int n = 0, nreqs;
+  const struct lp_req *reqs = lp_comm_reqs(c, &nreqs);
+  for (int i = 0; i < nreqs; i++) n += reqs[i].used && !reqs[i].done;
   return n;
 }
 

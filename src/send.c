@@ -237,7 +237,7 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
   }
   struct lp_req *req = lp_req_alloc(c);
   if (req == NULL) {
-    LP_WARN("isend: more than %d requests outstanding on the connection to %s", LP_MAX_REQS, c->peer);
+    LP_WARN("isend: more than %d requests outstanding on the connection to %s", LP_MAX_SEND_REQS, c->peer);
     return ncclInternalError;
   }
   req->type = LP_REQ_SEND;
@@ -256,11 +256,11 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
     m->events = c->link.nqps;
     meter(s, m);
     s->head++;
+    /* A failure here fails the comm for good: the request stays with its
+     * message, which still names it (freed, a later use of the slot would
+     * be completed by this message's completions). */
     rc = lp_send_progress(s);
-    if (rc != ncclSuccess) {
-      lp_req_free(req);
-      return rc;
-    }
+    if (rc != ncclSuccess) return rc;
   }
   *out = req;
   return ncclSuccess;

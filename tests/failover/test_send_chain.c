@@ -133,3 +133,22 @@ Test(send_chain, a_queue_without_room_posts_what_fits_and_the_rest_later) {
   cr_expect_eq(seen.wr[20].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
   cr_expect_eq(s.post_seq, 2u);
 }
+
+/* A message of the FIFO may gather LP_MAX_RECVS sub-receives, each an
+ * isend of its own, and the FIFO holds LP_FIFO_DEPTH messages: a send comm
+ * needs a request for each (NCCL's proxy puts several subs on one
+ * connection).  With a pool the size of a receive comm's, the 33rd isend
+ * failed and NCCL aborted. */
+Test(requests, a_send_comm_holds_an_isend_for_every_sub_receive_of_the_fifo) {
+  static struct lp_send_comm sc;
+  static struct lp_recv_comm rc;
+  memset(&sc, 0, sizeof(sc));
+  memset(&rc, 0, sizeof(rc));
+  sc.base.kind = LP_COMM_SEND;
+  rc.base.kind = LP_COMM_RECV;
+  for (int i = 0; i < LP_FIFO_DEPTH * LP_MAX_RECVS; i++)
+    cr_assert_not_null(lp_req_alloc(&sc.base), "isend %d of %d found no request", i + 1, LP_FIFO_DEPTH * LP_MAX_RECVS);
+  cr_assert_null(lp_req_alloc(&sc.base));
+  for (int i = 0; i < LP_FIFO_DEPTH; i++) cr_assert_not_null(lp_req_alloc(&rc.base));
+  cr_assert_null(lp_req_alloc(&rc.base));
+}
