@@ -101,6 +101,7 @@ struct lp_listen_comm {
   struct lp_pending pend[LP_MAX_PENDING];
   struct lp_accept_stage *stage;
   int accept_err; /* the last accept error warned about (-errno; 0: none since) */
+  int full_said;  /* a table full of connections being set up was warned about (until one made room) */
 };
 
 static uint64_t deadline_after(uint64_t ns) { return ns > 0 ? lp_now_ns() + ns : 0; }
@@ -376,7 +377,9 @@ ncclResult_t lp_setup_connect(struct lp_setup *p, int dev, int tc, void *handle,
   struct lp_connect_stage *st = NULL;
   if (h->connect_token != 0) {
     pthread_mutex_lock(&p->lock);
-    for (st = p->stages; st && st->token != h->connect_token; st = st->next) {}
+    /* The listener's id too: a token alone is a small count, and a handle
+     * that carried one in from elsewhere must not take another's connect. */
+    for (st = p->stages; st && (st->token != h->connect_token || st->hello.listen_id != h->listen_id); st = st->next) {}
     pthread_mutex_unlock(&p->lock);
     if (st == NULL) {
       LP_WARN("connect: the handle names a connect that no longer exists (token %llu)",
@@ -468,7 +471,9 @@ static void reject(struct lp_listen_comm *l, struct lp_pending *pd, const char *
 }
 
 static void take_new(struct lp_listen_comm *l, int lfd) {
-  for (;;) {
+  /* At most a table's worth a call: a flood of connections must not keep
+   * NCCL's accept call here. */
+  for (int taken = 0; taken < LP_MAX_PENDING; taken++) {
     int fd = lp_sock_accept(lfd);
     if (fd < 0 && fd != l->accept_err) { /* once per error, not per call of NCCL's accept loop */
       char a[64];
@@ -482,12 +487,25 @@ static void take_new(struct lp_listen_comm *l, int lfd) {
     for (int i = 0; i < LP_MAX_PENDING && slot < 0; i++)
       if (l->pend[i].fd < 0) slot = i;
     if (slot < 0) {
-      /* Full of connections that have not said hello: the oldest makes room. */
-      slot = 0;
-      for (int i = 1; i < LP_MAX_PENDING; i++)
-        if (l->pend[i].since_ns < l->pend[slot].since_ns) slot = i;
+      /* Full: the oldest that has not said a whole hello makes room.  One
+       * that has is a connection being set up, never dropped for a
+       * stranger: with every entry such, the new connection goes. */
+      for (int i = 0; i < LP_MAX_PENDING; i++)
+        if (!l->pend[i].complete && (slot < 0 || l->pend[i].since_ns < l->pend[slot].since_ns)) slot = i;
+      if (slot < 0) {
+        char a[64];
+        if (!l->full_said)
+          LP_WARN(
+              "listener %s: %d connections are waiting for their connects to finish; new ones are refused "
+              "until one does",
+              lp_sockaddr_str(&l->addr, a, sizeof(a)), LP_MAX_PENDING);
+        l->full_said = 1;
+        lp_sock_abort(fd);
+        continue;
+      }
       reject(l, &l->pend[slot], "too many connections without a hello; dropping the oldest");
     }
+    l->full_said = 0;
     struct lp_pending *pd = &l->pend[slot];
     memset(pd, 0, sizeof(*pd));
     pd->fd = fd;

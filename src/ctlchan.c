@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fo_wire.h"
+#include "ids.h"
 #include "log.h"
 #include "sock.h"
 
@@ -273,7 +274,7 @@ static void offer(struct lp_ctl *ch, const char *who, int i, uint64_t now) {
   struct lp_ctl_path *p = &ch->path[i];
   m.gen = (p->offered_gen > p->gen ? p->offered_gen : p->gen) + 1;
   p->offered_gen = m.gen;
-  m.nonce = (uint32_t)(now ^ (now >> 32)) ^ ((uint32_t)rm->fd * 2654435761u);
+  m.nonce = (uint32_t)lp_random_u64(); /* the clock and an fd number were guessable */
   lp_sockaddr_to_wire(&bound, &m.family, &m.port, &m.scope_id, m.addr);
   rm->rejoin.path = m.path;
   rm->rejoin.gen = m.gen;

@@ -232,9 +232,32 @@ int lp_sock_connect_check(int fd) {
   return errno == ENOTCONN ? 0 : -errno;
 }
 
+/* accept(2) errors that say nothing of the listener: none waiting, or a
+ * connection that failed before it was taken (a reset: ECONNABORTED; and
+ * the network errors accept(2) passes on, to be retried "like EAGAIN"). */
+static int accept_again(int err) {
+  switch (err) {
+  case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+  case EWOULDBLOCK:
+#endif
+  case EINTR:
+  case ECONNABORTED:
+  case EPROTO:
+  case ENOPROTOOPT:
+  case ENETDOWN:
+  case ENETUNREACH:
+  case EHOSTDOWN:
+  case EHOSTUNREACH:
+  case ENONET:
+  case EOPNOTSUPP: return 1;
+  default: return 0;
+  }
+}
+
 int lp_sock_accept(int lfd) {
   int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+  if (fd < 0) return accept_again(errno) ? 0 : -errno;
   if (fd == 0) { /* stdin was closed: 0 means "none" here, so the socket moves */
     int moved = fcntl(fd, F_DUPFD_CLOEXEC, 1);
     close(fd);
