@@ -545,6 +545,13 @@ static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
       pd->complete = r == 1;
     }
     if (pd->complete && pd->hello.hdr.type == LP_MSG_HELLO) return pd;
+    /* A JOIN waits for its connection's READY unread: one whose connector
+     * went away would hold its slot until the setup timeout, and a table
+     * full of such refuses new connections (take_new). */
+    if (pd->complete && lp_sock_closed(pd->fd)) {
+      reject(l, pd, "a second control connection (JOIN) closed before its connection was set up here");
+      continue;
+    }
     uint64_t limit = p->env->cfg.ns.setup_timeout_ns;
     if (limit > 0 && lp_now_ns() - pd->since_ns > limit)
       reject(l, pd,

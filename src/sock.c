@@ -292,6 +292,12 @@ int lp_sock_send_progress(int fd, const void *buf, size_t len, size_t *off) {
   return 1;
 }
 
+int lp_sock_closed(int fd) {
+  char b;
+  ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 ssize_t lp_sock_recv_some(int fd, void *buf, size_t len) {
   for (;;) {
     ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);

@@ -65,6 +65,9 @@ int lp_sock_recv_progress(int fd, void *buf, size_t len, size_t *off);
 /* One read of what the socket holds, up to len bytes: the count, 0 when it
  * holds nothing, -EPIPE when the peer closed, -errno. */
 ssize_t lp_sock_recv_some(int fd, void *buf, size_t len);
+/* 1 when the peer closed `fd` or it failed; 0 while it is open (data
+ * waiting or not: nothing is read). */
+int lp_sock_closed(int fd);
 
 /* An address as the wire carries it (the handle, CTL_OFFER): the family,
  * the port in network order, the IPv6 scope, and 16 address bytes of which
