@@ -180,9 +180,9 @@ static int is_dev_null(const struct stat *st) {
  * or is nothing to read lines from: a directory opens and reads as nothing
  * (it was skipped without a word), a device such as /dev/zero never ends,
  * and the open of a FIFO no one writes blocks (hence O_NONBLOCK where a
- * FIFO is refused, cleared once the file is known).  Only a regular file or /dev/null is read, and
- * where pipe_ok a pipe (bash's <(journalctl ...), a FIFO named on the
- * command line). */
+ * FIFO is refused, cleared once the file is known).  Only a regular file
+ * or /dev/null is read, and where pipe_ok a pipe (bash's <(journalctl
+ * ...), a FIFO named on the command line). */
 static FILE *open_text(const char *path, int pipe_ok, const char **why) {
   struct stat st;
   int flags, saved;

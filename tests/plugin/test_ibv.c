@@ -1,11 +1,11 @@
 /* Run-time loading of libibverbs. */
 #include <criterion/criterion.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ibv.h"
 #include "log.h"
+#include "warn_capture.h"
 
 /* A library that is not libibverbs: refused with a reason naming what is
  * missing, never a crash. */
@@ -33,31 +33,21 @@ Test(ibv, default_names) {
   lp_ibv_unload(&ibv);
 }
 
-static char warned[1024];
-
-static void capture(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(warned, sizeof(warned), fmt, ap);
-  va_end(ap);
-}
-
 /* NCCL_IBVERBS_LIB naming a library that does not load: the default one is
  * used, and a warning says so and names the variable (it fell back with an
  * INFO line only). */
 Test(ibv, an_override_that_does_not_load_is_warned_about) {
   struct lp_ibv ibv;
   char why[512];
-  warned[0] = '\0';
-  lp_log_set_logger(capture);
+  lp_test_warned[0] = '\0';
+  lp_log_set_logger(lp_test_capture_warn);
   int rc = lp_ibv_load(&ibv, "/nonexistent/libibverbs.so.1", why, sizeof(why));
   lp_log_set_logger(NULL);
   if (rc != 0) {
     cr_expect(strstr(why, "/nonexistent/libibverbs.so.1") != NULL, "reason: %s", why);
     return;
   }
-  cr_expect(strstr(warned, "NCCL_IBVERBS_LIB=/nonexistent/libibverbs.so.1") != NULL, "warning: '%s'", warned);
+  cr_expect(strstr(lp_test_warned, "NCCL_IBVERBS_LIB=/nonexistent/libibverbs.so.1") != NULL, "warning: '%s'",
+            lp_test_warned);
   lp_ibv_unload(&ibv);
 }

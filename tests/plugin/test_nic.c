@@ -2,13 +2,13 @@
 #define _GNU_SOURCE /* mkdtemp */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "log.h"
+#include "warn_capture.h"
 #include "nic.h"
 
 Test(nic, speed_from_width_and_speed) {
@@ -173,7 +173,6 @@ Test(nic, netdevs_of_the_nics_from_sysfs) {
 static struct ibv_device fake_dev = {.name = "fake_0", .ibdev_path = "/nonexistent/fake_0"};
 static struct ibv_device *fake_list[] = {&fake_dev, NULL};
 static struct ibv_context fake_ctx;
-static char nic_warned[512];
 
 static struct ibv_device **fake_get_list(int *n) {
   *n = 1;
@@ -201,16 +200,6 @@ static int fake_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_
   a->link_layer = IBV_LINK_LAYER_INFINIBAND;
   return 0;
 }
-static void capture_warn(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
-                         ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(nic_warned, sizeof(nic_warned), fmt, ap);
-  va_end(ap);
-}
-
 Test(nic, ports_beyond_the_devices_linkpass_has_room_for_are_said) {
   struct lp_ibv ibv = {.get_device_list = fake_get_list,
                        .free_device_list = fake_free_list,
@@ -224,12 +213,12 @@ Test(nic, ports_beyond_the_devices_linkpass_has_room_for_are_said) {
   static struct lp_nic nics[LP_MAX_NICS];
   struct lp_dev devs[1];
   int nnics = -1;
-  nic_warned[0] = '\0';
-  lp_log_set_logger(capture_warn);
+  lp_test_warned[0] = '\0';
+  lp_log_set_logger(lp_test_capture_warn);
   int n = lp_nic_discover(&ibv, &cfg, nics, &nnics, devs, 0);
   lp_log_set_logger(NULL);
   cr_assert_eq(n, 0);
   cr_assert_eq(nnics, 0);
-  cr_assert(strstr(nic_warned, "2 usable ports left out") != NULL, "warned: \"%s\"", nic_warned);
-  cr_assert(strstr(nic_warned, "NCCL_IB_HCA") != NULL, "warned: \"%s\"", nic_warned);
+  cr_assert(strstr(lp_test_warned, "2 usable ports left out") != NULL, "warned: \"%s\"", lp_test_warned);
+  cr_assert(strstr(lp_test_warned, "NCCL_IB_HCA") != NULL, "warned: \"%s\"", lp_test_warned);
 }
