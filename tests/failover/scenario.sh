@@ -63,6 +63,12 @@ for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
 # hold-down.
 export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=1000 \
   LINKPASS_FAILBACK_HOLDDOWN_MS=500 LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=4000 NCCL_DEBUG=WARN
+# A rate board of the scenario's own: the host's default one is shared by
+# every scenario ctest runs at once, whose simulated NICs have the same
+# GUIDs, so one scenario's slowed port was read as another's typical one
+# (gray_rate_remote and its dma-buf twin, run side by side, both failed so
+# in CI under ASan).
+export LINKPASS_RATE_BOARD="$tmp/rates"
 
 sv() { "$SIMVERBS" "$@" >/dev/null; }
 # Every NIC of node0, for a fault set on all of them in one command.
