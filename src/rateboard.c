@@ -92,6 +92,10 @@ static uint64_t owner_word(int pid, uint64_t now_ns) {
 
 static int owner_pid(uint64_t owner) { return (int)(uint32_t)(owner >> 32); }
 
+/* How far a window may have closed after the reader's clock: the poster
+ * read the same host clock, at most a tick's work earlier or later. */
+#define LP_RB_AHEAD_NS 1000000000ull
+
 /* Held by a process that still runs: refreshed lately, and its process
  * exists (kill(pid, 0): EPERM means it exists under another user). */
 static int alive(uint64_t owner, uint64_t now_ns) {
@@ -99,6 +103,9 @@ static int alive(uint64_t owner, uint64_t now_ns) {
    * clock after our caller did) is fresh, not 49 days old. */
   int32_t since_ms = (int32_t)((uint32_t)(now_ns / 1000000u) - (uint32_t)owner);
   if (owner == 0 || since_ms >= (int32_t)LP_RB_STALE_MS) return 0;
+  /* A pid of 0 or below in a corrupt word names a process group, or every
+   * process, to kill(): such a holder is nobody. */
+  if (owner_pid(owner) <= 0) return 0;
   return kill(owner_pid(owner), 0) == 0 || errno == EPERM;
 }
 
@@ -179,6 +186,9 @@ int64_t lp_rateboard_read(const struct lp_rateboard *b, uint64_t guid, int port,
     if (atomic_load_explicit(&s->seq, rx) != s1) continue;
     if (owner_pid(owner) == b->pid || g != guid || p != port || m < 0 || at < since_ns || !alive(owner, now_ns))
       continue;
+    /* A window that closes in the future is a corrupt slot; taken, it would
+     * stay the freshest for as long as its slot lives. */
+    if (at > now_ns + LP_RB_AHEAD_NS) continue;
     if (at >= best_at) best = m, best_at = at;
   }
   return best;

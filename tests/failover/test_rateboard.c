@@ -84,6 +84,33 @@ Test(rateboard, a_slot_left_mid_write_is_read_again_once_its_new_holder_posts) {
   lp_rateboard_close(&b);
 }
 
+/* Slots written by something other than a holder (a stray write into the
+ * file): their fields are checked, not trusted. */
+Test(rateboard, a_corrupt_slot_is_nobodys_view) {
+  fresh_path();
+  struct lp_rateboard a, b;
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  cr_assert_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900);
+  struct lp_rb_slot *s = &a.t->slot[a.held[0]];
+  /* A window that closes an hour from now would stay the freshest one. */
+  atomic_store(&s->at_ns, now + 3600ull * 1000000000ull);
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), -1, "a window closed in the future");
+  atomic_store(&s->at_ns, now);
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900);
+  /* kill(0, 0) and kill(-1, 0) succeed: they name a group, every process. */
+  uint64_t beat = (uint32_t)(now / 1000000u);
+  atomic_store(&s->owner, beat);
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), -1, "pid 0 holds nothing");
+  atomic_store(&s->owner, (uint64_t)UINT32_MAX << 32 | beat);
+  cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), -1, "pid -1 holds nothing");
+  lp_rateboard_close(&a);
+  lp_rateboard_close(&b);
+}
+
 Test(rateboard, bad_paths_and_none_say_why) {
   struct lp_rateboard b;
   char why[256];
