@@ -565,6 +565,40 @@ static void usage(FILE *out) {
           "2 on a bad option\n");
 }
 
+/* The directory of the plugin's LINKPASS_METRICS_FILE pattern, as the
+ * plugin expands it on this host: %h is the host name.  0, or -1 after
+ * saying why (a directory that depends on the pid, or too long). */
+static int pattern_dir(const char *pattern, char *out, size_t len) {
+  char host[256] = "?";
+  if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
+  /* "/linkpass-%p.prom" is in "/", not in "". */
+  size_t dlen = (size_t)(strrchr(pattern, '/') - pattern), o = 0;
+  if (dlen == 0) dlen = 1;
+  for (size_t i = 0; i < dlen; i++) {
+    char one[2] = {pattern[i], '\0'};
+    const char *add = one;
+    if (pattern[i] == '%' && i + 1 < dlen && pattern[i + 1] == 'h') {
+      add = host;
+      i++;
+    } else if (pattern[i] == '%' && i + 1 < dlen && pattern[i + 1] == 'p') {
+      fprintf(stderr,
+              "linkpass-status: LINKPASS_METRICS_FILE=\"%s\" puts each process's file in a directory of its own (%%p "
+              "in the directory): name one with --dir, or the files themselves\n",
+              pattern);
+      return -1;
+    }
+    size_t n = strlen(add);
+    if (o + n >= len) {
+      fprintf(stderr, "linkpass-status: the directory of LINKPASS_METRICS_FILE=\"%s\" is too long\n", pattern);
+      return -1;
+    }
+    memcpy(out + o, add, n);
+    o += n;
+  }
+  out[o] = '\0';
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"dir", required_argument, NULL, 'd'},    {"log", required_argument, NULL, 'l'},
@@ -611,9 +645,7 @@ int main(int argc, char **argv) {
   } else {
     const char *pattern = getenv("LINKPASS_METRICS_FILE");
     if (dir == NULL && pattern != NULL && strrchr(pattern, '/') != NULL) {
-      /* "/linkpass-%p.prom" is in "/", not in "". */
-      int len = (int)(strrchr(pattern, '/') - pattern);
-      snprintf(where, sizeof(where), "%.*s", len > 0 ? len : 1, pattern);
+      if (pattern_dir(pattern, where, sizeof(where)) != 0) return 1;
       dir = where;
     }
     if (dir == NULL) dir = "/var/lib/prometheus/node-exporter";

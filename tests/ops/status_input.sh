@@ -195,6 +195,17 @@ grep -q "long.log: 1 linkpass event lines longer than 1023 characters" "$tmp/err
 LINKPASS_METRICS_FILE=/linkpass-%p.prom run --log /dev/null --events 0
 ((rc == 0)) || fail "LINKPASS_METRICS_FILE=/linkpass-%p.prom: exit $rc: $(cat "$tmp/err")"
 
+# 7b. %h in the pattern's directory is this host's name, as the plugin
+# expands it; %p there is a directory per process, which no default can
+# name: said, exit 1.
+mkdir -p "$tmp/by-host-$(hostname)"
+cp "$good" "$tmp/by-host-$(hostname)/linkpass-1.prom"
+LINKPASS_METRICS_FILE="$tmp/by-host-%h/linkpass-%p.prom" run --log /dev/null --events 0 --json
+((rc == 0)) || fail "%h in the metrics directory: exit $rc: $(cat "$tmp/err")"
+jq -e '[.processes[].pid] == [1]' "$tmp/out" >/dev/null || fail "%h in the metrics directory: $(cat "$tmp/out")"
+LINKPASS_METRICS_FILE="$tmp/%p/linkpass.prom" expect_error "%p in the metrics directory" "name one with --dir" \
+  --log /dev/null --events 0
+
 # 8. A FIFO named as the log is read once its writer comes, not taken for
 # an empty file because nobody had it open for writing yet.  The status
 # command opens it first (in the background); the write's open waits for it.
