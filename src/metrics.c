@@ -34,6 +34,19 @@ static void family(struct out *o, const char *name, const char *type, const char
   put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A label value as the text format writes it: backslash, double quote and
+ * newline escaped (a device renamed with `rdma dev set ... name` may hold
+ * any of them); cut to what `out` holds. */
+static const char *label_value(const char *v, char *out, size_t len) {
+  size_t o = 0;
+  for (; *v && o + 2 < len; v++) {
+    if (*v == '\\' || *v == '"' || *v == '\n') out[o++] = '\\';
+    out[o++] = *v == '\n' ? 'n' : *v;
+  }
+  out[o] = '\0';
+  return out;
+}
+
 int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
   struct out o = {.buf = buf, .len = len};
   static const struct {
@@ -60,7 +73,9 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
     family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
     for (int i = 0; i < m->ndevs; i++) {
       const struct lp_metrics_dev *d = &m->devs[i];
-      put(&o, "%s{device=\"%s\",port=\"%d\",pid=\"%d\"} ", per_dev[f].name, d->name, d->port, m->pid);
+      char name[2 * 64 + 1];
+      put(&o, "%s{device=\"%s\",port=\"%d\",pid=\"%d\"} ", per_dev[f].name, label_value(d->name, name, sizeof(name)),
+          d->port, m->pid);
       switch (f) {
       case 0: put(&o, "%d\n", d->up); break;
       case 1: put(&o, "%d\n", d->connections); break;

@@ -66,18 +66,38 @@ static int nprocs;
 static char events[MAX_EVENTS][1024];
 static int nevents;
 
-/* The value of label `key` in "k1=\"v1\",k2=\"v2\"" into out; 0, -1 when it
- * is absent, -2 when it is longer than out holds. */
+/* The end of a quoted label value that starts at v (past its opening
+ * quote): its closing quote, or NULL.  A backslash escapes what follows. */
+static const char *value_end(const char *v) {
+  for (; *v && *v != '"'; v++)
+    if (*v == '\\' && v[1] != '\0') v++;
+  return *v == '"' ? v : NULL;
+}
+
+/* The value of label `key` in "k1=\"v1\",k2=\"v2\"" into out, unescaped
+ * (\\, \" and \n, as the text format writes them); 0, -1 when it is absent
+ * or malformed, -2 when it is longer than out holds.  Label by label, so a
+ * key inside another label's value is not taken for one. */
 static int label(const char *labels, const char *key, char *out, size_t len) {
   size_t klen = strlen(key);
-  for (const char *p = labels; (p = strstr(p, key)) != NULL; p += klen) {
-    if ((p != labels && p[-1] != ',' && p[-1] != '{') || strncmp(p + klen, "=\"", 2) != 0) continue;
-    const char *v = p + klen + 2, *end = strchr(v, '"');
+  for (const char *p = labels; *p;) {
+    const char *eq = strchr(p, '=');
+    if (eq == NULL || eq[1] != '"') return -1;
+    const char *v = eq + 2, *end = value_end(v);
     if (end == NULL) return -1;
-    if ((size_t)(end - v) >= len) return -2;
-    memcpy(out, v, (size_t)(end - v));
-    out[end - v] = '\0';
-    return 0;
+    if ((size_t)(eq - p) == klen && strncmp(p, key, klen) == 0) {
+      size_t o = 0;
+      for (; v < end; v++) {
+        if (o + 1 >= len) return -2;
+        int escaped = *v == '\\';
+        v += escaped;
+        out[o++] = escaped && *v == 'n' ? '\n' : *v;
+      }
+      out[o] = '\0';
+      return 0;
+    }
+    p = end + 1;
+    if (*p == ',') p++;
   }
   return -1;
 }
@@ -120,8 +140,13 @@ static int next_line(FILE *f, char *buf, size_t len) {
 /* "name{labels} value [timestamp]", cut in place into line (the name),
  * *labels and *value: NULL, or what is wrong with the line. */
 static const char *parse_sample(char *line, char **labels, double *value) {
-  char *brace = strchr(line, '{'), *close = brace ? strchr(brace, '}') : NULL, *end, *rest;
-  if (brace == NULL || close == NULL) return "no {labels}";
+  char *brace = strchr(line, '{'), *close = brace, *end, *rest;
+  /* The first '}' outside the labels' quoted values. */
+  while (close != NULL && *close != '\0' && *close != '}') {
+    close = *close == '"' ? (char *)value_end(close + 1) : close;
+    if (close != NULL) close++;
+  }
+  if (brace == NULL || close == NULL || *close != '}') return "no {labels}";
   *brace = '\0';
   *close = '\0';
   *labels = brace + 1;

@@ -49,6 +49,14 @@ Test(metrics, every_series_with_labels_and_types) {
   }
 }
 
+Test(metrics, label_values_are_escaped) {
+  struct lp_metrics m = sample();
+  m.devs[0].name = "we\"ird\\dev\n";
+  char buf[8192];
+  cr_assert_gt(lp_metrics_format(&m, buf, sizeof(buf)), 0);
+  cr_expect(strstr(buf, "linkpass_path_up{device=\"we\\\"ird\\\\dev\\n\",port=\"1\",pid=\"42\"} 0\n"), "%s", buf);
+}
+
 Test(metrics, too_small_a_buffer_is_reported_not_truncated) {
   struct lp_metrics m = sample();
   char buf[100];

@@ -206,6 +206,21 @@ jq -e '[.processes[].pid] == [1]' "$tmp/out" >/dev/null || fail "%h in the metri
 LINKPASS_METRICS_FILE="$tmp/%p/linkpass.prom" expect_error "%p in the metrics directory" "name one with --dir" \
   --log /dev/null --events 0
 
+# 7c. Label values are read as the text format escapes them (\\, \" and
+# \n), and a '}' or a key inside a value is part of the value.
+cat >"$tmp/escaped.prom" <<'PROM'
+linkpass_path_up{device="a\"b}\\c,pid=\"9\"",port="1",pid="3"} 1
+linkpass_connections{device="a\"b}\\c,pid=\"9\"",port="1",pid="3"} 5
+linkpass_up{pid="3"} 1
+linkpass_metrics_updated_timestamp_seconds{pid="3"} 1764633600
+PROM
+run --log /dev/null --json "$tmp/escaped.prom"
+((rc == 0)) || fail "escaped labels: exit $rc: $(cat "$tmp/err")"
+valid_json "escaped labels"
+jq -e '.processes[0].pid == 3 and .processes[0].devices[0].device == "a\"b}\\c,pid=\"9\"" and
+  .processes[0].devices[0].connections == 5' "$tmp/out" >/dev/null ||
+  fail "escaped label values were misread: $(cat "$tmp/out") $(cat "$tmp/err")"
+
 # 8. A FIFO named as the log is read once its writer comes, not taken for
 # an empty file because nobody had it open for writing yet.  The status
 # command opens it first (in the background); the write's open waits for it.
