@@ -184,9 +184,9 @@ static const struct int_var int_vars[] = {
      "(non-zero: linkpass offers no devices)"},
     {"NCCL_IB_GID_INDEX", offsetof(struct lp_config, gid_index), -1, -1, 255, "(-1 selects automatically)"},
     {"NCCL_IB_ROCE_VERSION_NUM", offsetof(struct lp_config, roce_version), 2, 1, 2, ""},
-    {"NCCL_IB_TC", offsetof(struct lp_config, tc), 0, 0, 255, ""},
+    {"NCCL_IB_TC", offsetof(struct lp_config, tc), 0, -1, 255, "(-1: NCCL's default, 0)"},
     {"NCCL_IB_FIFO_TC", offsetof(struct lp_config, fifo_tc), -1, -1, 255, "(-1: the connection's class)"},
-    {"NCCL_IB_SL", offsetof(struct lp_config, sl), 0, 0, 15, ""},
+    {"NCCL_IB_SL", offsetof(struct lp_config, sl), 0, -1, 15, "(-1: NCCL's default, 0)"},
     {"NCCL_IB_PKEY", offsetof(struct lp_config, pkey), 0, 0, 65535, "(a P_Key table index)"},
     {"NCCL_IB_TIMEOUT", offsetof(struct lp_config, timeout), 20, 1, 31, ""},
     {"NCCL_IB_RETRY_CNT", offsetof(struct lp_config, retry_cnt), 7, 0, 7, ""},
@@ -264,6 +264,9 @@ static void derive(struct lp_config *cfg) {
   cfg->ns.holddown_max_ns = (uint64_t)cfg->failback_holddown_max_ms * ms;
   cfg->ns.retry_budget_ns = retry_budget_ns(cfg->timeout, cfg->retry_cnt);
   cfg->ar_threshold_bytes = cfg->ar_threshold < 0 ? LP_AR_THRESHOLD_DEFAULT : (uint64_t)cfg->ar_threshold;
+  /* NCCL spells its own default -1: class and level 0. */
+  if (cfg->tc < 0) cfg->tc = 0;
+  if (cfg->sl < 0) cfg->sl = 0;
 }
 
 void lp_config_defaults(struct lp_config *cfg) {

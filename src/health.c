@@ -20,6 +20,7 @@
 
 #define LP_POLL_DOWN_NS 100000000ull /* re-read a down port this often */
 #define LP_POLL_ALL_NS 1000000000ull /* and every port this often: events can be lost */
+#define LP_QUERY_FAILS_DOWN 3        /* a port whose state cannot be read this often in a row is down */
 #define LP_RING_CAPACITY 1024
 #define LP_SYSLOG_RETRY_NS 2000000ull /* held syslog lines are tried again this often */
 #define LP_SWEEP_LOOK_NS 10000000ull  /* and lines held for a sweep's end, this often */
@@ -127,9 +128,10 @@ static void changed(struct lp_health *h) {
     LP_INFO(NCCL_NET, "cannot wake the idle watch after a health change: %s", strerror(errno));
 }
 
-/* Health changes also open and close the device's degraded periods. */
-static void set_healthy(struct lp_health *h, int dev, int ok) {
-  if (atomic_exchange(&h->healthy[dev], ok) == ok) return;
+/* Health changes also open and close the device's degraded periods.
+ * 1 when the health changed (and with it the generation). */
+static int set_healthy(struct lp_health *h, int dev, int ok) {
+  if (atomic_exchange(&h->healthy[dev], ok) == ok) return 0;
   struct lp_fo_dev_stats *ds = &h->stats.dev[dev];
   uint64_t now = lp_now_ns();
   if (!ok) {
@@ -140,6 +142,7 @@ static void set_healthy(struct lp_health *h, int dev, int ok) {
   }
   changed(h);
   h->metrics.dirty = 1;
+  return 1;
 }
 
 static void port_down(struct lp_health *h, int dev, const char *why, uint64_t now) {
@@ -147,8 +150,14 @@ static void port_down(struct lp_health *h, int dev, const char *why, uint64_t no
   atomic_store_explicit(&h->down_reason[dev], LP_FO_PORT_DOWN, memory_order_relaxed);
   unsigned flaps = lp_holddown_down(&h->hd[dev], now);
   atomic_fetch_add_explicit(&h->stats.dev[dev].flaps, 1, memory_order_relaxed);
-  atomic_store(&h->link_up[dev], 0);
-  set_healthy(h, dev, 0);
+  int was_up = atomic_exchange(&h->link_up[dev], 0);
+  /* A port in its hold-down, or drained as degraded, is unhealthy already
+   * but may carry connections that had nowhere else to go: its link going
+   * is news to them too. */
+  if (!set_healthy(h, dev, 0) && was_up) {
+    changed(h);
+    h->metrics.dirty = 1;
+  }
   LP_WARN("%s:%d is down (%s): connections on it move to other NICs (flap %u, next hold-down %llu ms)",
           h->env->devs[dev].name, h->env->devs[dev].port, why, flaps,
           (unsigned long long)(h->hd[dev].hold_ns / 1000000));
@@ -281,7 +290,20 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
     if (lp_health_nic_fatal(h, h->env->devs[d].nic)) continue;
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof(pa));
-    if (h->env->ibv.query_port(nic->ctx, (uint8_t)h->env->devs[d].port, &pa) != 0) continue;
+    int rc = h->env->ibv.query_port(nic->ctx, (uint8_t)h->env->devs[d].port, &pa);
+    if (rc != 0) {
+      /* A device removed, or whose verbs file was cut off, answers no
+       * query again and may send no event: a port that cannot be read is
+       * not taken for up. */
+      if (++h->query_fails[d] == LP_QUERY_FAILS_DOWN) {
+        char why[96];
+        snprintf(why, sizeof(why), "ibv_query_port failed %d times in a row: %s", LP_QUERY_FAILS_DOWN,
+                 strerror(rc > 0 ? rc : errno));
+        port_down(h, d, why, now);
+      }
+      continue;
+    }
+    h->query_fails[d] = 0;
     if (pa.state == IBV_PORT_ACTIVE)
       port_up(h, d, "polling", now);
     else
@@ -663,9 +685,12 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
   h->next_poll_ns = now + LP_POLL_ALL_NS;
   if (env->cfg.gray) {
     char why[700];
-    if (lp_rateboard_open(&h->board, env->cfg.rate_board, (int)getpid(), why, sizeof(why)) != 0)
+    int rc = lp_rateboard_open(&h->board, env->cfg.rate_board, (int)getpid(), why, sizeof(why));
+    if (rc > 0)
       LP_INFO(NCCL_INIT | NCCL_NET, "no rate board (%s): each port's rate is compared with this process's own only",
               why);
+    else if (rc < 0)
+      LP_WARN("no rate board: %s; a slow port is judged against this process's own ports only", why);
   } else {
     h->board.t = NULL;
   }

@@ -117,6 +117,7 @@ struct lp_health {
   struct lp_rateboard board;             /* the host's ports' rates, as the other processes measure them */
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
+  int query_fails[LP_MAX_DEVS];   /* ibv_query_port failures in a row (control thread) */
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */

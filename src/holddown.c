@@ -19,7 +19,11 @@ unsigned lp_holddown_down(struct lp_holddown *h, uint64_t now) {
   if (now - h->since_ns >= h->hold_ns + h->max_ns) h->flaps = 0;
   h->flaps++;
   uint64_t hold = h->base_ns;
-  for (unsigned i = 1; i < h->flaps && hold < h->max_ns; i++) hold *= 2;
+  unsigned i = 1;
+  /* A base of 0 (fail back at once) still damps what flaps again: the
+   * doubling starts from a seed, or it would stay 0 for good. */
+  if (hold == 0 && h->flaps > 1) hold = LP_HOLDDOWN_SEED_NS, i = 2;
+  for (; i < h->flaps && hold < h->max_ns; i++) hold *= 2;
   h->hold_ns = hold < h->max_ns ? hold : h->max_ns;
   h->down = true;
   h->since_ns = now;

@@ -16,6 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Where the doubling starts when the base hold-down is 0. */
+#define LP_HOLDDOWN_SEED_NS 250000000ull
+
 struct lp_holddown {
   uint64_t base_ns, max_ns; /* configuration */
   bool down;

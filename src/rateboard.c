@@ -24,7 +24,7 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   b->pid = pid;
   if (strcmp(path, "none") == 0) {
     snprintf(why, why_len, "LINKPASS_RATE_BOARD=none");
-    return -1;
+    return 1;
   }
   snprintf(b->path, sizeof(b->path), "%s", path);
   size_t len = sizeof(struct lp_rb_table);
@@ -33,8 +33,17 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
   /* The last one out may unlink the file between our open and our lock:
    * then the board is the file created after it. */
   for (int tries = 0; tries < 8 && fd < 0; tries++) {
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) goto fail;
+    if (fstat(fd, &st) != 0) goto fail_fd;
+    /* Another user's file would let its owner post rates that drain our
+     * ports; a device or a FIFO is no board (and a FIFO never maps). */
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      snprintf(why, why_len, "%s is %s: remove it, or name another file with LINKPASS_RATE_BOARD", path,
+               S_ISREG(st.st_mode) ? "another user's file" : "not a regular file");
+      close(fd);
+      return -1;
+    }
     if (flock(fd, LOCK_SH) != 0 || fstat(fd, &st) != 0) goto fail_fd;
     if (st.st_nlink == 0) {
       close(fd);
@@ -68,8 +77,14 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
     t->magic = LP_RB_MAGIC;
   }
   if (t->magic != LP_RB_MAGIC || t->version != LP_RB_VERSION) {
-    snprintf(why, why_len, "%s is not a linkpass rate board of version %d (another version running?)", path,
-             LP_RB_VERSION);
+    if (t->magic == LP_RB_MAGIC)
+      snprintf(why, why_len, "%s is a linkpass rate board of version %u, not %d: another version of linkpass runs",
+               path, t->version, LP_RB_VERSION);
+    else
+      snprintf(why, why_len,
+               "%s is not a linkpass rate board (it starts with 0x%08x): remove it, or name another file with "
+               "LINKPASS_RATE_BOARD",
+               path, t->magic);
     munmap(m, len);
     close(fd);
     return -1;

@@ -60,8 +60,9 @@ struct lp_rateboard {
   int held[LP_RB_MAX_PORTS]; /* slot per device index, -1: none yet */
 };
 
-/* Map the board at `path` ("none": no board), creating it if needed.  0, or
- * -1 with the reason in `why` (the process then compares its own ports). */
+/* Map the board at `path`, creating it if needed: 0; 1 for "none" (no
+ * board, as asked); -1 with the reason in `why` when it cannot be used
+ * (the process then compares its own ports only). */
 int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *why, size_t why_len);
 void lp_rateboard_close(struct lp_rateboard *b);
 

@@ -29,6 +29,27 @@ Test(holddown, each_quick_flap_doubles_the_hold_up_to_the_cap) {
   }
 }
 
+/* A base of 0 fails back at once after one flap; what flaps again is
+ * still damped, from LP_HOLDDOWN_SEED_NS (it stayed 0 for good). */
+Test(holddown, a_base_of_zero_still_damps_repeated_flaps) {
+  struct lp_holddown h;
+  lp_holddown_init(&h, 0, 4 * S, 0);
+  uint64_t t = 1000 * S, ms = S / 1000, expect[] = {0, 250, 500, 1000, 2000, 4000, 4000};
+  for (int i = 0; i < 7; i++) {
+    lp_holddown_down(&h, t);
+    lp_holddown_up(&h, t + ms);
+    cr_assert_eq(lp_holddown_ready_at(&h) - (t + ms), expect[i] * ms, "flap %d", i + 1);
+    t += 100 * ms;
+  }
+  lp_holddown_init(&h, 0, 0, 0);
+  lp_holddown_down(&h, t);
+  lp_holddown_down(&h, t + 10 * ms);
+  lp_holddown_up(&h, t + 20 * ms);
+  lp_holddown_down(&h, t + 30 * ms);
+  lp_holddown_up(&h, t + 40 * ms);
+  cr_assert_eq(lp_holddown_ready_at(&h), t + 40 * ms, "a maximum of 0 too: no hold-down, as asked");
+}
+
 /* A port that fails again soon after each failback stays at the cap:
  * the hold-down itself is no stable time (it went back to the base once
  * the hold-down alone lasted the capped period). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -114,7 +115,7 @@ Test(rateboard, a_corrupt_slot_is_nobodys_view) {
 Test(rateboard, bad_paths_and_none_say_why) {
   struct lp_rateboard b;
   char why[256];
-  cr_expect_eq(lp_rateboard_open(&b, "none", 1, why, sizeof(why)), -1);
+  cr_expect_eq(lp_rateboard_open(&b, "none", 1, why, sizeof(why)), 1);
   cr_expect(strstr(why, "none"), "%s", why);
   cr_expect_eq(lp_rateboard_open(&b, "/nonexistent-dir/board", 1, why, sizeof(why)), -1);
   cr_expect(strstr(why, "/nonexistent-dir/board: No such file"), "%s", why);
@@ -124,7 +125,26 @@ Test(rateboard, bad_paths_and_none_say_why) {
   for (int i = 0; i < 100000; i++) fputc('x', f); /* not a board */
   fclose(f);
   cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
-  cr_expect(strstr(why, "is not a linkpass rate board"), "%s", why);
+  cr_expect(strstr(why, "is not a linkpass rate board (it starts with 0x78787878): remove it"), "%s", why);
+  unlink(path);
+  /* A FIFO would block the open's mapping; a link could aim anywhere. */
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
+  cr_expect(strstr(why, "is not a regular file: remove it"), "%s", why);
+  unlink(path);
+  cr_assert_eq(symlink("/dev/null", path), 0);
+  cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
+  cr_expect(strstr(why, "Too many levels of symbolic links"), "%s", why);
+  unlink(path);
+  /* Another user's file: its owner could post rates (only root can make
+   * one here to try). */
+  f = fopen(path, "w");
+  cr_assert(f);
+  fclose(f);
+  if (chown(path, 65534, 65534) == 0) {
+    cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
+    cr_expect(strstr(why, "is another user's file: remove it"), "%s", why);
+  }
   unlink(path);
 }
 
@@ -200,7 +220,7 @@ Test(rateboard, a_board_of_another_version_is_started_afresh_only_when_nobody_ha
   cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
   a.t->version = 1; /* an older linkpass that still runs */
   cr_expect_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), -1);
-  cr_expect(strstr(why, "another version running?"), "%s", why);
+  cr_expect(strstr(why, "version 1, not 2: another version"), "%s", why);
   /* It crashes: the kernel closes its file and drops its lock; the file stays. */
   munmap(a.t, sizeof(*a.t));
   close(a.fd);

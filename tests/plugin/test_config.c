@@ -31,9 +31,7 @@ static void set(struct fake_env *e, const char *k, const char *v) {
   e->n++;
 }
 
-static int load(struct fake_env *e, struct lp_config *cfg) {
-  return lp_config_load(cfg, fake_get, e, fake_warn, e);
-}
+static int load(struct fake_env *e, struct lp_config *cfg) { return lp_config_load(cfg, fake_get, e, fake_warn, e); }
 
 Test(config, defaults) {
   struct fake_env e = {0};
@@ -99,9 +97,9 @@ Test(config, malformed_integers) {
   expect_rejected("NCCL_IB_TIMEOUT", "2 0", "[1, 31]");
   expect_rejected("NCCL_IB_RETRY_CNT", "8", "[0, 7]");
   expect_rejected("NCCL_IB_RETRY_CNT", "-1", "[0, 7]");
-  expect_rejected("NCCL_IB_SL", "16", "[0, 15]");
-  expect_rejected("NCCL_IB_TC", "256", "[0, 255]");
-  expect_rejected("NCCL_IB_TC", "99999999999999999999999", "[0, 255]");
+  expect_rejected("NCCL_IB_SL", "16", "[-1, 15]");
+  expect_rejected("NCCL_IB_TC", "256", "[-1, 255]");
+  expect_rejected("NCCL_IB_TC", "99999999999999999999999", "[-1, 255]");
   expect_rejected("NCCL_IB_GID_INDEX", "-2", "[-1, 255]");
   expect_rejected("NCCL_IB_GID_INDEX", "1.5", "[-1, 255]");
   expect_rejected("NCCL_IB_QPS_PER_CONNECTION", "0", "[1, 16]");
@@ -145,6 +143,21 @@ Test(config, ar_threshold_default_spellings) {
   cr_expect_eq(cfg.ar_threshold_bytes, 0, "0: every message above 0 bytes is split");
 }
 
+/* NCCL's own default, spelled out in a job script, is no mistake. */
+Test(config, nccl_default_tc_and_sl_spellings) {
+  struct fake_env e = {0};
+  set(&e, "NCCL_IB_TC", "-1");
+  set(&e, "NCCL_IB_SL", "-1");
+  struct lp_config cfg;
+  cr_assert_eq(load(&e, &cfg), 0, "%s", e.warnings[0]);
+  cr_expect_eq(cfg.tc, 0);
+  cr_expect_eq(cfg.sl, 0);
+  struct fake_env bad = {0};
+  set(&bad, "NCCL_IB_TC", "-2");
+  cr_expect_eq(load(&bad, &cfg), 1, "-2 is no traffic class");
+  cr_expect_eq(cfg.tc, 0);
+}
+
 Test(config, empty_is_unset) {
   struct fake_env e = {0};
   set(&e, "NCCL_IB_TIMEOUT", "");
@@ -160,14 +173,33 @@ Test(config, describe_lists_every_setting) {
   lp_config_defaults(&cfg);
   struct fake_env e = {0};
   lp_config_describe(&cfg, fake_warn, &e);
-  const char *names[] = {"NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_PKEY", "NCCL_IB_TIMEOUT=20",
-                         "NCCL_IB_RETRY_CNT=7", "NCCL_IB_QPS_PER_CONNECTION=1", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
-                         "NCCL_SOCKET_FAMILY", "LINKPASS_SETUP_TIMEOUT_MS", "NCCL_IBVERBS_LIB",
-                         "LINKPASS_FAILOVER=1", "LINKPASS_WATCHDOG_MS=2000", "LINKPASS_FAILBACK_HOLDDOWN_MS=2000",
-                         "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000", "LINKPASS_SYSLOG=1", "LINKPASS_NIC_POOL",
-                         "LINKPASS_SYSLOG_SOCKET=/dev/log", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_METRICS_FILE",
-                         "NCCL_IB_USE_INLINE=0", "NCCL_IB_PCI_RELAXED_ORDERING=2", "NCCL_IB_ADAPTIVE_ROUTING=-2",
-                         "NCCL_IB_AR_THRESHOLD=8192", "NCCL_IB_ECE_ENABLE=1", "NCCL_IB_DEVICE_PCI_ORDER=1"};
+  const char *names[] = {"NCCL_IB_GID_INDEX",
+                         "NCCL_IB_TC",
+                         "NCCL_IB_SL",
+                         "NCCL_IB_PKEY",
+                         "NCCL_IB_TIMEOUT=20",
+                         "NCCL_IB_RETRY_CNT=7",
+                         "NCCL_IB_QPS_PER_CONNECTION=1",
+                         "NCCL_IB_HCA",
+                         "NCCL_SOCKET_IFNAME",
+                         "NCCL_SOCKET_FAMILY",
+                         "LINKPASS_SETUP_TIMEOUT_MS",
+                         "NCCL_IBVERBS_LIB",
+                         "LINKPASS_FAILOVER=1",
+                         "LINKPASS_WATCHDOG_MS=2000",
+                         "LINKPASS_FAILBACK_HOLDDOWN_MS=2000",
+                         "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000",
+                         "LINKPASS_SYSLOG=1",
+                         "LINKPASS_NIC_POOL",
+                         "LINKPASS_SYSLOG_SOCKET=/dev/log",
+                         "LINKPASS_SYSLOG_FACILITY",
+                         "LINKPASS_METRICS_FILE",
+                         "NCCL_IB_USE_INLINE=0",
+                         "NCCL_IB_PCI_RELAXED_ORDERING=2",
+                         "NCCL_IB_ADAPTIVE_ROUTING=-2",
+                         "NCCL_IB_AR_THRESHOLD=8192",
+                         "NCCL_IB_ECE_ENABLE=1",
+                         "NCCL_IB_DEVICE_PCI_ORDER=1"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     int found = 0;
     for (int j = 0; j < e.nwarn && j < 64; j++) found |= strstr(e.warnings[j], names[i]) != NULL;
@@ -311,7 +343,7 @@ Test(config, ib_addr_family_and_range) {
   cr_assert_eq(load(&e, &cfg), 0);
   cr_expect_eq(cfg.gid_family, LP_FAMILY_INET6);
   cr_expect(cfg.gid_range.set && cfg.gid_range.prefix == 8 && cfg.gid_range.addr[0] == 0xfd);
-  const char *bad[][2] = {{"AF_INET", "10.0.0.0"},    {"AF_INET", "10.0.0.0/33"}, {"AF_INET", "fd00::/8"},
+  const char *bad[][2] = {{"AF_INET", "10.0.0.0"},   {"AF_INET", "10.0.0.0/33"}, {"AF_INET", "fd00::/8"},
                           {"AF_INET", "10.0.0.0/x"}, {"AF_INET6", "10.0.0.0/8"}, {"AF_INET6", "fd00::/129"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct fake_env b = {0};

@@ -235,6 +235,7 @@ static struct sv_port *ctx_port(struct ibv_context *c, unsigned port_num) {
 static int query_port_full(struct ibv_context *c, uint8_t port_num, struct ibv_port_attr *a, size_t len) {
   struct sv_port *p = ctx_port(c, port_num);
   if (!p) return EINVAL;
+  if (atomic_load(&p->query_fail)) return EIO;
   struct ibv_port_attr full = {0};
   int ib = p->link_layer == IBV_LINK_LAYER_INFINIBAND;
   int up = atomic_load(&p->state) == IBV_PORT_ACTIVE;

@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  15 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi */
+  16 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -71,6 +71,7 @@ struct sv_port {
   _Atomic uint32_t delay_us;       /* extra delay on every work request */
   _Atomic uint32_t access_error;   /* next N requests: the responder refuses them (REM_ACCESS_ERR), as for a bad rkey */
   _Atomic uint32_t recv_post_fail; /* next N ibv_post_recv calls on its QPs: ENOMEM, nothing posted */
+  _Atomic uint32_t query_fail;     /* ibv_query_port of it fails with EIO (a device cut off from its driver) */
   /* Gray failures: the port stays ACTIVE and reports its full rate, as a
    * link that degraded under it (a lane down, errors corrected by
    * retransmission) does not say so in its attributes. */

@@ -77,7 +77,8 @@ static const struct cmd_help helps[] = {
     {"fault",
      "simverbs fault HOST:NIC[:PORT][,HOST:NIC[:PORT]...] blackhole on|off|ack-loss [N]|partial-write [N]|\n"
      "                               access-error [N]|delay US|\n"
-     "                               rate PERCENT|loss PERCENT|recv-post-fail [N]|clear\n"
+     "                               rate PERCENT|loss PERCENT|recv-post-fail [N]|\n"
+     "                               query-fail on|off|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
      "simverbs fault qp QPN fatal",
      "Port faults (on the sending port): blackhole drops everything while the\n"
@@ -92,7 +93,9 @@ static const struct cmd_help helps[] = {
      "or receives (a packet before a message's last: a NAK and a resend one round\n"
      "trip later; the last: a local ACK timeout, then the resend).  recv-post-fail\n"
      "makes the next N ibv_post_recv calls on the port's QPs fail with ENOMEM\n"
-     "(a consumer's error path, on this host).  clear removes them all.  Ports\n"
+     "(a consumer's error path, on this host).  query-fail makes ibv_query_port\n"
+     "of the port fail with EIO while the port works on, as for a device that\n"
+     "was hot-removed or cut off from its driver.  clear removes them all.  Ports\n"
      "joined by commas get the fault together, in one pass.\n"
      "device-fatal\n"
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
@@ -844,7 +847,7 @@ static int parse_ppm(const char *s, uint32_t *out) {
 
 static bool is_port_fault(const char *what) {
   static const char *const names[] = {"blackhole", "ack-loss", "partial-write",  "access-error", "delay",
-                                      "rate",      "loss",     "recv-post-fail", "clear"};
+                                      "rate",      "loss",     "recv-post-fail", "query-fail",   "clear"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(what, names[i]) == 0) return true;
   return false;
@@ -858,6 +861,10 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     if (a->npos != 3 || (strcmp(a->pos[2], "on") != 0 && strcmp(a->pos[2], "off") != 0))
       return bad_usage(a->cmd, "blackhole takes on or off");
     atomic_store(&p->blackhole, strcmp(a->pos[2], "on") == 0);
+  } else if (strcmp(what, "query-fail") == 0) {
+    if (a->npos != 3 || (strcmp(a->pos[2], "on") != 0 && strcmp(a->pos[2], "off") != 0))
+      return bad_usage(a->cmd, "query-fail takes on or off");
+    atomic_store(&p->query_fail, strcmp(a->pos[2], "on") == 0);
   } else if (strcmp(what, "ack-loss") == 0 || strcmp(what, "partial-write") == 0 || strcmp(what, "access-error") == 0 ||
              strcmp(what, "recv-post-fail") == 0) {
     if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0) return rc;
@@ -884,6 +891,7 @@ static int fault_port_apply(struct args *a, struct sv_port *p) {
     atomic_store(&p->partial_write, 0);
     atomic_store(&p->access_error, 0);
     atomic_store(&p->recv_post_fail, 0);
+    atomic_store(&p->query_fail, 0);
     atomic_store(&p->delay_us, 0);
     atomic_store(&p->rate_pct, 0);
     atomic_store(&p->loss_ppm, 0);
@@ -903,7 +911,7 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
     return bad_usage(
         a->cmd,
         "unknown fault '%s': use blackhole on|off, ack-loss [N], partial-write [N], access-error [N], delay US, "
-        "rate PERCENT, loss PERCENT, recv-post-fail [N], clear, "
+        "rate PERCENT, loss PERCENT, recv-post-fail [N], query-fail on|off, clear, "
         "device-fatal or device-recover",
         a->pos[1]);
   if ((rc = resolve_targets(a, f, dev, port, &n)) != 0) return rc;
@@ -915,10 +923,11 @@ static int fault_port(struct args *a, struct sv_fabric *f) {
     uint32_t pct = atomic_load(&p->rate_pct), ppm = atomic_load(&p->loss_ppm);
     printf(
         "%s:%s:%d: blackhole %s, ack-loss %u, partial-write %u, access-error %u, delay %u us, rate %u%%, loss "
-        "%u.%04u%%, recv-post-fail %u\n",
+        "%u.%04u%%, recv-post-fail %u, query-fail %s\n",
         f->hosts[f->devs[dev[i]].host].name, f->devs[dev[i]].name, port[i], atomic_load(&p->blackhole) ? "on" : "off",
         atomic_load(&p->ack_loss), atomic_load(&p->partial_write), atomic_load(&p->access_error),
-        atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000, atomic_load(&p->recv_post_fail));
+        atomic_load(&p->delay_us), pct ? pct : 100, ppm / 10000, ppm % 10000, atomic_load(&p->recv_post_fail),
+        atomic_load(&p->query_fail) ? "on" : "off");
   }
   return 0;
 }
