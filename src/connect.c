@@ -519,6 +519,7 @@ static void take_new(struct lp_listen_comm *l, int lfd) {
  * the first pending connection with a complete, valid HELLO, or NULL.  A
  * complete JOIN stays pending until its connection's READY (find_join). */
 static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
+  struct lp_pending *hello = NULL;
   take_new(l, l->fd);
   if (l->alt_fd >= 0) take_new(l, l->alt_fd);
   for (int i = 0; i < LP_MAX_PENDING; i++) {
@@ -544,7 +545,12 @@ static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
       }
       pd->complete = r == 1;
     }
-    if (pd->complete && pd->hello.hdr.type == LP_MSG_HELLO) return pd;
+    /* The first HELLO is taken, after the pass: a JOIN further on (another
+     * connection's second control connection, awaited now) is read too. */
+    if (pd->complete && pd->hello.hdr.type == LP_MSG_HELLO) {
+      if (hello == NULL) hello = pd;
+      continue;
+    }
     /* A JOIN waits for its connection's READY unread: one whose connector
      * went away would hold its slot until the setup timeout, and a table
      * full of such refuses new connections (take_new). */
@@ -559,7 +565,7 @@ static struct lp_pending *gather(struct lp_setup *p, struct lp_listen_comm *l) {
                             "LINKPASS_SETUP_TIMEOUT_MS"
                           : "no hello within LINKPASS_SETUP_TIMEOUT_MS");
   }
-  return NULL;
+  return hello;
 }
 
 /* The JOIN of connection `conn_id`, arrived whole, or NULL. */

@@ -132,8 +132,12 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
 /* Register the range on `home` and, with failover on, every other live NIC:
  * a move must never wait for a registration, and the peer needs keys valid
  * on its new NIC.  A NIC that refuses is left out of the handle's `nics`,
- * which keeps the connections that use it from moving there. */
+ * which keeps the connections that use it from moving there.  With subnet
+ * routing, every NIC too: a connection NCCL made for one device may run on
+ * another NIC (connect.c), and NCCL hands it the registration it made for
+ * that device (regIsGlobal). */
 static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, int home, const struct want *w) {
+  int everywhere = health != NULL || env->cfg.subnet_routing;
   struct lp_mr *m = calloc(1, sizeof(*m));
   if (m == NULL) return NULL;
   m->magic = LP_MR_MAGIC;
@@ -142,7 +146,7 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
   m->len = w->len;
   m->type = w->type;
   for (int n = 0; n < env->nnics; n++) {
-    if (n != home && (health == NULL || lp_health_nic_fatal(health, n))) continue;
+    if (n != home && (!everywhere || (health != NULL && lp_health_nic_fatal(health, n)))) continue;
     m->mr[n] = register_on(env, &env->nics[n], w);
     if (m->mr[n] != NULL) {
       m->nics |= 1u << n;

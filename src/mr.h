@@ -43,7 +43,8 @@ struct lp_mr_cache {
 };
 
 /* Register `data` on NIC `home`, and on every other NIC when `health` is
- * set (failover on: a move never waits for a registration), or take the
+ * set (failover on: a move never waits for a registration) or subnet
+ * routing is on (a connection may run on another NIC), or take the
  * cached registration that covers it.  `type` NCCL_PTR_CUDA needs GPU
  * peer memory (env->peer_memory) unless `fd` >= 0: a dma-buf, registered
  * on every NIC before the call returns (NCCL closes the fd right after). */

@@ -69,6 +69,7 @@ static void start_failover(struct lp_plugin *p) {
   env->syslog.facility = env->cfg.syslog_facility;
   snprintf(env->syslog.socket, sizeof(env->syslog.socket), "%s", env->cfg.syslog_socket);
   lp_syslog_open(&env->syslog);
+  p->threads_pid = getpid();
   if (lp_health_start(&p->health, env) != 0) {
     LP_WARN("link failover is off: the control plane did not start");
     return;
@@ -84,8 +85,13 @@ static void start_failover(struct lp_plugin *p) {
             strerror(-err));
 }
 
-/* Threads must be gone before the library is: NCCL may dlclose it. */
+/* Threads must be gone before the library is: NCCL may dlclose it.  A
+ * child forked after init (a data loader's worker) has none of them, only
+ * copies of their fds and of the shared state: stopping them from there
+ * would write the parent's stop eventfds, free its rate-board slots and
+ * send its held syslog lines again.  It leaves all that to the parent. */
 __attribute__((destructor)) static void stop_threads(void) {
+  if (the_plugin.threads_pid != 0 && the_plugin.threads_pid != getpid()) return;
   lp_idle_watch_stop(&the_plugin.idle);
   lp_ctl_ready_stop(&the_plugin.ctl_news);
   lp_health_stop(&the_plugin.health);
@@ -248,11 +254,12 @@ ncclResult_t lp_finalize(void *ctx) {
     *at = c->next;
     free(c);
   }
-  int last = p->nctx > 0 && --p->nctx == 0;
-  pthread_mutex_unlock(&p->lock);
   /* Devices stay open: NCCL may init again, and comms it forgot to close
-   * still reference them.  Connects NCCL abandoned can go. */
-  if (last) lp_setup_free_stages(&p->setup);
+   * still reference them.  Connects NCCL abandoned can go, under the lock
+   * that decided they were the last context's: an init on another thread
+   * waits, or its first connect would be freed with them. */
+  if (p->nctx > 0 && --p->nctx == 0) lp_setup_free_stages(&p->setup);
+  pthread_mutex_unlock(&p->lock);
   return ncclSuccess;
 }
 

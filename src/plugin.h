@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "connect.h"
 #include "env.h"
@@ -42,6 +43,7 @@ struct lp_plugin {
   struct lp_health health;      /* link failover's control plane */
   struct lp_idle_watch idle;    /* answers moves for receivers NCCL is not calling */
   struct lp_ctl_ready ctl_news; /* which control sockets have news, for every comm */
+  pid_t threads_pid;            /* the process that started the threads above (0: none) */
 };
 
 #endif
