@@ -115,6 +115,20 @@ static ncclResult_t send_nack(struct lp_comm *c, int reason, enum lp_fo_nack_cau
  * for the move's deadline on every NIC in turn. */
 static ncclResult_t refuse_failed(struct lp_comm *c, int reason, ncclResult_t rc) {
   send_nack(c, reason, LP_NACK_FAILED);
+  set_state(c, LP_FO_IDLE); /* said: settle() has nothing more to say */
+  return rc;
+}
+
+/* Every way into a move ends here: a move that ended in the comm's failure
+ * is told to the peer, which would otherwise wait for it (the receiver has
+ * no deadline: the side that finds out says so), and the comm no longer
+ * counts as moving (the process's chores and a sweep's end wait for every
+ * move to end). */
+static ncclResult_t settle(struct lp_comm *c, ncclResult_t rc) {
+  struct lp_fo *fo = c->fo;
+  if (rc == ncclSuccess || fo == NULL || fo->state == LP_FO_IDLE) return rc;
+  send_nack(c, fo->reason, LP_NACK_FAILED);
+  set_state(c, LP_FO_IDLE);
   return rc;
 }
 
@@ -136,7 +150,15 @@ static void quiesce(struct lp_link *link) {
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_ERR;
-    ibv->modify_qp(link->qps[q], &a, IBV_QP_STATE);
+    /* A NIC refuses this firmware command only when it is broken, and a
+     * broken NIC writes nothing more either; said, since a QP left in RTS
+     * would break the premise. */
+    int err = ibv->modify_qp(link->qps[q], &a, IBV_QP_STATE);
+    if (err != 0)
+      LP_WARN(
+          "cannot stop queue pair %u on %s (ibv_modify_qp to ERR: %s): the move goes on, counting on its NIC to "
+          "write nothing more",
+          link->qps[q]->qp_num, link->local.dev_name, strerror(err));
   }
 }
 
@@ -370,6 +392,7 @@ static void begin(struct lp_comm *c, int reason) {
     fo->attempts = 0;
     fo->via_standby = 0;
     fo->via_home = 0;
+    fo->peer_away = 0; /* this move takes the receiver where it can; it says again if that is not home */
   }
 }
 
@@ -423,6 +446,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     prefer = -1;
     avoid = dev; /* could not build there: try the next one */
   }
+  send_nack(c, reason, LP_NACK_FAILED);
   return path_lost(c, "no NIC accepted new queue pairs");
 }
 
@@ -670,11 +694,14 @@ static ncclResult_t receiver_moves_itself(struct lp_recv_comm *r, int reason) {
 
 /* The primary is trusted again on both sides: the sender moves back at
  * once (check_health).  Each end revives the path it left there (fo->home,
- * open_on): nothing is created, nothing waits for paced work. */
+ * open_on): nothing is created, nothing waits for paced work.  Also when
+ * only the receiver is away: a failback that found the receiver's primary
+ * down left it on another NIC with the sender home, and its NOTICE once
+ * that primary is back is the only thing that can bring it home. */
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  return c->link.dev != fo->primary_dev && lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) &&
-         fo->peer_primary_ok;
+  return (c->link.dev != fo->primary_dev || fo->peer_away) &&
+         lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) && fo->peer_primary_ok;
 }
 
 static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_sb_answer *a) {
@@ -763,6 +790,7 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
       const struct lp_fo_notice *n = buf;
       if (n->reason == LP_FO_FAILBACK) {
         fo->peer_primary_ok = 1;
+        fo->peer_away = 1;
         fo->seen_gen--; /* re-evaluate: failing back may be possible now */
         return ncclSuccess;
       }
@@ -942,7 +970,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
   if (rc == ncclSuccess) rc = tidy(c, now);
-  return rc;
+  return settle(c, rc);
 }
 
 /* Called after the completion queue was polled: a process that was not
@@ -965,8 +993,8 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
         "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
         c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
         (unsigned long long)(lp_watchdog_limit(&c->wd) / 1000000ull), c->wd.scale);
-  return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
-                                 : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
+  return settle(c, c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
+                                           : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL));
 }
 
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
@@ -981,8 +1009,8 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
    * flushes that follow it say nothing more). */
   LP_WARN("%s connection to %s: %s: moving", c->kind == LP_COMM_SEND ? "send" : "recv", c->peer,
           wc_desc(c, wc, what, sizeof(what)));
-  if (c->kind == LP_COMM_SEND) return sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1);
-  return receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR);
+  if (c->kind == LP_COMM_SEND) return settle(c, sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1));
+  return settle(c, receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR));
 }
 
 void lp_fo_init(struct lp_comm *c) {

@@ -68,6 +68,7 @@ struct lp_fo {
   uint32_t seen_gen;
   int primary_dev;
   int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
+  int peer_away;         /* sender: the receiver said it is off its primary, which is trusted (its NOTICE) */
   int peer_closed;       /* the control channel reached end of file */
   uint64_t next_read_ns; /* when to look at the control channel again */
   /* News on the control sockets (ctlready.h). */

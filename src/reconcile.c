@@ -20,6 +20,12 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
     return lp_comm_fail(c, ncclRemoteError, "peer resumes at message %llu, outside %llu..%llu",
                         (unsigned long long)resume, (unsigned long long)(s->head - LP_FIFO_DEPTH),
                         (unsigned long long)s->head);
+  /* Messages from post_seq on were not written whole (some not at all):
+   * none can have completed at the receiver. */
+  if (resume > s->post_seq)
+    return lp_comm_fail(c, ncclRemoteError,
+                        "peer resumes at message %llu, but messages from %llu on were never written whole",
+                        (unsigned long long)resume, (unsigned long long)s->post_seq);
   /* A message the receiver has not completed but this end has: the
    * receiver's old NIC acknowledged its writes, then wrote no completion
    * for it, not even a flush, within the drain's bound (failover.c drain).

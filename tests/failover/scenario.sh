@@ -867,6 +867,82 @@ nccl_ib_vars)
   ! awk '$1 == "qp" && $5 == "RTS"' "$tmp/status" | grep -v "ece 0x30000002" | grep -q . ||
     fail "a QP without the negotiated ECE"
   ;;
+port_unreadable)
+  # A device hot-removed or cut off from its driver: its port can no longer
+  # be read and sends no event.  Polling takes a port it cannot read three
+  # times in a row (once a second) for down; readable again, it comes back
+  # after its hold-down.
+  run_perf 1M 12
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_0 query-fail on
+  wait_for "event=failover .*dev=mlx5_0 .*reason=port_down" "$tmp/syslog" 10
+  grep -q "mlx5_0:1 is down (ibv_query_port failed 3 times in a row" "$tmp/out" ||
+    fail "no WARN naming the failed port queries"
+  sv fault node0:mlx5_0 query-fail off
+  wait_for "event=failback .*new_dev=mlx5_0" "$tmp/syslog" 20
+  expect_clean_run
+  ;;
+held_down_port_fails_again)
+  # A port in its hold-down carries the connections that had nowhere else
+  # to go; when its link goes again they must hear of it at once, though
+  # the port was unhealthy already.  Retries (NCCL_IB_TIMEOUT=20: 34 s) and
+  # the watchdog (off) would otherwise be the only way they learn it.
+  export NCCL_IB_TIMEOUT=20 LINKPASS_WATCHDOG_MS=0 LINKPASS_FAILBACK_HOLDDOWN_MS=30000 \
+    LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000
+  run_perf 1M 60
+  wait_for '^ +1\.0 ' "$tmp/out"
+  # only_on PORT: wait until node0's connections all are on PORT.
+  only_on() {
+    local deadline=$((SECONDS + 20)) qps
+    until qps=$(node0_live_ports) && [ "$qps" = "$1" ]; do
+      ((SECONDS < deadline)) || fail "node0's connections did not all reach $1 (QPs on: $qps)"
+      sleep 0.05
+    done
+  }
+  sv link node0:mlx5_1,node0:mlx5_2,node0:mlx5_3 down
+  only_on node0:mlx5_0:1
+  sv link node0:mlx5_1 up # held down for 30 s: usable only as a last resort
+  sv link node0:mlx5_0 down
+  only_on node0:mlx5_1:1
+  sv link node0:mlx5_1 down
+  wait_for "event=path_lost" "$tmp/syslog" 10
+  rc=0
+  wait "$perf" || rc=$?
+  ((rc != 0)) || fail "the run succeeded with no NIC left"
+  grep -q "no healthy path" "$tmp/out" || fail "no clear error naming the lost path"
+  ;;
+failback_both_primaries)
+  # Both ends' primaries fail, one after the other, and come back in the
+  # same order.  The first failback finds the receiver's primary (node1's
+  # mlx5_0) still down and leaves that end on another NIC with its sender
+  # home; once node1's mlx5_0 is back, its NOTICE must bring it home too
+  # (it stayed across rails for good).
+  run_perf 1M 20
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv link node0:mlx5_0 down
+  wait_for "event=failover" "$tmp/syslog"
+  sv link node1:mlx5_0 down
+  sv link node0:mlx5_0 up
+  wait_for "event=failback" "$tmp/syslog" 20
+  sv link node1:mlx5_0 up
+  # The QPs whose request count grows over half a second: those carrying
+  # traffic now (host:dev:port).
+  carrying() {
+    local s
+    for s in 1 2; do
+      "$SIMVERBS" status | awk '$1 == "qp" && $5 == "RTS" && !/loopback/ { for (i = 6; i < NF; i++) if ($i == "req") print $3, $4, $(i + 1) }' |
+        sort >"$tmp/carry$s"
+      [ "$s" = 2 ] || sleep 0.5 # the window over which counts grow, not synchronisation
+    done
+    join "$tmp/carry1" "$tmp/carry2" | awk '$5 > $3 { print $2 }' | sort -u
+  }
+  deadline=$((SECONDS + 20))
+  until now=$(carrying) && [ -n "$now" ] && ! grep -v ':mlx5_0:' <<<"$now" >/dev/null; do
+    kill -0 "$perf" 2>/dev/null || fail "the driver ended before every end was home (traffic on: $(tr '\n' ' ' <<<"$now"))"
+    ((SECONDS < deadline)) || fail "traffic still runs off mlx5_0 20 s after both primaries came back: $(tr '\n' ' ' <<<"$now")"
+  done
+  expect_clean_run
+  ;;
 flap_storm)
   run_perf 1M 8
   wait_for '^ +1\.0 ' "$tmp/out"

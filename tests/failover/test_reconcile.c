@@ -145,6 +145,18 @@ Test(reconcile, a_resume_point_outside_the_window_fails_the_connection, .init = 
   for (uint64_t seq = 1; seq <= 4; seq++) cr_assert(!reqs[seq].done, "nothing completes on a bad ACK");
 }
 
+/* Messages 4 on matched but not yet posted: a peer that says it has
+ * completed message 4 is wrong, and must not complete it here. */
+Test(reconcile, a_resume_point_past_what_was_posted_fails_the_connection, .init = comm) {
+  s.post_seq = 4;
+  memset(s.msgs[lp_fifo_slot(4)].q_done, 0, sizeof(s.msgs[0].q_done));
+  ack_from(5);
+  int replayed = 0;
+  uint64_t bytes = 0;
+  cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclRemoteError);
+  for (uint64_t seq = 1; seq <= 4; seq++) cr_assert(!reqs[seq].done, "nothing completes on a bad ACK");
+}
+
 Test(reconcile, a_message_missing_from_the_ack_fails_the_connection, .init = comm) {
   ack_from(3);
   ack.npending = 1; /* message 4 not listed although not complete */
