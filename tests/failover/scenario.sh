@@ -943,6 +943,23 @@ failback_both_primaries)
   done
   expect_clean_run
   ;;
+sender_fails_during_move)
+  # node0's sending ends can make no QP on any NIC when their own is pulled
+  # (no standby paths: a move needs new ones).  Each must tell its
+  # receiver on node1, which waits for a move with no deadline of its own,
+  # and fail with the reason; node1 then fails at once, saying the peer's
+  # end failed (it learned it only when node0's process went away).
+  export LINKPASS_STANDBY=0
+  run_perf 1M 20
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_1,node0:mlx5_2,node0:mlx5_3 create-qp-fail 1000000
+  sv link node0:mlx5_0 down
+  rc=0
+  wait "$perf" || rc=$?
+  ((rc != 0)) || fail "the run succeeded though node0 could make no queue pair"
+  grep -q "no NIC accepted new queue pairs" "$tmp/out" || fail "node0 did not say why its move failed"
+  grep -q "the peer's end failed while moving" "$tmp/out" || fail "node1 was not told that node0's end failed"
+  ;;
 flap_storm)
   run_perf 1M 8
   wait_for '^ +1\.0 ' "$tmp/out"

@@ -28,6 +28,13 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
     errno = EINVAL;
     return NULL;
   }
+  /* The create-qp-fail fault: the NIC's QP resources are exhausted. */
+  _Atomic uint32_t *fail = &f->devs[sv_ctx_of(pd->context)->dev].create_qp_fail;
+  for (uint32_t n = atomic_load(fail); n > 0;)
+    if (atomic_compare_exchange_weak(fail, &n, n - 1)) {
+      errno = ENOMEM;
+      return NULL;
+    }
   struct sv_qp_local *lq = calloc(1, sizeof(*lq));
   if (!lq) goto nomem;
   /* Like hardware, round queue sizes up; report what was granted. */
