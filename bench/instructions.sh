@@ -8,9 +8,12 @@
 # timed benchmarks (bench/plugin_pairs.sh) cannot separate from how the
 # two cores were shared (docs/PERFORMANCE.md, issue 10).
 #
-# Under callgrind rank 0 runs some 50 times slower than rank 1, so it
-# almost never waits: its test() calls find their work done, and the
-# counts are those of the work, with little of the spin.
+# Under callgrind rank 0 runs some 50 times slower than rank 1, so on an
+# idle machine it almost never waits: its test() calls find their work
+# done, and the counts an iteration are those of the work, with little of
+# the spin.  On a loaded machine rank 1 gets less of the CPU, rank 0's
+# test() spins more, and the counts an iteration grow with it; what one
+# call of isend, irecv or test costs (the second table) moves much less.
 #
 # usage: bench/instructions.sh BUILD_DIR [SIZE]   (default 8 bytes)
 #   env: A, B    the two plugins (default: this build's linkpass and the
