@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness_net.h"
@@ -936,6 +937,39 @@ static void run_idle_down(void) {
   if (is_recv) link_set("node0:mlx5_0", "up");
 }
 
+/* A child forked after init (a data loader's worker) that leaves through
+ * exit(): the plugin's destructor runs in it, with copies of the parent's
+ * fds and mappings.  It must leave the parent's control plane alone: it
+ * stopped the parent's threads (their stop eventfd is shared), freed its
+ * rate-board slots and removed the board (the board's lock is shared with
+ * the parent's open file), and sent its held lines again.  The board is
+ * this side's own (LINKPASS_RATE_BOARD set before init), so that only the
+ * child's exit could remove it; then a move still works, which needs the
+ * parent's control thread to see the pull. */
+static void run_fork_exit(const char *board) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  if (access(board, F_OK) != 0) die("no rate board at %s after init", board);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) die("fork: %s", strerror(errno));
+  if (pid == 0) exit(0);
+  int st;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("the forked child's exit failed: %s %d", WIFSIGNALED(st) ? "signal" : "status",
+        WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  if (access(board, F_OK) != 0) die("the exit of a child forked after init removed the parent's rate board");
+  bring_up(c, 1);
+  one_message(c, 0, 64 << 10, NULL);
+  if (is_recv) link_set("node0:mlx5_0", "down");
+  one_message(c, 1, 64 << 10, NULL);
+  if (is_recv) await_failover_line("nothing moved after the pull: the control thread is gone?");
+  signal_peer('d');
+  wait_peer();
+  tear_down(c, 1);
+  if (is_recv) link_set("node0:mlx5_0", "up");
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -954,6 +988,9 @@ int main(int argc, char **argv) {
   fd_b = open(path, is_recv ? O_RDONLY : O_WRONLY);
   if (fd_h < 0 || fd_b < 0) die("cannot open the FIFOs in %s: %s", argv[3], strerror(errno));
 
+  char board[4200];
+  snprintf(board, sizeof(board), "%s/rates-%s", argv[3], argv[1]);
+  if (strcmp(scenario, "fork_exit") == 0) setenv("LINKPASS_RATE_BOARD", board, 1);
   const char *plugin = getenv("LP_HARNESS_PLUGIN");
   const char *abi = getenv("LP_HARNESS_ABI");
   if (plugin == NULL) die("LP_HARNESS_PLUGIN is not set");
@@ -1018,6 +1055,8 @@ int main(int argc, char **argv) {
     run_down_setup();
   } else if (strcmp(scenario, "churn") == 0) {
     run_churn();
+  } else if (strcmp(scenario, "fork_exit") == 0) {
+    run_fork_exit(board);
   } else {
     die("unknown scenario");
   }
