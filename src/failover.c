@@ -119,15 +119,16 @@ static ncclResult_t refuse_failed(struct lp_comm *c, int reason, ncclResult_t rc
   return rc;
 }
 
-/* Every way into a move ends here: a move that ended in the comm's failure
- * is told to the peer, which would otherwise wait for it (the receiver has
- * no deadline: the side that finds out says so), and the comm no longer
- * counts as moving (the process's chores and a sweep's end wait for every
- * move to end). */
-static ncclResult_t settle(struct lp_comm *c, ncclResult_t rc) {
+/* A move that ended in the comm's failure is told to the peer, which would
+ * otherwise wait for it (the receiver has no deadline: the side that finds
+ * out says so), and the comm no longer counts as moving (the process's
+ * chores and a sweep's end wait for every move to end).  Every progress
+ * call ends here (progress.c), wherever the failure was found. */
+ncclResult_t lp_fo_settle(struct lp_comm *c, ncclResult_t rc) {
   struct lp_fo *fo = c->fo;
   if (rc == ncclSuccess || fo == NULL || fo->state == LP_FO_IDLE) return rc;
   send_nack(c, fo->reason, LP_NACK_FAILED);
+  (void)lp_ctl_flush(&c->ctl, c->peer); /* NCCL may close the comm next */
   set_state(c, LP_FO_IDLE);
   return rc;
 }
@@ -392,7 +393,6 @@ static void begin(struct lp_comm *c, int reason) {
     fo->attempts = 0;
     fo->via_standby = 0;
     fo->via_home = 0;
-    fo->peer_away = 0; /* this move takes the receiver where it can; it says again if that is not home */
   }
 }
 
@@ -484,6 +484,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   rc = lp_fo_sender_reconcile(s, a, &replayed, &bytes);
   if (rc != ncclSuccess) return rc;
   set_state(c, LP_FO_IDLE);
+  fo->peer_away = a->link.nic_guid != fo->peer_home_guid || a->link.port != fo->peer_home_port;
   report(c, fo->reason == LP_FO_FAILBACK ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, to, replayed, bytes);
   return lp_send_progress(s);
 }
@@ -697,7 +698,8 @@ static ncclResult_t receiver_moves_itself(struct lp_recv_comm *r, int reason) {
  * open_on): nothing is created, nothing waits for paced work.  Also when
  * only the receiver is away: a failback that found the receiver's primary
  * down left it on another NIC with the sender home, and its NOTICE once
- * that primary is back is the only thing that can bring it home. */
+ * that primary is back is the only thing that can bring it home.  Where
+ * the receiver is, the sender knows from its last answer's NIC. */
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
   return (c->link.dev != fo->primary_dev || fo->peer_away) &&
@@ -778,7 +780,9 @@ static ncclResult_t on_message(struct lp_comm *c, const void *buf, size_t len) {
   struct lp_fo *fo = c->fo;
   if (type == LP_MSG_FO_NACK) {
     const struct lp_fo_nack *n = buf;
-    begin(c, (int)n->reason);
+    /* Idle here (this end had answered; the sender failed after), the
+     * peer's reason says nothing of this end's device: no silent fault. */
+    begin(c, fo->state == LP_FO_IDLE && silent((int)n->reason) ? LP_FO_PEER_NOTICE : (int)n->reason);
     return path_lost(c, n->cause == LP_NACK_FAILED ? "the peer's end failed while moving; its log says why"
                                                    : "the peer has no healthy NIC left");
   }
@@ -931,6 +935,7 @@ static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
           c->peer, ms, fo->attempts, LP_FO_MAX_ATTEMPTS, retry ? ": offering it again" : "");
   if (retry) return sender_start(s, fo->reason, -1);
   report(c, LP_REPORT_PATH_LOST, -1, 0, 0);
+  send_nack(c, fo->reason, LP_NACK_FAILED); /* a peer that was only frozen hears it when it thaws */
   set_state(c, LP_FO_IDLE);
   return lp_comm_fail(c, ncclRemoteError,
                       "the peer %s answered none of %d moves within %d ms each: it is frozen or gone", c->peer,
@@ -970,7 +975,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
   if (rc == ncclSuccess) rc = tidy(c, now);
-  return settle(c, rc);
+  return rc;
 }
 
 /* Called after the completion queue was polled: a process that was not
@@ -993,8 +998,8 @@ ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now) {
         "watchdog now waits %llu ms (LINKPASS_WATCHDOG_MS x %d)",
         c->kind == LP_COMM_SEND ? "send" : "recv", c->peer, c->link.local.dev_name,
         (unsigned long long)(lp_watchdog_limit(&c->wd) / 1000000ull), c->wd.scale);
-  return settle(c, c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
-                                           : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL));
+  return c->kind == LP_COMM_SEND ? sender_start((struct lp_send_comm *)c, LP_FO_STALL, -1)
+                                 : receiver_notice((struct lp_recv_comm *)c, LP_FO_STALL);
 }
 
 ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
@@ -1009,8 +1014,8 @@ ncclResult_t lp_fo_on_error(struct lp_comm *c, const struct ibv_wc *wc) {
    * flushes that follow it say nothing more). */
   LP_WARN("%s connection to %s: %s: moving", c->kind == LP_COMM_SEND ? "send" : "recv", c->peer,
           wc_desc(c, wc, what, sizeof(what)));
-  if (c->kind == LP_COMM_SEND) return settle(c, sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1));
-  return settle(c, receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR));
+  if (c->kind == LP_COMM_SEND) return sender_start((struct lp_send_comm *)c, LP_FO_COMPLETION_ERR, -1);
+  return receiver_notice((struct lp_recv_comm *)c, LP_FO_COMPLETION_ERR);
 }
 
 void lp_fo_init(struct lp_comm *c) {
@@ -1030,6 +1035,8 @@ void lp_fo_init(struct lp_comm *c) {
   for (int i = 0; i < LP_CTL_PATHS; i++) fo->ready_fd[i] = -1;
   fo->primary_dev = c->link.dev;
   fo->peer_primary_ok = 1;
+  fo->peer_home_guid = c->link.remote.nic_guid;
+  fo->peer_home_port = c->link.remote.port;
   fo->from_dev = c->link.dev;
   /* One behind: the first progress call looks at the port's health.  A
    * connection set up on a port that went down after init (no change of

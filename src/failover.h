@@ -67,8 +67,10 @@ struct lp_fo {
   int via_home;         /* the move revived the path a failover left on the primary */
   uint32_t seen_gen;
   int primary_dev;
-  int peer_primary_ok;   /* sender: the receiver's primary NIC can be used */
-  int peer_away;         /* sender: the receiver said it is off its primary, which is trusted (its NOTICE) */
+  int peer_primary_ok;     /* sender: the receiver's primary NIC can be used */
+  int peer_away;           /* sender: the receiver is off its primary (its last answer's NIC, or its NOTICE) */
+  uint64_t peer_home_guid; /* sender: the receiver's primary NIC and port, as set up */
+  int peer_home_port;
   int peer_closed;       /* the control channel reached end of file */
   uint64_t next_read_ns; /* when to look at the control channel again */
   /* News on the control sockets (ctlready.h). */
@@ -120,6 +122,10 @@ int lp_fo_hears_peer(const struct lp_comm *c);
 /* Control channel and health changes; called by every progress call that
  * read the clock, with the time it started. */
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now);
+/* `rc` ended the call of a comm: a move that it ended (the comm failed
+ * mid-move, wherever it was found) is told to the peer with NACK and no
+ * longer counts as moving.  Returns rc. */
+ncclResult_t lp_fo_settle(struct lp_comm *c, ncclResult_t rc);
 /* The watchdog; called after the completion queue by every progress call
  * that read the clock. */
 ncclResult_t lp_fo_watchdog(struct lp_comm *c, uint64_t now);

@@ -36,7 +36,13 @@ static ncclResult_t progress_unclocked(struct lp_comm *c) {
   return rc;
 }
 
-ncclResult_t lp_comm_progress(struct lp_comm *c) {
+static ncclResult_t progress(struct lp_comm *c);
+
+/* A failure found anywhere in the call (a completion, a post, failover's
+ * own steps) may end a move: lp_fo_settle says so to the peer. */
+ncclResult_t lp_comm_progress(struct lp_comm *c) { return lp_fo_settle(c, progress(c)); }
+
+static ncclResult_t progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
   if (!clock_due(c)) return progress_unclocked(c);
   c->calls_unclocked = 0;

@@ -887,8 +887,9 @@ held_down_port_fails_again)
   # to go; when its link goes again they must hear of it at once, though
   # the port was unhealthy already.  Retries (NCCL_IB_TIMEOUT=20: 34 s) and
   # the watchdog (off) would otherwise be the only way they learn it.
+  # NCCL_DEBUG=INFO: the plugin's line that it saw mlx5_1 come back.
   export NCCL_IB_TIMEOUT=20 LINKPASS_WATCHDOG_MS=0 LINKPASS_FAILBACK_HOLDDOWN_MS=30000 \
-    LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000
+    LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000 NCCL_DEBUG=INFO
   run_perf 1M 60
   wait_for '^ +1\.0 ' "$tmp/out"
   # only_on PORT: wait until node0's connections all are on PORT.
@@ -902,6 +903,9 @@ held_down_port_fails_again)
   sv link node0:mlx5_1,node0:mlx5_2,node0:mlx5_3 down
   only_on node0:mlx5_0:1
   sv link node0:mlx5_1 up # held down for 30 s: usable only as a last resort
+  # Each NIC's events come through a thread of its own: mlx5_0's pull could
+  # otherwise be seen first, with nowhere left to go.
+  wait_for "mlx5_1:1 is up again" "$tmp/out" 10
   sv link node0:mlx5_0 down
   only_on node0:mlx5_1:1
   sv link node0:mlx5_1 down
@@ -931,10 +935,10 @@ failback_both_primaries)
     local s
     for s in 1 2; do
       "$SIMVERBS" status | awk '$1 == "qp" && $5 == "RTS" && !/loopback/ { for (i = 6; i < NF; i++) if ($i == "req") print $3, $4, $(i + 1) }' |
-        sort >"$tmp/carry$s"
+        LC_ALL=C sort >"$tmp/carry$s"
       [ "$s" = 2 ] || sleep 0.5 # the window over which counts grow, not synchronisation
     done
-    join "$tmp/carry1" "$tmp/carry2" | awk '$5 > $3 { print $2 }' | sort -u
+    LC_ALL=C join "$tmp/carry1" "$tmp/carry2" | awk '$5 > $3 { print $2 }' | sort -u
   }
   deadline=$((SECONDS + 20))
   until now=$(carrying) && [ -n "$now" ] && ! grep -v ':mlx5_0:' <<<"$now" >/dev/null; do
