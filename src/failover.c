@@ -298,6 +298,17 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
 
 /* A path on `dev`: the one a move left there (the primary's), revived,
  * or else a new one. */
+/* Why a move found nowhere to go on this side. */
+static const char *no_nic_left(const struct lp_comm *c) {
+  return c->fo->failed_nics ? "no NIC on this side could take the connection (the WARNs before say why)"
+                            : "no healthy NIC on this side";
+}
+
+/* `dev`'s NIC could not take this move's path (no QPs, or they would not
+ * connect): the move does not offer it again, or a fault that repeats
+ * there would have the two ends rebuild paths on it for ever. */
+static void nic_failed(struct lp_comm *c, int dev) { c->fo->failed_nics |= 1u << c->env->devs[dev].nic; }
+
 static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, int nqps) {
   struct lp_fo *fo = c->fo;
   if (fo->home.env != NULL && fo->home.dev == dev) {
@@ -319,7 +330,7 @@ static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, in
 static int open_claimed(struct lp_comm *c, struct lp_link *next, int prefer, int avoid, int nqps,
                         ncclResult_t *opened) {
   enum lp_dir dir = lp_comm_dir(c);
-  int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid, c->mr_nics);
+  int dev = lp_health_claim(c->health, dir, c->fo->primary_dev, prefer, avoid, c->mr_nics & ~c->fo->failed_nics);
   if (dev < 0) return -1;
   *opened = open_on(c, next, dev, nqps);
   lp_health_load_add(c->health, dir, dev, -1);
@@ -393,6 +404,7 @@ static void begin(struct lp_comm *c, int reason) {
     fo->attempts = 0;
     fo->via_standby = 0;
     fo->via_home = 0;
+    fo->failed_nics = 0;
   }
 }
 
@@ -439,12 +451,12 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     ncclResult_t opened;
     int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened);
     if (dev < 0) {
-      send_nack(c, reason, LP_NACK_NO_NIC);
-      return path_lost(c, "no healthy NIC on this side");
+      send_nack(c, reason, fo->failed_nics ? LP_NACK_FAILED : LP_NACK_NO_NIC);
+      return path_lost(c, no_nic_left(c));
     }
     if (opened == ncclSuccess) return request(c, reason, avoid_rail, failback ? -1 : dev, 0, &fo->next.local);
     prefer = -1;
-    avoid = dev; /* could not build there: try the next one */
+    nic_failed(c, dev); /* could not build there: try the next one */
   }
   send_nack(c, reason, LP_NACK_FAILED);
   return path_lost(c, "no NIC accepted new queue pairs");
@@ -472,7 +484,10 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
     fo->via_standby = 1;
   } else {
     fo->next.remote = a->link;
-    if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) return sender_start(s, LP_FO_COMPLETION_ERR, -1);
+    if (lp_link_connect(&fo->next, c->traffic_class) != ncclSuccess) {
+      nic_failed(c, fo->next.dev);
+      return sender_start(s, LP_FO_COMPLETION_ERR, -1);
+    }
     rc = send_ready(c);
     if (rc != ncclSuccess) return rc;
   }
@@ -651,12 +666,12 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     if (dev < 0) break;
     if (opened == ncclSuccess && connect_to(c, &next, &m->link)) break;
     prefer = -1;
-    avoid = dev;
+    nic_failed(c, dev);
     dev = -1;
   }
   if (dev < 0) {
-    send_nack(c, (int)m->reason, LP_NACK_NO_NIC);
-    return path_lost(c, "no healthy NIC on this side");
+    send_nack(c, (int)m->reason, fo->failed_nics ? LP_NACK_FAILED : LP_NACK_NO_NIC);
+    return path_lost(c, no_nic_left(c));
   }
   return answer_onto(r, &next, LP_MSG_FO_ACK, m->standby, (int)m->reason);
 }

@@ -61,6 +61,7 @@ struct lp_fo {
   uint64_t start_ns;
   uint64_t deadline_ns; /* sender: the receiver must answer the REQ by then (LINKPASS_MOVE_TIMEOUT_MS) */
   int attempts;         /* REQs sent for this fault; LP_FO_MAX_ATTEMPTS unanswered ones lose the path */
+  uint32_t failed_nics; /* NICs that could not take this move's path: not offered again in it */
   int from_dev;         /* where the connection was when this move began */
   int inflight;         /* requests outstanding when it began */
   int via_standby;      /* the move took the standby path */

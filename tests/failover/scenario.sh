@@ -961,8 +961,21 @@ sender_fails_during_move)
   rc=0
   wait "$perf" || rc=$?
   ((rc != 0)) || fail "the run succeeded though node0 could make no queue pair"
-  grep -q "no NIC accepted new queue pairs" "$tmp/out" || fail "node0 did not say why its move failed"
+  grep -q "no NIC on this side could take the connection" "$tmp/out" || fail "node0 did not say why its move failed"
   grep -q "the peer's end failed while moving" "$tmp/out" || fail "node1 was not told that node0's end failed"
+  ;;
+connect_fails_during_move)
+  # node0's mlx5_1 refuses to connect any new path (RTR), the others take
+  # them: every move that tried it goes on to another NIC and the run ends
+  # clean.  The move offered the NIC that refused again and again (the
+  # least loaded once its failed offer was closed), for good.
+  export LINKPASS_STANDBY=0
+  run_perf 1M 10
+  wait_for '^ +1\.0 ' "$tmp/out"
+  sv fault node0:mlx5_1 rtr-fail 1000000
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 reason=port_down
   ;;
 flap_storm)
   run_perf 1M 8

@@ -237,6 +237,10 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
   enum ibv_qp_state from = atomic_load(&q->state), to = a->qp_state;
   int rc = check_transition(from, to, mask);
   if (!rc) rc = check_attr_values(q, a, mask);
+  /* The rtr-fail fault: the device refuses the connection's attributes. */
+  _Atomic uint32_t *fail = &fab()->devs[q->dev].rtr_fail;
+  for (uint32_t n = atomic_load(fail); !rc && to == IBV_QPS_RTR && n > 0;)
+    if (atomic_compare_exchange_weak(fail, &n, n - 1)) rc = EINVAL;
   if (rc) goto out;
   if (mask & IBV_QP_PORT) q->port = a->port_num;
   if (mask & IBV_QP_ACCESS_FLAGS) q->access = a->qp_access_flags;

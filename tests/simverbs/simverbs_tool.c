@@ -80,7 +80,7 @@ static const struct cmd_help helps[] = {
      "                               rate PERCENT|loss PERCENT|recv-post-fail [N]|\n"
      "                               query-fail on|off|clear\n"
      "simverbs fault HOST:NIC device-fatal|device-recover\n"
-     "simverbs fault HOST:NIC[,HOST:NIC...] create-qp-fail [N]\n"
+     "simverbs fault HOST:NIC[,HOST:NIC...] create-qp-fail|rtr-fail [N]\n"
      "simverbs fault qp QPN fatal",
      "Port faults (on the sending port): blackhole drops everything while the\n"
      "port stays ACTIVE (only retries running out reveal it); ack-loss makes the\n"
@@ -102,7 +102,8 @@ static const struct cmd_help helps[] = {
      "raises IBV_EVENT_DEVICE_FATAL and errors every QP of the NIC;\n"
      "device-recover lets it be opened again.  create-qp-fail makes the next N\n"
      "ibv_create_qp calls on the NIC fail with ENOMEM (its QP resources\n"
-     "exhausted; 0 ends it).  qp QPN fatal moves one QP\n"
+     "exhausted; 0 ends it); rtr-fail makes the next N ibv_modify_qp to RTR on\n"
+     "it fail with EINVAL.  qp QPN fatal moves one QP\n"
      "(decimal or 0x hex) to the error state with IBV_EVENT_QP_FATAL.\n"},
     {"status", "simverbs status [--fabric NAME]",
      "Show hosts, NICs, port states, faults, traffic counters, live processes\n"
@@ -814,16 +815,17 @@ static int fault_device(struct args *a, struct sv_fabric *f) {
 
 static int fault_value(struct args *a, bool required, uint32_t dflt, uint32_t max, uint32_t *out);
 
-/* create-qp-fail [N] on one or more NICs (a port named picks its NIC). */
-static int fault_create_qp(struct args *a, struct sv_fabric *f) {
-  int dev[MAX_TARGETS], port[MAX_TARGETS], n = 0, rc;
+/* create-qp-fail [N] or rtr-fail [N] on one or more NICs (a port named
+ * picks its NIC). */
+static int fault_device_count(struct args *a, struct sv_fabric *f) {
+  int dev[MAX_TARGETS], port[MAX_TARGETS], n = 0, rc, rtr = strcmp(a->pos[1], "rtr-fail") == 0;
   uint32_t v;
   if ((rc = fault_value(a, false, 1, MAX_COUNT, &v)) != 0) return rc;
   if ((rc = resolve_targets(a, f, dev, port, &n)) != 0) return rc;
-  for (int i = 0; i < n; i++) atomic_store(&f->devs[dev[i]].create_qp_fail, v);
+  for (int i = 0; i < n; i++) atomic_store(rtr ? &f->devs[dev[i]].rtr_fail : &f->devs[dev[i]].create_qp_fail, v);
   for (int i = 0; i < n; i++)
-    printf("%s:%s: the next %u ibv_create_qp calls fail (ENOMEM)\n", f->hosts[f->devs[dev[i]].host].name,
-           f->devs[dev[i]].name, v);
+    printf("%s:%s: the next %u %s fail (%s)\n", f->hosts[f->devs[dev[i]].host].name, f->devs[dev[i]].name, v,
+           rtr ? "ibv_modify_qp calls to RTR" : "ibv_create_qp calls", rtr ? "EINVAL" : "ENOMEM");
   return 0;
 }
 
@@ -961,8 +963,8 @@ static int cmd_fault(struct args *a) {
     rc = fault_qp(a, f);
   else if (strcmp(a->pos[1], "device-fatal") == 0 || strcmp(a->pos[1], "device-recover") == 0)
     rc = fault_device(a, f);
-  else if (strcmp(a->pos[1], "create-qp-fail") == 0)
-    rc = fault_create_qp(a, f);
+  else if (strcmp(a->pos[1], "create-qp-fail") == 0 || strcmp(a->pos[1], "rtr-fail") == 0)
+    rc = fault_device_count(a, f);
   else
     rc = fault_port(a, f);
   sv_fabric_detach(f);
