@@ -752,6 +752,12 @@ void lp_health_stop(struct lp_health *h) {
   close(h->stop_fd);
   if (h->change_fd >= 0) close(h->change_fd);
   h->change_fd = -1;
-  lp_ring_fini(&h->ring);
   lp_metrics_file_close(&h->metrics);
+  h->stopped = 1;
+}
+
+void lp_health_free(struct lp_health *h) {
+  if (!h->stopped) return;
+  lp_ring_fini(&h->ring);
+  h->stopped = 0;
 }

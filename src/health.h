@@ -118,6 +118,7 @@ struct lp_health {
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   int query_fails[LP_MAX_DEVS];   /* ibv_query_port failures in a row (control thread) */
+  int stopped;                    /* lp_health_stop ran: the ring is left for lp_health_free */
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
@@ -136,8 +137,10 @@ struct lp_health {
 
 /* Start the threads for the devices of `env`; idempotent.  0 or -1. */
 int lp_health_start(struct lp_health *h, const struct lp_env *env);
-/* Stop and join every thread (finalize / unload). */
+/* Stop and join every thread (unload, exit).  The event ring, which NCCL's
+ * threads push into, stays until lp_health_free. */
 void lp_health_stop(struct lp_health *h);
+void lp_health_free(struct lp_health *h);
 
 /* A connection end left `dev` for a silent fault (`reason`, enum
  * lp_fo_reason): the device becomes suspect (lp_health_trusted); never

@@ -223,12 +223,17 @@ fail:
 }
 
 void lp_idle_watch_stop(struct lp_idle_watch *w) {
-  if (!w->running) return;
+  if (!w->running || w->stop) return;
   pthread_mutex_lock(&w->mu);
   w->stop = 1;
   pthread_mutex_unlock(&w->mu);
   wake(w);
   pthread_join(w->thread, NULL);
+}
+
+void lp_idle_watch_free(struct lp_idle_watch *w) {
+  if (!w->running) return;
+  lp_idle_watch_stop(w);
   w->running = 0;
   free(w->comms);
   free(w->later);

@@ -61,8 +61,12 @@ struct lp_idle_watch {
 /* Start the thread, watching `health_fd` for health changes (-1: none);
  * 0, or -1 (moves then wait for NCCL's next call). */
 int lp_idle_watch_start(struct lp_idle_watch *w, int health_fd);
-/* Stop and join it; comms may stay on the list and are removed at close. */
+/* Stop and join it; comms may stay on the list and are removed at close.
+ * What NCCL's threads use (the list, its lock, the fds) stays until
+ * lp_idle_watch_free. */
 void lp_idle_watch_stop(struct lp_idle_watch *w);
+/* Free what a stopped watch left, once no comm can be closed any more. */
+void lp_idle_watch_free(struct lp_idle_watch *w);
 /* Watch a comm with failover state (c->fo) from now on / no longer (before
  * it is freed).  Both are no-ops when the watch is not running. */
 void lp_idle_watch_add(struct lp_idle_watch *w, struct lp_comm *c);

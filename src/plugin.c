@@ -91,11 +91,23 @@ static void start_failover(struct lp_plugin *p) {
  * would write the parent's stop eventfds, free its rate-board slots and
  * send its held syslog lines again.  It leaves all that to the parent. */
 __attribute__((destructor)) static void stop_threads(void) {
-  if (the_plugin.threads_pid != 0 && the_plugin.threads_pid != getpid()) return;
-  lp_idle_watch_stop(&the_plugin.idle);
-  lp_ctl_ready_stop(&the_plugin.ctl_news);
-  lp_health_stop(&the_plugin.health);
-  lp_syslog_close(&the_plugin.env.syslog);
+  struct lp_plugin *p = &the_plugin;
+  if (p->threads_pid != 0 && p->threads_pid != getpid()) return;
+  lp_idle_watch_stop(&p->idle);
+  lp_ctl_ready_stop(&p->ctl_news);
+  lp_health_stop(&p->health);
+  /* Every context finalized: NCCL is unloading the plugin, and nothing can
+   * use what the threads leave.  With contexts live the process is exiting
+   * under NCCL's threads (an error path that calls exit()), which may still
+   * be inside a call, moving a connection or closing one: what they use
+   * stays, for the kernel to take back. */
+  if (p->nctx == 0) {
+    lp_idle_watch_free(&p->idle);
+    lp_health_free(&p->health);
+    lp_syslog_close(&p->env.syslog);
+  } else {
+    lp_syslog_drain(&p->env.syslog);
+  }
 }
 
 /* First successful init: configuration, verbs, devices, OOB interface. */

@@ -291,17 +291,23 @@ fail:
 
 /* The lines still held go out first, waiting up to LP_SYSLOG_CLOSE_S for
  * room: the process is ending, and its last moves are worth the wait. */
+void lp_syslog_drain(struct lp_syslog *sl) {
+  struct lp_syslog_held *h = sl->held;
+  if (h == NULL) return;
+  pthread_mutex_lock(&h->mu);
+  mirror_held(h); /* NCCL's log first, whatever room the socket has */
+  send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
+  struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
+  if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
+    h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
+  pthread_mutex_unlock(&h->mu);
+  lp_syslog_flush(sl, 1, 0); /* says what was dropped */
+}
+
 void lp_syslog_close(struct lp_syslog *sl) {
   struct lp_syslog_held *h = sl->held;
   if (h != NULL) {
-    pthread_mutex_lock(&h->mu);
-    mirror_held(h); /* NCCL's log first, whatever room the socket has */
-    send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
-    struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
-    if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
-      h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
-    pthread_mutex_unlock(&h->mu);
-    lp_syslog_flush(sl, 1, 0); /* says what was dropped */
+    lp_syslog_drain(sl);
     pthread_mutex_destroy(&h->mu);
     free(h->line);
     free(h);

@@ -62,6 +62,10 @@ struct lp_syslog {
  * (below).  0, or -1 (warned: lines then go to NCCL's log only). */
 int lp_syslog_open(struct lp_syslog *sl);
 void lp_syslog_close(struct lp_syslog *sl);
+/* The lines still held go out, as at close, but the socket and the held
+ * lines stay for threads that may still send (a process exiting under
+ * NCCL's threads). */
+void lp_syslog_drain(struct lp_syslog *sl);
 /* Lines are never waited for, and a sweep's are held: those the socket has
  * no room for (8,192 lines at most are held; more are counted and warned
  * about) and those of moves made in a sweep (lp_report_emit) go out with
