@@ -67,7 +67,7 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
 
 #define LP_SYSLOG_DGRAM 1024         /* the longest datagram sent */
 #define LP_SYSLOG_HELD 8192          /* lines held at most, for room in the socket or a sweep's end (8.5 MiB) */
-#define LP_SYSLOG_CLOSE_S 1          /* how long the last ones may wait for room at exit */
+#define LP_SYSLOG_CLOSE_S 2          /* how long the last ones may wait for room at exit, in all */
 #define LP_HOLD_MAX_NS 1000000000ull /* a line held for a sweep goes out after this, sweep or not */
 #define LP_SYSLOG_WAIT_MS 2          /* after a sweep, how long one send waits for room */
 #define LP_FLUSH_BATCH 1             /* lines sent under the lock at a time then: a mover waits for one send at most */
@@ -297,9 +297,24 @@ void lp_syslog_drain(struct lp_syslog *sl) {
   pthread_mutex_lock(&h->mu);
   mirror_held(h); /* NCCL's log first, whatever room the socket has */
   send_held(sl, h, MSG_DONTWAIT, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
-  struct timeval limit = {.tv_sec = LP_SYSLOG_CLOSE_S};
-  if (h->count > 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0)
-    h->dropped += send_held(sl, h, 0, 1, lp_now_ns(), LP_SYSLOG_HELD, 0);
+  /* LP_SYSLOG_CLOSE_S in all, not a line: a daemon that reads slowly but
+   * steadily would otherwise hold the exit up for as many waits as lines.
+   * A line at a time, each send waiting only for what is left. */
+  uint64_t until = lp_now_ns() + LP_SYSLOG_CLOSE_S * 1000000000ull;
+  for (uint64_t now = lp_now_ns(); h->count > 0 && now < until; now = lp_now_ns()) {
+    uint64_t left = until - now;
+    struct timeval wait = {.tv_sec = (time_t)(left / 1000000000u), .tv_usec = (suseconds_t)(left % 1000000000u / 1000)};
+    unsigned before = h->count;
+    if (setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait)) != 0 ||
+        send_held(sl, h, 0, 1, now, 1, 0) == before)
+      break;
+  }
+  /* Given up: NCCL's log has them (mirror_held above). */
+  h->dropped += h->count;
+  h->count = 0;
+  h->head = 0;
+  struct timeval wait = {.tv_usec = LP_SYSLOG_WAIT_MS * 1000};
+  if (sl->fd >= 0) setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
   pthread_mutex_unlock(&h->mu);
   lp_syslog_flush(sl, 1, 0); /* says what was dropped */
 }

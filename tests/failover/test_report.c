@@ -1,6 +1,7 @@
 /* The operator-facing event lines. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,8 +13,10 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "report.h"
@@ -154,6 +157,46 @@ static void *read_in_order(void *arg) {
     if (at == NULL || atoi(at + 4) != r->got) break;
   }
   return NULL;
+}
+
+struct steady_reader {
+  int fd;
+  _Atomic int stop, got;
+};
+
+/* A daemon that keeps up, barely: a line every 20 ms. */
+static void *read_steadily(void *arg) {
+  struct steady_reader *r = arg;
+  char buf[1100];
+  while (!atomic_load(&r->stop)) {
+    struct pollfd p = {.fd = r->fd, .events = POLLIN};
+    if (poll(&p, 1, 20) == 1 && recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) atomic_fetch_add(&r->got, 1);
+    nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL); /* its pace, not synchronisation */
+  }
+  return NULL;
+}
+
+/* The wait at close is bounded in all (2 s), not per line: a daemon that
+ * reads slowly but steadily held the exit up for a wait of up to a second
+ * a line, here 1,000 lines at 20 ms each: 20 s. */
+Test(report, close_waits_two_seconds_in_all_for_a_slow_daemon) {
+  struct lp_syslog sl;
+  struct slow_daemon d;
+  daemon_start(&d, &sl);
+  const int n = 1000;
+  for (int i = 0; i < n; i++) emit_seq(&sl, i);
+  cr_assert_gt(lp_syslog_flush(&sl, 0, 0), 0);
+  struct steady_reader r = {.fd = d.fd};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, read_steadily, &r), 0);
+  uint64_t t0 = lp_now_ns();
+  lp_syslog_close(&sl);
+  double took = (double)(lp_now_ns() - t0) / 1e9;
+  atomic_store(&r.stop, 1);
+  pthread_join(t, NULL);
+  cr_expect_lt(took, 4.0, "close took %.1f s with a daemon that reads a line every 20 ms", took);
+  cr_expect_gt(atomic_load(&r.got), 0, "the daemon got none of the held lines");
+  daemon_stop(&d);
 }
 
 /* Lines still held when the process ends go out at close, once the daemon
