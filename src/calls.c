@@ -155,23 +155,19 @@ ncclResult_t lp_test(void *request, int *done, int *sizes) {
   return ncclSuccess;
 }
 
-/* The NIC the comm is on now, read with the comm held: the idle watch may
- * be moving it (idle_watch.h), and a move rewrites c->link. */
-static int current_nic(struct lp_comm *c) {
+/* Register for comm `c`, on the NIC it is on; from then on it moves only
+ * where the buffer is registered too (narrowed at its first isend or irecv
+ * only, a move before that could take it to a NIC that refused the buffer,
+ * a dma-buf on a NIC without them, and its first use failed).  The comm is
+ * held throughout: the idle watch may be moving it (idle_watch.h), and a
+ * move between reading its NIC and narrowing where it may go had the same
+ * effect.  The watch answers this comm's moves after the registration. */
+static ncclResult_t register_for(struct lp_comm *c, void *data, size_t size, int type, int fd, uint64_t offset,
+                                 void **mhandle) {
   lp_comm_enter(c);
-  int nic = lp_link_dev(&c->link)->nic;
-  lp_comm_leave(c);
-  return nic;
-}
-
-/* A buffer registered for a comm is one it will use: from now on it moves
- * only where the buffer is registered too.  Narrowed at its first isend or
- * irecv only, a move before that could take it to a NIC that refused the
- * buffer (a dma-buf on a NIC without them), and its first use failed. */
-static ncclResult_t registered(struct lp_comm *c, ncclResult_t rc, void **mhandle) {
-  if (rc != ncclSuccess) return rc;
-  lp_comm_enter(c);
-  lp_comm_uses(c, *mhandle);
+  ncclResult_t rc =
+      lp_mr_register(c->mrs, c->env, c->health, lp_link_dev(&c->link)->nic, data, size, type, fd, offset, mhandle);
+  if (rc == ncclSuccess) lp_comm_uses(c, *mhandle);
   lp_comm_leave(c);
   return rc;
 }
@@ -183,8 +179,7 @@ ncclResult_t lp_reg_mr(void *comm, void *data, size_t size, int type, void **mha
     LP_WARN("regMr: invalid comm %p", comm);
     return ncclInvalidArgument;
   }
-  return registered(c, lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, -1, 0, mhandle),
-                    mhandle);
+  return register_for(c, data, size, type, -1, 0, mhandle);
 }
 
 ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle) {
@@ -195,9 +190,7 @@ ncclResult_t lp_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uin
     return ncclInvalidArgument;
   }
   /* Host memory needs no dma-buf: register it the ordinary way. */
-  if (type == NCCL_PTR_HOST) fd = -1;
-  return registered(c, lp_mr_register(c->mrs, c->env, c->health, current_nic(c), data, size, type, fd, offset, mhandle),
-                    mhandle);
+  return register_for(c, data, size, type, type == NCCL_PTR_HOST ? -1 : fd, offset, mhandle);
 }
 
 ncclResult_t lp_dereg_mr(void *comm, void *mhandle) {
