@@ -296,19 +296,13 @@ static int choose_dev(const struct lp_comm *c, int prefer, int avoid) {
   return lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, prefer, avoid, c->mr_nics);
 }
 
-/* A path on `dev`: the one a move left there (the primary's), revived,
- * or else a new one. */
-/* Why a move found nowhere to go on this side. */
-static const char *no_nic_left(const struct lp_comm *c) {
-  return c->fo->failed_nics ? "no NIC on this side could take the connection (the WARNs before say why)"
-                            : "no healthy NIC on this side";
-}
-
 /* `dev`'s NIC could not take this move's path (no QPs, or they would not
  * connect): the move does not offer it again, or a fault that repeats
  * there would have the two ends rebuild paths on it for ever. */
 static void nic_failed(struct lp_comm *c, int dev) { c->fo->failed_nics |= 1u << c->env->devs[dev].nic; }
 
+/* A path on `dev`: the one a move left there (the primary's), revived,
+ * or else a new one. */
 static ncclResult_t open_on(struct lp_comm *c, struct lp_link *next, int dev, int nqps) {
   struct lp_fo *fo = c->fo;
   if (fo->home.env != NULL && fo->home.dev == dev) {
@@ -384,6 +378,15 @@ static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
   return lp_comm_fail(c, ncclRemoteError, "no healthy path to the peer remains (%s): the connection fails", why);
 }
 
+/* A move found nowhere to go on this side: the peer hears why (NICs that
+ * failed this move are more than "none healthy"), and the path is lost. */
+static ncclResult_t nowhere_left(struct lp_comm *c, int reason) {
+  int failed = c->fo->failed_nics != 0;
+  send_nack(c, reason, failed ? LP_NACK_FAILED : LP_NACK_NO_NIC);
+  return path_lost(c, failed ? "no NIC on this side could take the connection (the WARNs before say why)"
+                             : "no healthy NIC on this side");
+}
+
 /* A fault its port did not report: the device becomes suspect, so that
  * nothing moves back onto a black hole until it has been quiet for a
  * hold-down (health.h).  Either end may be at fault; both ends say so. */
@@ -450,16 +453,12 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     /* The offer counts on its device from now, not only once the peer answers. */
     ncclResult_t opened;
     int dev = open_claimed(c, &fo->next, prefer, avoid, c->link.nqps, &opened);
-    if (dev < 0) {
-      send_nack(c, reason, fo->failed_nics ? LP_NACK_FAILED : LP_NACK_NO_NIC);
-      return path_lost(c, no_nic_left(c));
-    }
+    if (dev < 0) break;
     if (opened == ncclSuccess) return request(c, reason, avoid_rail, failback ? -1 : dev, 0, &fo->next.local);
     prefer = -1;
     nic_failed(c, dev); /* could not build there: try the next one */
   }
-  send_nack(c, reason, LP_NACK_FAILED);
-  return path_lost(c, "no NIC accepted new queue pairs");
+  return nowhere_left(c, reason);
 }
 
 static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
@@ -669,10 +668,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     nic_failed(c, dev);
     dev = -1;
   }
-  if (dev < 0) {
-    send_nack(c, (int)m->reason, fo->failed_nics ? LP_NACK_FAILED : LP_NACK_NO_NIC);
-    return path_lost(c, no_nic_left(c));
-  }
+  if (dev < 0) return nowhere_left(c, (int)m->reason);
   return answer_onto(r, &next, LP_MSG_FO_ACK, m->standby, (int)m->reason);
 }
 

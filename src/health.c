@@ -294,9 +294,9 @@ static void poll_ports(struct lp_health *h, uint64_t now) {
     if (rc != 0) {
       /* A device removed, or whose verbs file was cut off, answers no
        * query again and may send no event: a port that cannot be read is
-       * not taken for up. */
-      /* At and after the limit: an event that brought the port up while it
-       * still cannot be read is overruled at the next poll. */
+       * not taken for up.  At and after the limit: an event that brought
+       * the port up while it still cannot be read is overruled at the next
+       * poll. */
       if (++h->query_fails[d] >= LP_QUERY_FAILS_DOWN) {
         char why[96];
         snprintf(why, sizeof(why), "ibv_query_port failed %d times in a row: %s", h->query_fails[d],
