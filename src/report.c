@@ -254,6 +254,12 @@ void lp_syslog_ends(const struct lp_syslog *sl, int delta) {
   pthread_mutex_unlock(&h->mu);
 }
 
+/* How long a blocking send on the socket waits for room: 0, or -1. */
+static int send_wait(const struct lp_syslog *sl, uint64_t ns) {
+  struct timeval t = {.tv_sec = (time_t)(ns / 1000000000u), .tv_usec = (suseconds_t)(ns % 1000000000u / 1000)};
+  return sl->fd >= 0 && setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof(t)) == 0 ? 0 : -1;
+}
+
 /* The held lines exist with syslog or without: a sweep's lines wait for
  * NCCL's log too. */
 int lp_syslog_open(struct lp_syslog *sl) {
@@ -266,8 +272,7 @@ int lp_syslog_open(struct lp_syslog *sl) {
   if (sl->enabled) {
     sl->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sl->fd < 0) goto fail_mu;
-    struct timeval wait = {.tv_usec = LP_SYSLOG_WAIT_MS * 1000}; /* for lp_syslog_flush; other sends never wait */
-    setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
+    send_wait(sl, LP_SYSLOG_WAIT_MS * 1000000ull); /* for lp_syslog_flush; other sends never wait */
     /* Said once here: a line the socket refuses later is lost with an
      * INFO line only, and NCCL's default level hides those. */
     struct stat st;
@@ -302,19 +307,14 @@ void lp_syslog_drain(struct lp_syslog *sl) {
    * A line at a time, each send waiting only for what is left. */
   uint64_t until = lp_now_ns() + LP_SYSLOG_CLOSE_S * 1000000000ull;
   for (uint64_t now = lp_now_ns(); h->count > 0 && now < until; now = lp_now_ns()) {
-    uint64_t left = until - now;
-    struct timeval wait = {.tv_sec = (time_t)(left / 1000000000u), .tv_usec = (suseconds_t)(left % 1000000000u / 1000)};
     unsigned before = h->count;
-    if (setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait)) != 0 ||
-        send_held(sl, h, 0, 1, now, 1, 0) == before)
-      break;
+    if (send_wait(sl, until - now) != 0 || send_held(sl, h, 0, 1, now, 1, 0) == before) break;
   }
   /* Given up: NCCL's log has them (mirror_held above). */
   h->dropped += h->count;
   h->count = 0;
   h->head = 0;
-  struct timeval wait = {.tv_usec = LP_SYSLOG_WAIT_MS * 1000};
-  if (sl->fd >= 0) setsockopt(sl->fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
+  send_wait(sl, LP_SYSLOG_WAIT_MS * 1000000ull);
   pthread_mutex_unlock(&h->mu);
   lp_syslog_flush(sl, 1, 0); /* says what was dropped */
 }
