@@ -15,13 +15,18 @@ static char path[64];
 
 static void fresh_path(void) { snprintf(path, sizeof(path), "/tmp/lp-rateboard-test.%d", (int)getpid()); }
 
+/* Open the board at `path` as process `pid`; the test stops if it cannot. */
+static void open_as(struct lp_rateboard *b, int pid) {
+  char why[256];
+  cr_assert_eq(lp_rateboard_open(b, path, pid, why, sizeof(why)), 0, "%s", why);
+}
+
 Test(rateboard, another_process_reads_what_one_posted) {
   fresh_path();
   struct lp_rateboard a, b;
-  char why[256];
   /* Two live pids: this process and its parent stand for two ranks. */
-  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
-  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&a, (int)getpid());
+  open_as(&b, (int)getppid());
   uint64_t now = lp_now_ns();
   lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now - 100, now);
   lp_rateboard_post(&a, 1, 0x5678, 1, -1, 0, now); /* a port without a window yet */
@@ -46,11 +51,10 @@ Test(rateboard, another_process_reads_what_one_posted) {
 Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
   fresh_path();
   struct lp_rateboard a, dead;
-  char why[256];
-  cr_assert_eq(lp_rateboard_open(&dead, path, 0x7ffffff0, why, sizeof(why)), 0, "%s", why); /* no such process */
+  open_as(&dead, 0x7ffffff0); /* no such process */
   uint64_t now = lp_now_ns();
   for (int d = 0; d < LP_RB_MAX_PORTS; d++) lp_rateboard_post(&dead, d, 0x99, d + 1, 500, now, now);
-  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&a, (int)getpid());
   cr_expect_eq(lp_rateboard_read(&a, 0x99, 1, 0, now), -1, "a process that does not exist is nobody's view");
   lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
   cr_expect_lt(a.held[0], LP_RB_MAX_PORTS, "the first slot whose holder is gone is taken over");
@@ -65,15 +69,14 @@ Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
 Test(rateboard, a_slot_left_mid_write_is_read_again_once_its_new_holder_posts) {
   fresh_path();
   struct lp_rateboard a, b, dead;
-  char why[256];
-  cr_assert_eq(lp_rateboard_open(&dead, path, 0x7ffffff0, why, sizeof(why)), 0, "%s", why); /* no such process */
+  open_as(&dead, 0x7ffffff0); /* no such process */
   uint64_t now = lp_now_ns();
   lp_rateboard_post(&dead, 0, 0x99, 1, 500, now, now);
   int slot = dead.held[0];
   /* Killed between its two adds: the sequence word stays odd. */
   atomic_fetch_add(&dead.t->slot[slot].seq, 1);
-  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
-  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&a, (int)getpid());
+  open_as(&b, (int)getppid());
   lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
   cr_assert_eq(a.held[0], slot, "the dead holder's slot is the first free one");
   cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900, "the slot stays hidden from readers");
@@ -90,9 +93,8 @@ Test(rateboard, a_slot_left_mid_write_is_read_again_once_its_new_holder_posts) {
 Test(rateboard, a_corrupt_slot_is_nobodys_view) {
   fresh_path();
   struct lp_rateboard a, b;
-  char why[256];
-  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
-  cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&a, (int)getpid());
+  open_as(&b, (int)getppid());
   uint64_t now = lp_now_ns();
   lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
   cr_assert_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900);
@@ -151,12 +153,11 @@ Test(rateboard, bad_paths_and_none_say_why) {
 Test(rateboard, one_that_opens_while_the_last_closes_joins_the_new_board) {
   fresh_path();
   struct lp_rateboard last, early, late;
-  char why[256];
-  cr_assert_eq(lp_rateboard_open(&last, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
-  cr_assert_eq(lp_rateboard_open(&early, path, (int)getppid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&last, (int)getpid());
+  open_as(&early, (int)getppid());
   lp_rateboard_close(&last);
   cr_expect_eq(access(path, F_OK), 0, "`early` has the board open: it stays, though `early` holds no slot yet");
-  cr_assert_eq(lp_rateboard_open(&late, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&late, (int)getpid());
   uint64_t now = lp_now_ns();
   lp_rateboard_post(&late, 0, 0x77, 1, 640, now, now);
   cr_expect_eq(lp_rateboard_read(&early, 0x77, 1, 0, now), 640, "both see one board");
@@ -191,10 +192,9 @@ Test(rateboard, ranks_that_start_together_never_share_a_slot) {
     struct claimer c[N];
     pthread_t th[N];
     pthread_barrier_t start;
-    char why[256];
     pthread_barrier_init(&start, NULL, N);
     for (int i = 0; i < N; i++) {
-      cr_assert_eq(lp_rateboard_open(&c[i].b, path, pids[i], why, sizeof(why)), 0, "%s", why);
+      open_as(&c[i].b, pids[i]);
       c[i].start = &start;
     }
     for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, claim_all, &c[i]);
@@ -217,7 +217,7 @@ Test(rateboard, a_board_of_another_version_is_started_afresh_only_when_nobody_ha
   fresh_path();
   struct lp_rateboard a, b;
   char why[256];
-  cr_assert_eq(lp_rateboard_open(&a, path, (int)getpid(), why, sizeof(why)), 0, "%s", why);
+  open_as(&a, (int)getpid());
   a.t->version = 1; /* an older linkpass that still runs */
   cr_expect_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), -1);
   cr_expect(strstr(why, "version 1, not 2: another version"), "%s", why);
