@@ -9,7 +9,6 @@
  * It only reads files: no verbs, no plugin, no privileges beyond reading
  * the metrics directory and the log.
  */
-#define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +23,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "metrics.h"
 
 #define MAX_PROCS 256
 #define MAX_DEVS 64
@@ -594,33 +595,22 @@ static void usage(FILE *out) {
  * plugin expands it on this host: %h is the host name.  0, or -1 after
  * saying why (a directory that depends on the pid, or too long). */
 static int pattern_dir(const char *pattern, char *out, size_t len) {
-  char host[256] = "?";
+  char dir[4096], host[256] = "?";
   if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
   /* "/linkpass-%p.prom" is in "/", not in "". */
-  size_t dlen = (size_t)(strrchr(pattern, '/') - pattern), o = 0;
-  if (dlen == 0) dlen = 1;
-  for (size_t i = 0; i < dlen; i++) {
-    char one[2] = {pattern[i], '\0'};
-    const char *add = one;
-    if (pattern[i] == '%' && i + 1 < dlen && pattern[i + 1] == 'h') {
-      add = host;
-      i++;
-    } else if (pattern[i] == '%' && i + 1 < dlen && pattern[i + 1] == 'p') {
-      fprintf(stderr,
-              "linkpass-status: LINKPASS_METRICS_FILE=\"%s\" puts each process's file in a directory of its own (%%p "
-              "in the directory): name one with --dir, or the files themselves\n",
-              pattern);
-      return -1;
-    }
-    size_t n = strlen(add);
-    if (o + n >= len) {
-      fprintf(stderr, "linkpass-status: the directory of LINKPASS_METRICS_FILE=\"%s\" is too long\n", pattern);
-      return -1;
-    }
-    memcpy(out + o, add, n);
-    o += n;
+  int dlen = (int)(strrchr(pattern, '/') - pattern);
+  snprintf(dir, sizeof(dir), "%.*s", dlen > 0 ? dlen : 1, pattern);
+  if (strstr(dir, "%p") != NULL) {
+    fprintf(stderr,
+            "linkpass-status: LINKPASS_METRICS_FILE=\"%s\" puts each process's file in a directory of its own (%%p "
+            "in the directory): name one with --dir, or the files themselves\n",
+            pattern);
+    return -1;
   }
-  out[o] = '\0';
+  if (lp_metrics_path(dir, 0, host, out, len) != 0) {
+    fprintf(stderr, "linkpass-status: the directory of LINKPASS_METRICS_FILE=\"%s\" is too long\n", pattern);
+    return -1;
+  }
   return 0;
 }
 
