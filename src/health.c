@@ -753,11 +753,9 @@ void lp_health_stop(struct lp_health *h) {
   if (h->change_fd >= 0) close(h->change_fd);
   h->change_fd = -1;
   lp_metrics_file_close(&h->metrics);
-  h->stopped = 1;
 }
 
 void lp_health_free(struct lp_health *h) {
-  if (!h->stopped) return;
+  if (h->running || h->ring.slots == NULL) return; /* not stopped, or no ring made */
   lp_ring_fini(&h->ring);
-  h->stopped = 0;
 }

@@ -118,7 +118,6 @@ struct lp_health {
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
   int query_fails[LP_MAX_DEVS];   /* ibv_query_port failures in a row (control thread) */
-  int stopped;                    /* lp_health_stop ran: the ring is left for lp_health_free */
   uint64_t next_poll_ns;
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
