@@ -140,6 +140,16 @@ node0_live_ports() {
   "$SIMVERBS" status | awk '$1 == "qp" && $4 ~ /^node0:/ && $5 == "RTS" && !/loopback/ { print $4 }' | sort -u
 }
 
+# only_on PORT: wait (20 s at most) until node0's connections all are on
+# PORT (host:dev:port).
+only_on() {
+  local deadline=$((SECONDS + 20)) qps
+  until qps=$(node0_live_ports) && [ "$qps" = "$1" ]; do
+    ((SECONDS < deadline)) || fail "node0's connections did not all reach $1 (QPs on: $qps)"
+    sleep 0.05
+  done
+}
+
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
@@ -624,11 +634,7 @@ last_nic_fails)
     done
   done
   # Every connection's node0 end ends up on the last NIC.
-  deadline=$((SECONDS + 20))
-  until qps=$(node0_live_ports) && [ "$qps" = "node0:mlx5_3:1" ]; do
-    ((SECONDS < deadline)) || fail "node0's connections did not all reach mlx5_3 (QPs on: $qps)"
-    sleep 0.05
-  done
+  only_on node0:mlx5_3:1
   sv link node0:mlx5_3 down
   rc=0
   wait "$perf" || rc=$?
@@ -892,14 +898,6 @@ held_down_port_fails_again)
     LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=60000 NCCL_DEBUG=INFO
   run_perf 1M 60
   wait_for '^ +1\.0 ' "$tmp/out"
-  # only_on PORT: wait until node0's connections all are on PORT.
-  only_on() {
-    local deadline=$((SECONDS + 20)) qps
-    until qps=$(node0_live_ports) && [ "$qps" = "$1" ]; do
-      ((SECONDS < deadline)) || fail "node0's connections did not all reach $1 (QPs on: $qps)"
-      sleep 0.05
-    done
-  }
   sv link node0:mlx5_1,node0:mlx5_2,node0:mlx5_3 down
   only_on node0:mlx5_0:1
   sv link node0:mlx5_1 up # held down for 30 s: usable only as a last resort
