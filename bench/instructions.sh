@@ -19,6 +19,8 @@
 #   env: A, B    the two plugins (default: this build's linkpass and the
 #                reference plugin built by tests/peers/ibext.sh)
 #        ITERS   iterations (default 20000)
+#        KEEP    a directory to keep the two callgrind files in (A.out,
+#                B.out), for callgrind_annotate
 set -euo pipefail
 build=$(cd "${1:?usage: instructions.sh BUILD_DIR [SIZE]}" && pwd)
 size=${2:-8}
@@ -64,3 +66,6 @@ echo "# sendrecv -R 1, $size bytes, $iters iterations (+100 warm-up), rank 0 und
 echo "# A: $a"
 echo "# B: $b"
 python3 "$top/bench/callgrind_split.py" "$tmp/A.out" "$tmp/B.out" $((iters + 100))
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP" && cp "$tmp/A.out" "$tmp/B.out" "$KEEP/"
+fi
