@@ -56,5 +56,12 @@ ncclResult_t lp_mr_deregister(struct lp_mr *m);
 struct ibv_mr *lp_mr_on(void *mhandle, int nic);
 /* The NICs an mhandle is registered on (bit n: NIC n); 0 when invalid. */
 uint32_t lp_mr_nics(void *mhandle);
+/* 1 when [data, data + size) lies inside registration m.  Checked against
+ * m's own range, the buffer's addresses: an ibv_mr's addr is not one for a
+ * dma-buf, where rdma-core reports the offset inside the dma-buf. */
+static inline int lp_mr_covers(const struct lp_mr *m, const void *data, size_t size) {
+  uintptr_t at = (uintptr_t)data;
+  return at >= m->addr && at - m->addr <= m->len && size <= m->len - (at - m->addr);
+}
 
 #endif

@@ -92,9 +92,10 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
         LP_WARN("irecv: memory handle %p is not registered on %s", mhandles ? mhandles[i] : NULL, link->local.dev_name);
         return ncclInvalidArgument;
       }
-      if ((uintptr_t)data[i] < (uintptr_t)mr->addr ||
-          (uintptr_t)data[i] + sizes[i] > (uintptr_t)mr->addr + mr->length) {
-        LP_WARN("irecv: buffer %p+%zu lies outside its registration %p+%zu", data[i], sizes[i], mr->addr, mr->length);
+      const struct lp_mr *m = mhandles[i];
+      if (!lp_mr_covers(m, data[i], sizes[i])) {
+        LP_WARN("irecv: buffer %p+%zu lies outside its registration %p+%zu", data[i], sizes[i], (void *)m->addr,
+                m->len);
         return ncclInvalidArgument;
       }
       rkey = mr->rkey;

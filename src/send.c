@@ -228,8 +228,9 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
       LP_WARN("isend: memory handle %p is not registered on %s", mhandle, c->link.local.dev_name);
       return ncclInvalidArgument;
     }
-    if ((uintptr_t)data < (uintptr_t)mr->addr || (uintptr_t)data + size > (uintptr_t)mr->addr + mr->length) {
-      LP_WARN("isend: buffer %p+%zu lies outside its registration %p+%zu", data, size, mr->addr, mr->length);
+    const struct lp_mr *m = mhandle;
+    if (!lp_mr_covers(m, data, size)) {
+      LP_WARN("isend: buffer %p+%zu lies outside its registration %p+%zu", data, size, (void *)m->addr, m->len);
       return ncclInvalidArgument;
     }
     lkey = mr->lkey;

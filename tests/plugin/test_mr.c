@@ -65,3 +65,18 @@ Test(mr, subnet_routing_registers_on_every_nic, .init = two_nics) {
   cr_expect_eq(lp_mr_on(h, 1)->pd, &fake_pd[1]);
   cr_assert_eq(lp_mr_deregister(h), ncclSuccess);
 }
+
+/* isend and irecv check a buffer against the handle's own range: what an
+ * ibv_mr says is no address for a dma-buf (rdma-core reports the offset
+ * inside the dma-buf there), and a size that wraps the address space must
+ * not pass. */
+Test(mr, covers_checks_the_handles_own_range) {
+  struct lp_mr m = {.addr = 0x10000, .len = 0x1000};
+  cr_assert(lp_mr_covers(&m, (void *)0x10000, 0x1000));
+  cr_assert(lp_mr_covers(&m, (void *)0x10800, 0x800));
+  cr_assert(lp_mr_covers(&m, (void *)0x11000, 0)); /* an empty range at the end */
+  cr_assert_not(lp_mr_covers(&m, (void *)0x10800, 0x801));
+  cr_assert_not(lp_mr_covers(&m, (void *)0xffff, 1));
+  cr_assert_not(lp_mr_covers(&m, (void *)0x11000, 1));
+  cr_assert_not(lp_mr_covers(&m, (void *)0x10800, SIZE_MAX)); /* at + size wraps */
+}

@@ -79,7 +79,8 @@ static int access_ok(unsigned int access) {
 
 /* Give `shared` (its memory and window already set up) a slot of the
  * fabric's MR table and the caller its handle; on failure the window goes. */
-static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64_t iova, unsigned int access) {
+static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64_t iova, uint64_t offset,
+                                 unsigned int access) {
   struct sv_fabric *f = fab();
   struct sv_mr_handle *h = calloc(1, sizeof(*h));
   int idx = -1;
@@ -114,9 +115,11 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
   h->index = idx;
   h->mr.context = pd->context;
   h->mr.pd = pd;
-  /* rdma-core reports a dma-buf registration at its iova: the caller has
-   * no other address for it (ours is the library's own mapping). */
-  h->mr.addr = (void *)(uintptr_t)(shared->dmabuf ? iova : shared->addr);
+  /* As rdma-core's ibv_reg_dmabuf_mr does, a dma-buf registration's addr
+   * is its offset in the dma-buf, neither its iova nor any address in the
+   * caller's space: a consumer that checks its buffers against addr fails
+   * here as on hardware. */
+  h->mr.addr = (void *)(uintptr_t)(shared->dmabuf ? offset : shared->addr);
   h->mr.length = shared->length;
   h->mr.lkey = h->mr.rkey = sv_make_key((uint32_t)idx, gen);
   h->mr.handle = (uint32_t)idx;
@@ -134,7 +137,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
   /* Share the pages before taking the fabric lock: it copies the region. */
   struct sv_mr shared = {.addr = (uint64_t)(uintptr_t)addr, .length = length};
   sv_window_share(&shared);
-  return mr_publish(pd, &shared, iova, access);
+  return mr_publish(pd, &shared, iova, 0, access);
 }
 
 /* As mlx5 on a kernel with dma-buf support (5.12+): the memory is the
@@ -152,7 +155,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, s
     errno = err;
     return NULL;
   }
-  return mr_publish(pd, &shared, iova, (unsigned)access);
+  return mr_publish(pd, &shared, iova, offset, (unsigned)access);
 }
 
 #undef ibv_reg_mr
