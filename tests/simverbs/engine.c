@@ -130,8 +130,23 @@ static uint64_t rnr_timer_ns(uint32_t code) {
   return (uint64_t)us[code & 31] * 1000ull;
 }
 
+/* 1 when QP q's address vector points at port p: its LID on InfiniBand,
+ * one of its GIDs on RoCE. */
+static int addressed_to(const struct sv_qp *q, const struct sv_port *p) {
+  if (p->link_layer == IBV_LINK_LAYER_INFINIBAND) return q->ah.dlid == p->lid;
+  for (uint32_t i = 0; i < p->ngids; i++)
+    if (memcmp(&q->ah.grh.dgid, &p->gids[i], sizeof(union ibv_gid)) == 0) return 1;
+  return 0;
+}
+
 /* The destination QP this QP's packets reach, or NULL if they reach nothing
- * (wrong address, destroyed or not-ready QP, dead owner). */
+ * (wrong address, destroyed or not-ready QP, dead owner, or a responder
+ * connected to another QP).  An RC responder sends its ACKs, read
+ * responses and NAKs to the QP and address it was connected to: when that
+ * is not this QP, nothing comes back here, and the requester retries until
+ * RETRY_EXC as for a lost path.  That catches a move that reconnects one
+ * end only, or with a stale QP number (docs/SIMVERBS.md, "Half-connected
+ * pairs"). */
 static struct sv_qp *resolve_dest(struct sv_qp *q) {
   struct sv_fabric *f = fab();
   uint32_t idx = sv_qpn_index(q->dest_qpn);
@@ -142,15 +157,8 @@ static struct sv_qp *resolve_dest(struct sv_qp *q) {
   if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) return NULL;
   struct sv_port *lp = &f->devs[q->dev].ports[q->port - 1];
   struct sv_port *rp = &f->devs[d->dev].ports[d->port - 1];
-  if (lp->link_layer != rp->link_layer) return NULL;
-  if (rp->link_layer == IBV_LINK_LAYER_INFINIBAND) {
-    if (q->ah.dlid != rp->lid) return NULL;
-  } else {
-    int match = 0;
-    for (uint32_t i = 0; i < rp->ngids && !match; i++)
-      match = memcmp(&q->ah.grh.dgid, &rp->gids[i], sizeof(union ibv_gid)) == 0;
-    if (!match) return NULL;
-  }
+  if (lp->link_layer != rp->link_layer || !addressed_to(q, rp)) return NULL;
+  if (d->dest_qpn != q->qpn || !addressed_to(d, lp)) return NULL; /* its answers go elsewhere */
   return d;
 }
 
