@@ -85,22 +85,21 @@ ncclResult_t lp_irecv(void *recvComm, int n, void **data, size_t *sizes, int *ta
   return rc;
 }
 
-static ncclResult_t iflush_entered(struct lp_comm *c, int n, void **data, int *sizes, void **mhandles, void **request) {
-  if (c->error != ncclSuccess) return c->error;
-  /* As NCCL's own transport: the last receive that holds data. */
-  int last = -1;
+/* The registration of the last receive that holds data, as NCCL's own
+ * transport flushes; NULL with *rc ncclSuccess when none holds any. */
+static struct lp_mr *flush_target(int n, int *sizes, void **mhandles, int *last, ncclResult_t *rc) {
+  *rc = ncclSuccess;
+  *last = -1;
   for (int i = 0; i < n; i++)
-    if (sizes != NULL && sizes[i] > 0) last = i;
-  if (last < 0) return ncclSuccess;
-  struct lp_mr *m = mhandles != NULL ? mhandles[last] : NULL;
+    if (sizes != NULL && sizes[i] > 0) *last = i;
+  if (*last < 0) return NULL;
+  struct lp_mr *m = mhandles != NULL ? mhandles[*last] : NULL;
   if (m == NULL || m->magic != LP_MR_MAGIC) {
-    LP_WARN("iflush: receive %d of %d has no valid memory handle (%p)", last, n, (void *)m);
-    return ncclInvalidArgument;
+    LP_WARN("iflush: receive %d of %d has no valid memory handle (%p)", *last, n, (void *)m);
+    *rc = ncclInvalidArgument;
+    return NULL;
   }
-  /* The CPU sees the NIC's writes to host memory once the completion is
-   * seen: only GPU memory needs the read. */
-  if (m->type != NCCL_PTR_CUDA || c->env->cfg.gdr_flush_disable) return ncclSuccess;
-  return lp_recv_flush((struct lp_recv_comm *)c, data[last], m, (struct lp_req **)request);
+  return m;
 }
 
 ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles, void **request) {
@@ -114,8 +113,18 @@ ncclResult_t lp_iflush(void *recvComm, int n, void **data, int *sizes, void **mh
     LP_WARN("iflush: %d receives (1 to %d)", n, LP_MAX_RECVS);
     return ncclInvalidArgument;
   }
+  int last;
+  ncclResult_t rc;
+  struct lp_mr *m = flush_target(n, sizes, mhandles, &last, &rc);
+  /* The CPU sees the NIC's writes to host memory once the completion is
+   * seen: only GPU memory needs the read.  Decided before entering the
+   * comm, which the idle watch may hold for a move: a flush with nothing
+   * to read never waits for it (nor reports a failed comm's error, which
+   * NCCL's next test() of the receive does). */
+  if (m == NULL || m->type != NCCL_PTR_CUDA || c->env->cfg.gdr_flush_disable) return rc;
   lp_comm_enter(c);
-  ncclResult_t rc = iflush_entered(c, n, data, sizes, mhandles, request);
+  rc = c->error != ncclSuccess ? c->error
+                               : lp_recv_flush((struct lp_recv_comm *)c, data[last], m, (struct lp_req **)request);
   lp_comm_leave(c);
   return rc;
 }
