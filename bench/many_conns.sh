@@ -27,6 +27,7 @@
 #        for 1.5 s), CPUREC (a file: perf records both ranks' CPU, 1,999 samples a second with call chains,
 #        from 0.5 s before the pull for 1 s)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
 ks=("$@")
@@ -36,6 +37,10 @@ sv="$build/simverbs/simverbs" perf="$build/bench/linkpass-perf" sink="$build/tes
 plugin=${PLUGIN:-$build/lib/libnccl-net-linkpass.so}
 duration=${DURATION:-8}
 tmp=$(mktemp -d /tmp/lpmany.XXXXXX)
+# A rate board of its own: the host's default one is shared with every
+# test ctest runs beside it, on fabrics whose NICs have the same GUIDs
+# (tests/failover/scenario.sh).
+export LINKPASS_RATE_BOARD="$tmp/rates"
 export SIMVERBS_FABRIC="many$$"
 pids=()
 cleanup() {
@@ -111,7 +116,16 @@ run() {
   fi
   wait "$p" || rc=$?
   "$sv" down >/dev/null 2>&1 || true
-  sleep 0.2 # the last datagrams
+  # The sink may still be writing the last datagrams: with a pull, wait
+  # until it holds a line for every end that moved (and came back), 5 s at
+  # most; the counts below then show what is missing.
+  local want_back=0 settle=$((SECONDS + 5))
+  [ -n "${FAILBACK_AFTER:-}" ] && want_back=$((4 * k))
+  while ((pull)) && ((SECONDS < settle)); do
+    (($(grep -c 'event=failover' "$tmp/syslog" || true) >= 4 * k)) &&
+      (($(grep -c 'event=failback' "$tmp/syslog" || true) >= want_back)) && break
+    sleep 0.05
+  done
   if [ -n "${KEEP:-}" ]; then
     cp "$tmp/syslog" "$KEEP/syslog.$k.$pull" && cp "$tmp/out" "$KEEP/out.$k.$pull"
     cp "$tmp/gaps" "$KEEP/gaps.$k.$pull" 2>/dev/null || true

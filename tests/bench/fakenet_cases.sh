@@ -5,6 +5,7 @@
 #
 # usage: fakenet_cases.sh LINKPASS-PERF LIBFAKENET CASE
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 perf=$1 fakenet=$2 case=$3
 out=$(mktemp /tmp/linkpass-perf.XXXXXX)
 trap 'rm -f "$out"' EXIT

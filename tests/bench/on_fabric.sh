@@ -4,13 +4,15 @@
 #
 # usage: on_fabric.sh SIMVERBS CONFIG LINKPASS-PERF [ARGS...]
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 simverbs=$1 conf=$2 perf=$3
 shift 3
 fabric="bench$$r$RANDOM"
 out=$(mktemp /tmp/linkpass-perf.XXXXXX)
+export LINKPASS_RATE_BOARD="$out.rates" # its own: not the host's, which the tests beside it share
 cleanup() {
   "$simverbs" down --fabric "$fabric" >/dev/null 2>&1 || true
-  rm -f "$out"
+  rm -f "$out" "$out.rates"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -9,6 +9,7 @@
 # usage: scenario.sh NAME      (env: SIMVERBS PERF PLUGIN SINK CONFS; MEM=host|cuda|dmabuf,
 #                              where the driver's buffers live, host by default)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 name=${1:?usage: scenario.sh NAME}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${SINK:?}" "${CONFS:?}"
 
@@ -69,6 +70,10 @@ export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" NCCL_IB_TIMEOUT=12 LINKPASS_WATCHD
 # (gray_rate_remote and its dma-buf twin, run side by side, both failed so
 # in CI under ASan).
 export LINKPASS_RATE_BOARD="$tmp/rates"
+# METRICS=1 (the scenarios CI runs under ThreadSanitizer): each process
+# writes its metrics file too, whose writer reads what the other threads
+# update.
+[ -z "${METRICS:-}" ] || export LINKPASS_METRICS_FILE="$tmp/metrics-%p.prom"
 
 sv() { "$SIMVERBS" "$@" >/dev/null; }
 # Every NIC of node0, for a fault set on all of them in one command.
@@ -710,17 +715,21 @@ different_rails_a | different_rails_b)
   wait_for_count "event=failback" "$tmp/syslog" 2 20
   sv link "$second" up
   wait_for_count "event=failback" "$tmp/syslog" 4 20
-  # Every failback done (hold-downs of 500 ms): which ports carry traffic now?
-  sleep 2 # let the last moves settle; then a 1 s window (measuring, not synchronising)
-  port_tx >"$tmp/tx0"
-  sleep 1
-  port_tx >"$tmp/tx1"
-  busy=$(join "$tmp/tx0" "$tmp/tx1" | awk '$3 - $2 > 1000000 { print $1 }' | sort | tr '\n' ' ')
+  # Every failback done (hold-downs of 500 ms): which ports carry traffic
+  # now?  Measured in 1 s windows until only the two rails do, while the
+  # run lasts (the last moves may still be settling).
+  want="node0:mlx5_0 node0:mlx5_1 node1:mlx5_0 node1:mlx5_1 "
+  while :; do
+    port_tx >"$tmp/tx0"
+    sleep 1 # the measuring window
+    port_tx >"$tmp/tx1"
+    busy=$(join "$tmp/tx0" "$tmp/tx1" | awk '$3 - $2 > 1000000 { print $1 }' | sort | tr '\n' ' ')
+    [ "$busy" != "$want" ] && kill -0 "$perf" 2>/dev/null || break
+  done
   echo "ports carrying traffic after both rails returned: $busy"
   expect_clean_run
   ! grep -q "reason=degraded" "$tmp/syslog" || fail "a healthy rail was drained as degraded"
-  [ "$busy" = "node0:mlx5_0 node0:mlx5_1 node1:mlx5_0 node1:mlx5_1 " ] ||
-    fail "after both rails returned, traffic flows through: $busy (expected rails 0 and 1 only)"
+  [ "$busy" = "$want" ] || fail "after both rails returned, traffic flows through: $busy (expected rails 0 and 1 only)"
   ;;
 failback_after_blackhole)
   # node0's mlx5_0 black-holes: its port stays up, nothing gets through.
@@ -974,6 +983,8 @@ connect_fails_during_move)
   sv link node0:mlx5_0 down
   expect_clean_run
   expect_event event=failover dev=mlx5_0 reason=port_down
+  grep -q 'ibv_modify_qp(mlx5_1:1, .*RTR towards .*failed' "$tmp/out" ||
+    fail "no move tried mlx5_1 and met its refusal: the path under test was not taken"
   ;;
 flap_storm)
   run_perf 1M 8
@@ -985,7 +996,9 @@ flap_storm)
     sleep 0.1
   done
   expect_clean_run
-  grep -q "flap 10" "$tmp/out" || fail "the tenth flap was not damped (no 'flap 10' in the log)"
+  # Damped: by the tenth flap the hold-down has doubled to at least 1 s
+  # (500 ms base, 4 s cap).
+  grep -Eq 'flap 10, next hold-down [1-9][0-9]{3} ms' "$tmp/out" || fail "the tenth flap was not damped: $(grep -o 'flap 10,[^)]*' "$tmp/out" | head -1)"
   expect_event event=failover dev=mlx5_0
   ;;
 *)

@@ -28,6 +28,7 @@
 #     PLUGIN=build/lib/libnccl-net-linkpass.so SINK=build/tests/failover/syslog_sink \
 #     CONFS=tests/simverbs/configs SOAK_SECONDS=3600 bash tests/failover/soak.sh
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 export LC_ALL=C
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${SINK:?}" "${CONFS:?}"
 secs=${SOAK_SECONDS:-90} seed=${SOAK_SEED:-20240229} nranks=${SOAK_RANKS:-4} size=${SOAK_SIZE:-4M}
@@ -39,6 +40,10 @@ echo "soak: seed $seed, $secs s, $nranks ranks, all_reduce of $size, up to $maxd
 echo "soak: replay with SOAK_SEED=$seed SOAK_SECONDS=$secs SOAK_MAX_DOWN=$maxdown"
 
 tmp=$(mktemp -d /tmp/lpsoak.XXXXXX)
+# A rate board of its own: the host's default one is shared with every
+# test ctest runs beside it, on fabrics whose NICs have the same GUIDs
+# (tests/failover/scenario.sh).
+export LINKPASS_RATE_BOARD="$tmp/rates"
 chmod 755 "$tmp" # written by the ranks from inside the hosts
 export SIMVERBS_FABRIC="soak$$"
 pids=()
@@ -162,7 +167,13 @@ done <"$tmp/schedule"
 rc=0
 wait "$perf" || rc=$?
 perf=""
-sleep 0.3 # the last datagrams
+# The sink may still be writing the last datagrams: wait until syslog
+# holds as many event lines as NCCL's log, 10 s at most (the comparison
+# below then names what is missing).
+settle=$((SECONDS + 10))
+while (($(grep -c 'event=' "$tmp/syslog" || true) < $(grep -c 'event=' "$tmp/log" || true) && SECONDS < settle)); do
+  sleep 0.05
+done
 
 # ---- the checks
 ((rc == 0)) || fail "the driver exited with $rc"

@@ -6,6 +6,7 @@
 # removed with dpkg -r, leaving nothing behind.  Root only; skipped (77)
 # where dpkg cannot be used or a linkpass package is installed already.
 # usage: deb.sh BUILD_DIR    (env: SIMVERBS PERF SINK CONFS; PLUGIN unused)
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 source "$(dirname "$0")/lib.sh"
 : "${SINK:?}"
 build=${1:?usage: deb.sh BUILD_DIR}

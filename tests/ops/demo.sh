@@ -6,6 +6,7 @@
 # skipped (77) elsewhere.
 #   demo.sh REPO_ROOT
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 top=${1:?usage: demo.sh REPO_ROOT}
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
 fabric=ctdemo

@@ -8,6 +8,7 @@
 #
 # usage: gpu_check_without_gpu.sh GPU_CHECK_SH BUILD_DIR
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 script=${1:?usage: gpu_check_without_gpu.sh GPU_CHECK_SH BUILD_DIR}
 build=${2:?usage: gpu_check_without_gpu.sh GPU_CHECK_SH BUILD_DIR}
 cuda=${CUDA_HOME:-/usr/local/cuda-13.0}

@@ -4,9 +4,14 @@
 # torn down, however the test ends (trap).
 # Needs SIMVERBS, PERF, PLUGIN and CONFS in the environment.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 
 tmp=$(mktemp -d /tmp/lpops.XXXXXX)
+# A rate board of its own: the host's default one is shared with every
+# test ctest runs beside it, on fabrics whose NICs have the same GUIDs
+# (tests/failover/scenario.sh).
+export LINKPASS_RATE_BOARD="$tmp/rates"
 export SIMVERBS_FABRIC="ops$$"
 pids=()     # killed on exit
 on_exit=()  # extra commands run on exit, before the fabric goes down

@@ -4,6 +4,7 @@
 # none crashes, hangs or prints what a tool cannot read.
 # usage: status_input.sh STATUS_BINARY
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 status=${1:?usage: status_input.sh linkpass-status}
 command -v jq >/dev/null || { echo "SKIP: jq is not installed (scripts/setup.sh installs it)"; exit 77; }
 tmp=$(mktemp -d /tmp/lpstatus.XXXXXX)

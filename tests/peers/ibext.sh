@@ -16,6 +16,7 @@
 # Exit 77 means "skipped": the peers directory or the CUDA headers the
 # reference plugin is built against are not on this machine (CI has both).
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 
 skip() { echo "SKIP: $*"; exit 77; }
 

@@ -24,9 +24,14 @@
 #   subnet_off    the same fabric without it: every connection from mlx5_0
 # (every run checks the data it moved: linkpass-perf -c 1)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_*|inline|ece|ece_off|pci_order|pci_order_off|ar|ar_off|ar_threshold|ro|ro_off}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 tmp=$(mktemp -d /tmp/lpenv.XXXXXX)
+# A rate board of its own: the host's default one is shared with every
+# test ctest runs beside it, on fabrics whose NICs have the same GUIDs
+# (tests/failover/scenario.sh).
+export LINKPASS_RATE_BOARD="$tmp/rates"
 export SIMVERBS_FABRIC="env$$"
 perf=""
 cleanup() {

@@ -4,9 +4,14 @@
 # The fabric, the FIFOs and every process started here are removed however
 # the test ends (the trap), so a failing test leaves nothing in /dev/shm.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 SIMVERBS=$1 HARNESS=$2 PLUGIN=$3 CONFIG=$4 SCENARIO=$5 ABI=${6:-}
 FABRIC="lpt$$r${RANDOM}"
 TMP=$(mktemp -d /tmp/linkpass-test.XXXXXX)
+# A rate board of its own: the host's default one is shared with every
+# test ctest runs beside it, on fabrics whose NICs have the same GUIDs
+# (tests/failover/scenario.sh).
+export LINKPASS_RATE_BOARD="$TMP/rates"
 PIDS=()
 
 cleanup() {

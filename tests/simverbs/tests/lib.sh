@@ -4,6 +4,7 @@
 # fabric is namespace-backed (`simverbs up --netns`), and the test is skipped
 # (exit 77) where network namespaces cannot be made.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 : "${SIMVERBS:?SIMVERBS must name the simverbs tool}"
 FABRIC="t$$r$RANDOM"
 export SIMVERBS_FABRIC=$FABRIC
