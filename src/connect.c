@@ -340,7 +340,13 @@ static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st
     }
     case CS_SEND_READY:
       if (st->off == 0) { /* READY says whether the second connection is there: settle it first */
-        if (st->alt_state == ALT_CONNECTING || st->alt_state == ALT_SEND_JOIN) goto again;
+        if (st->alt_state == ALT_CONNECTING || st->alt_state == ALT_SEND_JOIN) {
+          /* It waits LP_ALT_SETUP_NS at most, but never past the setup's
+           * own deadline (LINKPASS_SETUP_TIMEOUT_MS may be shorter): the
+           * connection then goes on with one control connection. */
+          if (!expired(st->deadline_ns)) goto again;
+          alt_drop(st, -ETIMEDOUT);
+        }
         st->ready.joined = st->alt_state == ALT_JOINED;
       }
       r = lp_sock_send_progress(fd, &st->ready, sizeof(st->ready), &st->off);
@@ -660,7 +666,9 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, st
         pending_drop(pd);
         goto ready;
       }
-      if (!expired(st->join_deadline_ns)) goto again;
+      /* Within LP_ALT_SETUP_NS and the setup's own deadline: a JOIN that
+       * does not come never fails the connection. */
+      if (!expired(st->join_deadline_ns) && !expired(st->deadline_ns)) goto again;
       LP_INFO(NCCL_INIT | NCCL_NET,
               "accept: the second control connection of connection 0x%llx did not arrive; its control channel has one",
               (unsigned long long)r->base.conn_id);

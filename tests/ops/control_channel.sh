@@ -30,12 +30,16 @@
 #               mlx5_3's cable) goes down and mlx5_0 is pulled once more:
 #               the moves go over the connections made again.  Without
 #               them no control connection is left that works.
+#   join_lost   the second connections' SYNs vanish (ib3 addressed, its
+#               neighbours' MACs wrong) and LINKPASS_SETUP_TIMEOUT_MS=600 is
+#               shorter than the 1 s a connection waits for its second: every
+#               connection is made with one control connection, none fails.
 # Each must end with every element right.  Needs root and network
 # namespaces: skipped (exit 77) where they cannot be made.
-# usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice   (env: SIMVERBS PERF PLUGIN SINK CONFS)
+# usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice|join_lost   (env: SIMVERBS PERF PLUGIN SINK CONFS)
 source "$(dirname "$0")/lib.sh"
 : "${SINK:?}"
-case_=${1:?usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice}
+case_=${1:?usage: control_channel.sh default|pinned|cut_host|cut_switch|cut_twice|join_lost}
 pull=${PULL_S:-3}
 
 require_netns
@@ -78,6 +82,27 @@ cut_host | cut_switch | cut_twice)
     ip -n "$ns1" link set docker0 up
     perf_opts=(--rendezvous-addr 198.19.9.1 --gap-log "$tmp/gaps")
   fi
+  ;;
+join_lost)
+  unset NCCL_SOCKET_IFNAME
+  ip -n "$ns0" addr del 198.19.0.1/24 dev ib0
+  ip -n "sv-$SIMVERBS_FABRIC-node1" addr del 198.19.0.2/24 dev ib0
+  ip -n "$ns0" addr add 198.19.3.1/24 dev ib3
+  ip -n "sv-$SIMVERBS_FABRIC-node1" addr add 198.19.3.2/24 dev ib3
+  # Each host's frames to the other's ib3 address go to a MAC nobody has:
+  # a connect there draws no answer at all, as behind a dead switch port.
+  ip -n "$ns0" neigh replace 198.19.3.2 lladdr 02:00:00:00:0f:02 dev ib3 nud permanent
+  ip -n "sv-$SIMVERBS_FABRIC-node1" neigh replace 198.19.3.1 lladdr 02:00:00:00:0f:01 dev ib3 nud permanent
+  export LINKPASS_SETUP_TIMEOUT_MS=600
+  run_perf 1M 3
+  expect_clean_run
+  n=$(count_lines 'control channel: a second connection per connection over ib3 ' "$tmp/out")
+  ((n == 2)) || fail "expected both ranks to try second control connections over ib3, $n do"
+  n=$(count_lines 'no second control connection to 198\.19\.3\.' "$tmp/out")
+  ((n >= 2)) || fail "expected connections that went on without their second control connection, found $n"
+  ! grep -q 'within LINKPASS_SETUP_TIMEOUT_MS' "$tmp/out" || fail "a connection failed for its second control connection"
+  echo "PASS control_channel $case_ ($n connections went on with one control connection)"
+  exit 0
   ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
