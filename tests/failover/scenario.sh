@@ -159,6 +159,20 @@ only_on() {
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
 # Bytes each port has sent: "host:dev tx" per port.
+# How many of node0's ports show fault WHAT ("loss 1.0000%", "rate 25%")
+# in simverbs status: proof a fault set on all of them took effect.
+node0_ports_with() {
+  "$SIMVERBS" status | awk -v what="$1" '$1 == "host" { h = $2 } h == "node0" && $1 == "port" && index($0, "faults:") &&
+    index(substr($0, index($0, "faults:")), what) { n++ } END { print n + 0 }'
+}
+
+# NAKs and local ACK timeouts counted on node0's ports so far: what lost
+# packets cost the requesters.
+node0_resends() {
+  "$SIMVERBS" status | awk '$1 == "host" { h = $2 } h == "node0" && $1 == "counters:" {
+    for (i = 1; i < NF; i++) if ($i == "packet_seq_err" || $i == "local_ack_timeout_err") s += $(i + 1) } END { print s + 0 }'
+}
+
 port_tx() {
   "$SIMVERBS" status | awk '$1 == "host" { h = $2 } $1 ~ /^mlx5_/ { n = $1 }
     $1 == "port" { for (i = 1; i < NF; i++) if ($i == "tx") { print h ":" n, $(i + 1); break } }'
@@ -578,9 +592,19 @@ blackhole)
   expect_event event=failover reason=stall
   ;;
 during_setup)
+  # The pull comes once a rank's plugin has opened its devices (INFO
+  # "using ..."), so the plugin saw mlx5_0 up: while the ranks connect, or
+  # just after.  Either every connection moved off mlx5_0, or none was
+  # ever made on it (the control plane saw the port go first).
+  export NCCL_DEBUG=INFO
   run_perf 1M 3
-  sv link node0:mlx5_0 down # while the ranks start and connect
+  wait_for 'NET/linkpass : using ' "$tmp/out"
+  sv link node0:mlx5_0 down
   expect_clean_run
+  grep -q 'event=failover .*dev=mlx5_0 ' "$tmp/syslog" ||
+    ! grep -Eq '\[0\] NCCL INFO NET/linkpass : connection 0x[0-9a-f]+: mlx5_0:1 [<-]' "$tmp/out" ||
+    fail "a connection rank 0 made on node0's mlx5_0 never moved off it"
+  grep -q "mlx5_0:1 is down" "$tmp/out" || fail "no rank saw mlx5_0 go down: the pull came too late to test setup"
   ;;
 backup_fails_during_move)
   run_perf 1M 4
@@ -797,8 +821,14 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
     # lost packets half a second before the last, and the detector rightly
     # drained it (CI, 2026-12-05).
     sv fault "$node0_nics" loss 1
+    r0=$(node0_resends)
+    n=$(node0_ports_with 'loss 1.0000%')
+    ((n == 4)) || fail "the loss is set on $n of node0's 4 ports"
     sleep 4 # the loss lasts; a move would come within 1 s
+    r1=$(node0_resends)
     sv fault "$node0_nics" loss 0
+    ((r1 > r0)) || fail "node0's ports resent nothing in the 4 s they lost packets ($r0, then $r1): the fault did not act"
+    echo "node0's ports counted $((r1 - r0)) NAKs and ACK timeouts while all four lost packets"
     expect_clean_run
     ! grep -q "reason=degraded" "$tmp/syslog" || fail "a connection moved though every NIC lost packets alike"
   fi
@@ -830,7 +860,9 @@ gray_rate | gray_rate_remote | gray_rate_ring4 | gray_rate_everywhere | gray_rat
   case $name in
   gray_rate_everywhere)
     sv fault "$node0_nics" rate 25 # all four in one command, as for gray_loss_everywhere
-    sleep 4                         # the slowness lasts; a move would come within 1 s
+    n=$(node0_ports_with 'rate 25%')
+    ((n == 4)) || fail "the rate is set on $n of node0's 4 ports"
+    sleep 4 # the slowness lasts; a move would come within 1 s
     sv fault "$node0_nics" clear
     expect_clean_run
     ;;

@@ -42,7 +42,7 @@ static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
 static _Atomic int warns, rejected;
-static _Atomic int saw_down, saw_failover;
+static _Atomic int saw_down, saw_failover, failbacks;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -73,6 +73,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     if (strstr(msg, "rejected connection")) rejected++;
     if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
     if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
+    if (strstr(msg, "event=failback")) failbacks++;
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
     fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
@@ -810,7 +811,12 @@ static void run_churn(void) {
       free(b[i]);
     }
   }
-  if (is_recv) link_set("node0:mlx5_0", "down"); /* back there by now: they all move again */
+  /* Every comm came back among the paced messages (a 200 ms hold-down,
+   * 40 messages 20 ms apart): without it the close below would not meet
+   * moves off mlx5_0 again. */
+  if (atomic_load(&failbacks) < CHURN_COMMS)
+    die("%d of %d comms failed back onto mlx5_0 before the last pull", atomic_load(&failbacks), CHURN_COMMS);
+  if (is_recv) link_set("node0:mlx5_0", "down"); /* back there: they all move again */
   signal_peer('c');
   if (is_recv)
     wait_peer();
