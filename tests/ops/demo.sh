@@ -9,7 +9,7 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
 top=${1:?usage: demo.sh REPO_ROOT}
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
-fabric=ctdemo
+fabric=ctdemo$$ # its own: another run of the suite may be beside it
 out=$(mktemp /tmp/lp-demo-test.XXXXXX)
 trap 'rm -f "$out"' EXIT
 fail() {
