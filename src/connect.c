@@ -285,6 +285,21 @@ fail:
   return rc;
 }
 
+/* 1 (after a WARN that says what to do) when one end of comm c moves its
+ * connections and the other does not: a move needs both, and the end that
+ * does not would never answer one.  Each end finds it once it has the
+ * other's link (the connector in ACCEPT, the listener in HELLO, after it
+ * answered, so that both say why). */
+static int moves_disagree(const struct lp_comm *c) {
+  int here = (c->link.local.flags & LP_LINK_MOVES) != 0, there = (c->link.remote.flags & LP_LINK_MOVES) != 0;
+  if (here == there) return 0;
+  LP_WARN(
+      "connection 0x%llx with %s: LINKPASS_FAILOVER is %d in this process and %d in the peer's, and a connection "
+      "moves only if both ends do: set LINKPASS_FAILOVER the same for every rank of the job",
+      (unsigned long long)c->conn_id, c->peer, here, there);
+  return 1;
+}
+
 /* Advance a connect; *done when the send comm is ready.  On error the
  * caller frees the stage. */
 static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st, int *done) {
@@ -330,6 +345,7 @@ static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st
       }
       s->base.link.remote = st->accept.link;
       describe_peer(s->base.peer, sizeof(s->base.peer), st->accept.host, &st->to, &st->accept.link);
+      if (moves_disagree(&s->base)) return ncclInvalidUsage;
       ncclResult_t rc = lp_link_connect(&s->base.link, s->base.traffic_class);
       if (rc != ncclSuccess) return rc;
       lp_msg_hdr_init(&st->ready.hdr, LP_MSG_READY, sizeof(st->ready));
@@ -638,6 +654,7 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, st
       rc = lp_sock_send_progress(fd, &st->reply, sizeof(st->reply), &st->off);
       if (rc < 0) goto sock_fail;
       if (rc == 0) goto again;
+      if (moves_disagree(&r->base)) return ncclInvalidUsage; /* the connector, told by the reply, says so too */
       st->state = AS_RECV_READY;
       st->off = 0;
       break;

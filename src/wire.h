@@ -18,7 +18,7 @@
 #include "linkpass/nccl_net.h"
 
 #define LP_PROTO_VERSION \
-  8 /* 8: an ACK says when the receiver's primary is not trusted (primary_failed); 7: a receiver moves onto its standby by itself (MOVED); 6: control connections made again (CTL_DROP, CTL_OFFER, CTL_REJOIN); 5: a second control connection (JOIN, numbered control messages); 4: ECE in lp_link_info; 3: standby paths (fo_wire.h); 2: a move ends with READY */
+  9 /* 9: lp_link_info says whether its end moves (flags, LP_LINK_MOVES); 8: an ACK says when the receiver's primary is not trusted (primary_failed); 7: a receiver moves onto its standby by itself (MOVED); 6: control connections made again (CTL_DROP, CTL_OFFER, CTL_REJOIN); 5: a second control connection (JOIN, numbered control messages); 4: ECE in lp_link_info; 3: standby paths (fo_wire.h); 2: a move ends with READY */
 #define LP_HANDLE_MAGIC 0x5353415050b14e4cull /* arbitrary, unlikely in garbage */
 #define LP_MSG_MAGIC 0x4d32504cu              /* "LP2M" */
 
@@ -90,8 +90,11 @@ struct lp_link_info {
   uint64_t nic_guid;
   char dev_name[LP_WIRE_DEV_NAME];
   uint32_t ece_vendor;
-  uint32_t reserved;
+  uint32_t flags; /* LP_LINK_* */
 };
+/* This end moves the connection when its path fails (LINKPASS_FAILOVER=1):
+ * a move needs both ends, so both must say the same (connect.c). */
+#define LP_LINK_MOVES 1u
 
 struct lp_msg_hello {
   struct lp_msg_hdr hdr;

@@ -42,7 +42,7 @@ static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
 static _Atomic int warns, rejected;
-static _Atomic int saw_down, saw_failover, failbacks;
+static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -74,6 +74,9 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
     if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
     if (strstr(msg, "event=failback")) failbacks++;
+    if (strstr(msg, "LINKPASS_FAILOVER is 0 in this process and 1 in the peer's") ||
+        strstr(msg, "LINKPASS_FAILOVER is 1 in this process and 0 in the peer's"))
+      moves_mismatch++;
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
     fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
@@ -828,6 +831,30 @@ static void run_churn(void) {
   if (is_recv) link_set("node0:mlx5_0", "up");
 }
 
+/* The receiver runs with LINKPASS_FAILOVER=0, the sender with 1: a
+ * connection one end would move and the other never could.  Both ends
+ * refuse it at setup (ncclInvalidUsage), each with a WARN that names the
+ * setting on both sides. */
+static void run_moves_mismatch(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL, *comm = NULL;
+  ncclResult_t rc = ncclSuccess;
+  if (is_recv) {
+    CHECK(hnet_listen(&net, 0, handle, &lc));
+    write_full(fd_h, handle, sizeof(handle));
+    while (rc == ncclSuccess && comm == NULL) rc = hnet_accept(&net, lc, &comm);
+  } else {
+    read_full(fd_h, handle, sizeof(handle));
+    while (rc == ncclSuccess && comm == NULL) rc = hnet_connect(&net, 0, handle, &comm);
+  }
+  if (rc != ncclInvalidUsage)
+    die("%s returned %d with comm %p, expected ncclInvalidUsage (%d)", is_recv ? "accept" : "connect", rc, comm,
+        ncclInvalidUsage);
+  if (atomic_load(&moves_mismatch) != 1)
+    die("%d WARNs naming both LINKPASS_FAILOVER settings, expected 1", atomic_load(&moves_mismatch));
+  if (is_recv) CHECK(hnet_close_listen(&net, lc));
+}
+
 static double mono_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -1011,6 +1038,7 @@ int main(int argc, char **argv) {
   char board[4200];
   snprintf(board, sizeof(board), "%s/rates-%s", argv[3], argv[1]);
   if (strcmp(scenario, "fork_exit") == 0) setenv("LINKPASS_RATE_BOARD", board, 1);
+  if (strcmp(scenario, "moves_mismatch") == 0 && is_recv) setenv("LINKPASS_FAILOVER", "0", 1);
   const char *plugin = getenv("LP_HARNESS_PLUGIN");
   const char *abi = getenv("LP_HARNESS_ABI");
   if (plugin == NULL) die("LP_HARNESS_PLUGIN is not set");
@@ -1065,6 +1093,8 @@ int main(int argc, char **argv) {
     run_close();
   } else if (strcmp(scenario, "garbage") == 0) {
     run_garbage();
+  } else if (strcmp(scenario, "moves_mismatch") == 0) {
+    run_moves_mismatch();
   } else if (strcmp(scenario, "vanish") == 0) {
     run_vanish();
   } else if (strcmp(scenario, "gpu") == 0) {
