@@ -239,16 +239,25 @@ static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) {
   if (fn) fn(arg, buf);
 }
 
+static const struct {
+  const char *name;
+  int facility;
+} syslog_facilities[] = {{"user", LOG_USER},     {"daemon", LOG_DAEMON}, {"local0", LOG_LOCAL0}, {"local1", LOG_LOCAL1},
+                         {"local2", LOG_LOCAL2}, {"local3", LOG_LOCAL3}, {"local4", LOG_LOCAL4}, {"local5", LOG_LOCAL5},
+                         {"local6", LOG_LOCAL6}, {"local7", LOG_LOCAL7}};
+
 int lp_syslog_facility(const char *name) {
-  static const struct {
-    const char *name;
-    int facility;
-  } table[] = {{"user", LOG_USER},     {"daemon", LOG_DAEMON}, {"local0", LOG_LOCAL0}, {"local1", LOG_LOCAL1},
-               {"local2", LOG_LOCAL2}, {"local3", LOG_LOCAL3}, {"local4", LOG_LOCAL4}, {"local5", LOG_LOCAL5},
-               {"local6", LOG_LOCAL6}, {"local7", LOG_LOCAL7}};
-  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-    if (strcmp(name, table[i].name) == 0) return table[i].facility;
+  for (size_t i = 0; i < sizeof(syslog_facilities) / sizeof(syslog_facilities[0]); i++)
+    if (strcmp(name, syslog_facilities[i].name) == 0) return syslog_facilities[i].facility;
   return -1;
+}
+
+/* The name LINKPASS_SYSLOG_FACILITY takes for a facility: the effective
+ * values are logged as they are set. */
+static const char *syslog_facility_name(int facility) {
+  for (size_t i = 0; i < sizeof(syslog_facilities) / sizeof(syslog_facilities[0]); i++)
+    if (syslog_facilities[i].facility == facility) return syslog_facilities[i].name;
+  return "?";
 }
 
 /* The RC retry budget: the local ACK timeout is 4.096 us x 2^NCCL_IB_TIMEOUT,
@@ -451,7 +460,7 @@ void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg)
   line(arg, buf);
   snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_SOCKET=%s", cfg->syslog_socket);
   line(arg, buf);
-  snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_FACILITY=%d", cfg->syslog_facility >> 3);
+  snprintf(buf, sizeof(buf), "LINKPASS_SYSLOG_FACILITY=%s", syslog_facility_name(cfg->syslog_facility));
   line(arg, buf);
   snprintf(buf, sizeof(buf), "LINKPASS_METRICS_FILE=%s", cfg->metrics_file[0] ? cfg->metrics_file : "(none)");
   line(arg, buf);

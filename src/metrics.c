@@ -56,7 +56,7 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
       {"linkpass_connections", "gauge", "Connections whose path currently uses the NIC port."},
       {"linkpass_failovers_total", "counter", "Connections moved off the NIC port because of a failure."},
       {"linkpass_failbacks_total", "counter", "Connections moved back to the NIC port once it was stable."},
-      {"linkpass_port_flaps_total", "counter", "Times the NIC port went down."},
+      {"linkpass_port_flaps_total", "counter", "Times the NIC port went down or was drained as degraded."},
       {"linkpass_degraded_seconds_total", "counter", "Time the NIC port was not usable."},
       {"linkpass_standby_paths", "gauge", "Standby paths connected on the NIC port, ready for a move to take."},
       {"linkpass_port_resend_ratio", "gauge",

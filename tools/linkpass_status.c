@@ -511,8 +511,10 @@ static void print_json(void) {
     printf("]}");
   }
   printf("\n], \"events\": [");
-  static const char *const keys[] = {"event", "comm",   "dir",      "dev",         "new_dev",
-                                     "peer",  "reason", "replayed", "duration_us", "time"};
+  /* port, evidence and holddown_ms: a degraded line's (the port drained,
+   * what was measured: its first word, the line has the rest) */
+  static const char *const keys[] = {"event",    "comm",        "dir",  "dev",  "new_dev",  "peer",       "reason",
+                                     "replayed", "duration_us", "time", "port", "evidence", "holddown_ms"};
   for (int i = 0; i < nevents; i++) {
     printf("%s\n  {", i ? "," : "");
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
@@ -571,8 +573,18 @@ static void print_table(const char *where) {
         wlen = (int)strlen(at);
       }
       while (wlen > 0 && when[wlen - 1] == ' ') wlen--;
-      printf("  %.*s pid %.*s %-9s %s -> %s (%s, %s us) peer %s\n", wlen, when, pid ? (int)strcspn(pid + 9, "]") : 1,
-             pid ? pid + 9 : "?", ev, dev, nd[0] && strcmp(nd, "-") ? nd : "(none)", reason, dur, peer);
+      int pidlen = pid ? (int)strcspn(pid + 9, "]") : 1;
+      if (strcmp(ev, "degraded") == 0) { /* a port drained while up: what was measured, not a move */
+        char port[16], hold[24];
+        const char *evidence = strstr(events[i], " evidence="), *end = strstr(events[i], " windows=");
+        int elen = evidence && end && end > evidence ? (int)(end - evidence) - 1 : 0;
+        printf("  %.*s pid %.*s %-9s %s:%s drained (%.*s; hold-down %s ms)\n", wlen, when, pidlen, pid ? pid + 9 : "?",
+               ev, dev, field(events[i], "port", port, sizeof(port)), elen, evidence ? evidence + 1 : "",
+               field(events[i], "holddown_ms", hold, sizeof(hold)));
+        continue;
+      }
+      printf("  %.*s pid %.*s %-9s %s -> %s (%s, %s us) peer %s\n", wlen, when, pidlen, pid ? pid + 9 : "?", ev, dev,
+             nd[0] && strcmp(nd, "-") ? nd : "(none)", reason, dur, peer);
     }
   }
 }

@@ -192,6 +192,18 @@ jq -e '[.events[].dev] == ["mlx5_2"]' "$tmp/out" >/dev/null || fail "a long even
 grep -q "long.log: 1 linkpass event lines longer than 1023 characters" "$tmp/err" ||
   fail "the long event line is not said: $(cat "$tmp/err")"
 
+# 6b. A port drained as degraded is no move: the table says what was
+# measured and the hold-down, the JSON has its port, evidence and hold-down.
+printf 'Dec  1 10:00:02 node7 linkpass[5]: event=degraded dev=mlx5_1 port=1 evidence=resends resent_ppm=9000 threshold_ppm=2000 better=mlx5_0:1 better_ppm=0 windows=3 holddown_ms=500 flap=1 time=2026-12-01T10:00:02.000000Z\n' >"$tmp/degraded.log"
+run --log "$tmp/degraded.log" --events 1 "$good"
+((rc == 0)) || fail "a degraded line: exit $rc: $(cat "$tmp/err")"
+grep -q 'degraded  mlx5_1:1 drained (evidence=resends resent_ppm=9000 threshold_ppm=2000 better=mlx5_0:1 better_ppm=0; hold-down 500 ms)' "$tmp/out" ||
+  fail "a degraded line is not shown as a drained port: $(cat "$tmp/out")"
+run --log "$tmp/degraded.log" --json "$good"
+valid_json "a degraded line"
+jq -e '.events[0] | .event == "degraded" and .port == "1" and .evidence == "resends" and .holddown_ms == "500"' "$tmp/out" \
+  >/dev/null || fail "the degraded line's fields are not in the JSON: $(cat "$tmp/out")"
+
 # 7. A metrics file pattern in / means the directory /, not "".
 LINKPASS_METRICS_FILE=/linkpass-%p.prom run --log /dev/null --events 0
 ((rc == 0)) || fail "LINKPASS_METRICS_FILE=/linkpass-%p.prom: exit $rc: $(cat "$tmp/err")"

@@ -192,7 +192,7 @@ Test(config, describe_lists_every_setting) {
                          "LINKPASS_SYSLOG=1",
                          "LINKPASS_NIC_POOL",
                          "LINKPASS_SYSLOG_SOCKET=/dev/log",
-                         "LINKPASS_SYSLOG_FACILITY",
+                         "LINKPASS_SYSLOG_FACILITY=user", /* the name the variable takes, not a number */
                          "LINKPASS_METRICS_FILE",
                          "NCCL_IB_USE_INLINE=0",
                          "NCCL_IB_PCI_RELAXED_ORDERING=2",
