@@ -440,7 +440,10 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
   begin(c, reason);
-  if (fo->state == LP_FO_REQUESTED) lp_link_close(&fo->next); /* the offer is void: a newer one follows */
+  if (fo->state == LP_FO_REQUESTED) { /* the offer is void: a newer one follows */
+    lp_link_close(&fo->next);
+    fo->via_home = 0; /* a revived primary's path, if it was one, is gone with it */
+  }
   fo->epoch++;
   quiesce(&c->link);
   int failback = reason == LP_FO_FAILBACK;
@@ -641,6 +644,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   if (m->epoch <= fo->epoch) return ncclSuccess; /* an old request */
   begin(c, fo->state == LP_FO_NOTICED ? fo->reason : (int)m->reason);
   fo->epoch = m->epoch;
+  fo->via_standby = fo->via_home = 0; /* what this request's path is, not what an answer it supersedes took */
   quiesce(&c->link);
   ncclResult_t rc = drain(c);
   if (rc != ncclSuccess) return refuse_failed(c, (int)m->reason, rc);

@@ -45,19 +45,22 @@ void lp_gray_rate_reset(struct lp_gray_rate *r) {
   r->mbps = -1;
 }
 
-int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns, uint64_t resends,
-                            int speed_mbps) {
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns,
+                            const struct lp_port_counters *port, uint32_t threshold_ppm, int speed_mbps) {
   if (r->age < INT32_MAX) r->age++;
-  int back = bytes < r->bytes || busy_ns < r->busy_ns || resends < r->resends;
+  int back = bytes < r->bytes || busy_ns < r->busy_ns || port->resends < r->port.resends ||
+             port->packets < r->port.packets || port->bytes < r->port.bytes;
   if (r->valid && !back && bytes - r->bytes < LP_GRAY_RATE_MIN_BYTES) return -1;
   int closes = r->valid && !back && busy_ns > r->busy_ns;
   uint64_t db = bytes - r->bytes, dt = busy_ns - r->busy_ns, wall = now > r->opened_ns ? now - r->opened_ns : 0;
-  r->lossy = resends != r->resends;
+  uint64_t dp = port->packets - r->port.packets, dr = port->resends - r->port.resends;
+  r->lossy = dr * 4000000u >= dp * threshold_ppm && dr > 0;
+  r->shared = (port->bytes - r->port.bytes) * 100u > db * LP_GRAY_RATE_SHARED_PCT + LP_GRAY_RATE_SHARED_SLACK * 100u;
   r->valid = 1;
   r->bytes = bytes;
   r->busy_ns = busy_ns;
   r->opened_ns = now;
-  r->resends = resends;
+  r->port = *port;
   if (!closes) return -1; /* the first tick, or totals that went back: start over */
   r->mbps = (int64_t)(db * 1000u / dt);
   r->busy_pct = dt >= wall ? 100 : (int)(dt * 100u / wall);
@@ -67,7 +70,7 @@ int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes
 }
 
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct) {
-  if (r->lossy) return 0;
+  if (r->lossy || r->shared) return 0;
   /* MB/s against Mb/s: a nominal speed in MB/s is speed_mbps / 8. */
   int wire_bound = ref_mbps > 0 && ref_mbps * 800 >= (int64_t)ref_speed_mbps * LP_GRAY_RATE_WIRE_PCT;
   if (!wire_bound || r->busy_pct < LP_GRAY_RATE_BUSY_PCT) {

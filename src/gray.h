@@ -25,6 +25,14 @@
 
 #include <stdint.h>
 
+/* A port's counters, as its NIC keeps them for the whole host (sysfs, read
+ * by nic.c): every process on the host sees the same. */
+struct lp_port_counters {
+  uint64_t packets; /* sent (counters/port_xmit_packets) */
+  uint64_t resends; /* retransmissions its requests needed (hw_counters/packet_seq_err + local_ack_timeout_err) */
+  uint64_t bytes;   /* sent (counters/port_xmit_data, which counts 4-byte words) */
+};
+
 #define LP_GRAY_MIN_PACKETS 2000 /* a window closes once this many packets went out: an idle port is no evidence */
 #define LP_GRAY_QUIET_WINDOWS 8  /* ticks (250 ms) without a closed window before a port stops counting as better */
 #define LP_GRAY_STRIKES 2        /* windows in a row over the threshold before the port is judged, and */
@@ -86,36 +94,49 @@ static inline int lp_gray_clearly_better(const struct lp_gray *g, const struct l
 #define LP_GRAY_RATE_FRESH 1 /* a window that closed this many ticks ago still counts as now */
 
 struct lp_gray_rate {
-  int valid;               /* the window is open: bytes, busy_ns and opened_ns are its start */
-  uint64_t bytes, busy_ns; /* the meter at the window's opening */
-  uint64_t opened_ns;      /* and the clock */
-  uint64_t resends;        /* and the port's resend counters (lp_gray_window's `errors`) */
-  int lossy;               /* the last closed window saw resends: its slowness is the loss detector's */
-  int64_t mbps;            /* the last closed window: MB/s while busy (bytes per microsecond), -1: none */
-  int busy_pct;            /* and the share of its wall-clock time the port was busy */
-  int age;                 /* ticks since that window closed */
-  unsigned recent;         /* the last LP_GRAY_RATE_SPAN windows judged, newest in bit 0: 1 slow */
-  int unjudged;            /* closed windows in a row that could not be judged (lp_gray_rate_judge) */
+  int valid;                    /* the window is open: bytes, busy_ns and opened_ns are its start */
+  uint64_t bytes, busy_ns;      /* the meter at the window's opening */
+  uint64_t opened_ns;           /* and the clock */
+  struct lp_port_counters port; /* and the port's counters (zero when unreadable) */
+  int lossy;                    /* the last closed window resent packets: its slowness is the loss detector's */
+  int shared;                   /* in the last closed window the port sent much more than this process's messages */
+  int64_t mbps;                 /* the last closed window: MB/s while busy (bytes per microsecond), -1: none */
+  int busy_pct;                 /* and the share of its wall-clock time the port was busy */
+  int age;                      /* ticks since that window closed */
+  unsigned recent;              /* the last LP_GRAY_RATE_SPAN windows judged, newest in bit 0: 1 slow */
+  int unjudged;                 /* closed windows in a row that could not be judged (lp_gray_rate_judge) */
 };
 
 void lp_gray_rate_reset(struct lp_gray_rate *r);
 
 /* A tick at `now` with the meter's totals (bytes moved by large messages,
- * time with one in flight) and the port's resend counters (0 when
+ * time with one in flight) and the port's counters (all zero when
  * unreadable).  The window closes when at least LP_GRAY_RATE_MIN_BYTES
  * moved since it opened, and then this returns its rate in MB/s while busy
  * (and keeps the share of the window's wall-clock time that was busy,
  * `busy_pct`); otherwise -1 (the first tick, totals that went back, too
  * little yet: the window stays open, and the last rate grows older).  A
- * window in which the port resent packets is `lossy`: a lost packet can
- * cost a whole local ACK timeout, so its rate says more about bad luck than
- * about the port's speed, and the resend windows judge such a port.  A rate is at most the port's nominal
+ * window in which the port resent a quarter of `threshold_ppm` of its
+ * packets or more is `lossy`: a lost packet can cost a whole local ACK
+ * timeout, so its rate says more about bad luck than about the port's
+ * speed, and the resend windows judge such a port (a few resends do not
+ * make a slow port's windows lossy: it would then never be judged at all).
+ * A window in which the port sent over LP_GRAY_RATE_SHARED_PCT % of what this
+ * process's messages moved, and LP_GRAY_RATE_SHARED_SLACK more, is `shared`: another process's traffic took the
+ * wire too (after a failover, connections of two processes on one NIC), and
+ * this process's rate is its share of the port, not the port's speed.  A rate is at most the port's nominal
  * speed (`speed_mbps`, 0: no limit): the busy time leaves out, whole, each gap
  * in which the process did not look and its messages all completed, though
  * the wire may have worked through part of it, so a port near its speed can
  * measure above it. */
-int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns, uint64_t resends,
-                            int speed_mbps);
+#define LP_GRAY_RATE_SHARED_PCT 150
+/* ... and that much more: a message's bytes count for the meter when it
+ * completes, for the port as they go, so a window's two figures differ by
+ * up to a message or two in flight (4 MiB messages in a ring: 20 MiB of
+ * the process's against 45 of the port's in one window, alone on it). */
+#define LP_GRAY_RATE_SHARED_SLACK (2 * LP_GRAY_RATE_MIN_BYTES)
+int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns,
+                            const struct lp_port_counters *port, uint32_t threshold_ppm, int speed_mbps);
 
 /* Whether the last window counts as now (for the port judged, and for the
  * ports it is compared with). */
@@ -154,8 +175,8 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * window in four): each such window started the count of slow ones over,
  * and delayed the drain by seconds.
  * A window that cannot be judged (no typical port measured, the typical
- * port not wire-bound, the port mostly idle) and a lossy one count neither
- * way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the slow
+ * port not wire-bound, the port mostly idle) and a lossy or shared one
+ * count neither way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the slow
  * ones.  When every port is slow alike, none is under a share of the
  * others, and nothing is judged slow. */
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct);

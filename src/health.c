@@ -550,10 +550,11 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   uint32_t threshold = (uint32_t)env->cfg.gray_ppm;
   int closed[LP_MAX_DEVS];
   for (int d = 0; d < env->ndevs; d++) {
-    uint64_t packets = 0, resends = 0;
-    int ok = lp_port_resend_counters(lp_env_nic_of(env, d), env->devs[d].port, &packets, &resends) == 0;
+    struct lp_port_counters port = {0};
+    int ok = lp_port_counters(lp_env_nic_of(env, d), env->devs[d].port, &port) == 0;
+    if (!ok) memset(&port, 0, sizeof(port));
     if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) lp_gray_reset(&h->gray[d]);
-    lp_gray_window(&h->gray[d], ok, packets, resends, threshold, now);
+    lp_gray_window(&h->gray[d], ok, port.packets, port.resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t busy = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
@@ -564,7 +565,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     /* Time the port had a message out while this process looked. */
     uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
     busy = busy > unwatched ? busy - unwatched : 0;
-    closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, ok ? resends : 0, env->devs[d].speed_mbps) >= 0;
+    closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, &port, threshold, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
     lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,
                       h->rate_at_ns[d], now);

@@ -135,8 +135,11 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
       note_paths(c);
-      lp_comm_leave(c);
+      /* Armed before leaving, as look_again does: once NCCL is back in the
+       * comm it may make a connection again, and the fds noted would be
+       * the old ones. */
       if (!c->fo->watch_off) arm(w, c); /* set meanwhile by a look (a failed comm, a closed peer) */
+      lp_comm_leave(c);
       c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
     } else {

@@ -87,7 +87,8 @@ ncclResult_t lp_link_open(struct lp_link *link, const struct lp_env *env, struct
    * into this link's own copy (the environment stays as init found it). */
   const struct lp_nic *nic = lp_env_nic_of(env, dev);
   struct lp_dev dcopy = env->devs[dev];
-  if (lp_dev_refresh(ibv, &env->cfg, nic, &dcopy) != 0) return ncclSystemError;
+  if (lp_dev_refresh(ibv, &env->cfg, nic, &dcopy) != 0)
+    goto fail; /* closed: a failed open leaves no link to close or release again */
 
   int cqe = nqps * (LP_SQ_DEPTH + LP_RQ_DEPTH);
   if (nic->attr.max_cqe > 0 && cqe > nic->attr.max_cqe) cqe = nic->attr.max_cqe;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "gray.h"
 #include "ibv.h"
 
 #define LP_MAX_NICS 32
@@ -82,11 +83,9 @@ int lp_gid_netdev(const char *ibdev_path, int port, int gid_index, char *out, si
 int lp_nic_netdevs(const struct lp_nic *nics, int nnics, const struct lp_dev *devs, int ndevs,
                    char (*out)[LP_IFNAME_MAX], int max);
 
-/* A port's packet counters from sysfs (as mlx5 exposes them): packets
- * sent (counters/port_xmit_packets) and the retransmissions its requests
- * needed (hw_counters/packet_seq_err + local_ack_timeout_err).  0, or -1
+/* A port's counters from sysfs, as mlx5 exposes them (gray.h).  0, or -1
  * when the port has no such counters. */
-int lp_port_resend_counters(const struct lp_nic *nic, int port, uint64_t *packets, uint64_t *resends);
+int lp_port_counters(const struct lp_nic *nic, int port, struct lp_port_counters *out);
 
 /* Close everything discover opened. */
 void lp_nic_close_all(const struct lp_ibv *ibv, struct lp_nic *nics, int nnics);

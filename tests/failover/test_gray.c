@@ -122,23 +122,30 @@ Test(gray, every_resend_at_most_one_million_ppm) {
 #define MIB (1ull << 20)
 #define MS 1000000ull
 
+/* A tick of a process alone on its port: the port sent what the meter
+ * counted, a packet per 4 KiB, and `resends` packets again so far; the
+ * loss threshold is the default 2,000 ppm. */
+static int64_t window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy, uint64_t resends,
+                      int speed_mbps) {
+  struct lp_port_counters port = {.packets = bytes / 4096, .resends = resends, .bytes = bytes};
+  return lp_gray_rate_window(r, now, bytes, busy, &port, 2000, speed_mbps);
+}
+
 Test(gray_rate, a_window_closes_with_enough_bytes_and_gives_mb_per_s) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  cr_expect_eq(lp_gray_rate_window(&r, 0, 0, 0, 0, 0), -1, "the first tick only opens the window");
+  cr_expect_eq(window(&r, 0, 0, 0, 0, 0), -1, "the first tick only opens the window");
   cr_expect(!lp_gray_rate_fresh(&r));
-  cr_expect_eq(lp_gray_rate_window(&r, 25 * MS, 8 * MIB, 10 * MS, 0, 0), -1,
-               "8 MiB are too few: the window stays open");
-  cr_expect_eq(lp_gray_rate_window(&r, 50 * MS, 32 * MIB, 40 * MS, 0, 0), 838, "32 MiB in 40 ms busy: 838 MB/s");
+  cr_expect_eq(window(&r, 25 * MS, 8 * MIB, 10 * MS, 0, 0), -1, "8 MiB are too few: the window stays open");
+  cr_expect_eq(window(&r, 50 * MS, 32 * MIB, 40 * MS, 0, 0), 838, "32 MiB in 40 ms busy: 838 MB/s");
   cr_expect_eq(r.busy_pct, 80, "busy 40 ms of the window's 50");
   cr_expect(lp_gray_rate_fresh(&r));
-  cr_expect_eq(lp_gray_rate_window(&r, 75 * MS, 33 * MIB, 45 * MS, 0, 0), -1, "a quiet tick");
+  cr_expect_eq(window(&r, 75 * MS, 33 * MIB, 45 * MS, 0, 0), -1, "a quiet tick");
   cr_expect(lp_gray_rate_fresh(&r), "one tick old still counts as now");
-  lp_gray_rate_window(&r, 100 * MS, 33 * MIB, 45 * MS, 0, 0);
+  window(&r, 100 * MS, 33 * MIB, 45 * MS, 0, 0);
   cr_expect(!lp_gray_rate_fresh(&r), "two ticks old does not");
-  cr_expect_eq(lp_gray_rate_window(&r, 125 * MS, MIB, 0, 0, 0), -1, "totals that went back (a reset) start over");
-  cr_expect_eq(lp_gray_rate_window(&r, 165 * MS, 20 * MIB, 10 * MS, 0, 0), 1992,
-               "and the next window measures from there");
+  cr_expect_eq(window(&r, 125 * MS, MIB, 0, 0, 0), -1, "totals that went back (a reset) start over");
+  cr_expect_eq(window(&r, 165 * MS, 20 * MIB, 10 * MS, 0, 0), 1992, "and the next window measures from there");
   cr_expect_eq(r.busy_pct, 25, "busy 10 ms of the window's 40");
 }
 
@@ -211,17 +218,17 @@ Test(gray_rate, a_port_busy_a_small_share_of_the_window_is_not_judged) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
   uint64_t t = 0, bytes = 0, busy = 0;
-  lp_gray_rate_window(&r, t, bytes, busy, 0, 200000);
+  window(&r, t, bytes, busy, 0, 200000);
   for (int i = 0; i < 8; i++) {
     t += 250 * MS, bytes += 32 * MIB, busy += 7 * MS; /* 4,793 MB/s while busy, 2.8 % of the time */
-    cr_expect_eq(lp_gray_rate_window(&r, t, bytes, busy, 0, 200000), 4793);
+    cr_expect_eq(window(&r, t, bytes, busy, 0, 200000), 4793);
     cr_expect_eq(r.busy_pct, 2);
     cr_expect(!lp_gray_rate_judge(&r, 24000, 200000, 200000, 50), "window %d: a port that waits is not slow", i);
   }
   cr_expect_eq(r.recent, 0u);
   for (int i = 0; i < 3; i++) {
     t += 250 * MS, bytes += 32 * MIB, busy += 200 * MS; /* 167 MB/s, busy 80 % of the time: slow for real */
-    lp_gray_rate_window(&r, t, bytes, busy, 0, 200000);
+    window(&r, t, bytes, busy, 0, 200000);
     cr_expect_eq(r.busy_pct, 80);
     cr_expect_eq(lp_gray_rate_judge(&r, 24000, 200000, 200000, 50), i == 2, "window %d of a busy slow port", i);
   }
@@ -230,13 +237,13 @@ Test(gray_rate, a_port_busy_a_small_share_of_the_window_is_not_judged) {
 Test(gray_rate, a_window_with_resends_is_the_loss_detectors) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  lp_gray_rate_window(&r, 0, 0, 0, 7, 0);
-  cr_expect_eq(lp_gray_rate_window(&r, 80 * MS, 16 * MIB, 80 * MS, 9, 0), 209,
-               "a slow window, two packets resent in it");
+  window(&r, 0, 0, 0, 7, 0);
+  cr_expect_eq(window(&r, 80 * MS, 16 * MIB, 80 * MS, 27, 0), 209,
+               "a slow window, 20 of its 4,096 packets resent (4,883 ppm)");
   cr_expect(r.lossy);
   for (int i = 0; i < 3; i++) cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "is not judged for its rate");
   cr_expect_eq(r.recent, 0u);
-  cr_expect_eq(lp_gray_rate_window(&r, 160 * MS, 32 * MIB, 160 * MS, 9, 0), 209, "the next one, without resends");
+  cr_expect_eq(window(&r, 160 * MS, 32 * MIB, 160 * MS, 27, 0), 209, "the next one, without resends");
   cr_expect(!r.lossy);
   cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50));
   cr_expect_eq(r.recent, 1u, "is");
@@ -245,7 +252,49 @@ Test(gray_rate, a_window_with_resends_is_the_loss_detectors) {
 Test(gray_rate, no_port_measures_above_its_speed) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
-  lp_gray_rate_window(&r, 0, 0, 0, 0, 10000);
-  cr_expect_eq(lp_gray_rate_window(&r, 20 * MS, 64 * MIB, 20 * MS, 0, 10000), 1250,
+  window(&r, 0, 0, 0, 0, 10000);
+  cr_expect_eq(window(&r, 20 * MS, 64 * MIB, 20 * MS, 0, 10000), 1250,
                "64 MiB in 20 ms is 3,355 MB/s: more than a 10 Gb/s port moves, so 1,250");
+}
+
+/* A slow port that also drops a packet now and then: a resend or two in a
+ * window (under a quarter of the loss threshold) leave it to the rate
+ * windows, which drain it; counted as lossy, it was never judged at all. */
+Test(gray_rate, a_few_resends_do_not_hide_a_slow_port) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  uint64_t t = 0, bytes = 0, busy = 0, resends = 0;
+  window(&r, t, bytes, busy, resends, 25000);
+  int drained = 0;
+  for (int i = 0; i < 3; i++) {
+    t += 250 * MS, bytes += 32 * MIB, busy += 200 * MS, resends += 2; /* 2 of 8,192 packets: 244 ppm */
+    window(&r, t, bytes, busy, resends, 25000);
+    cr_expect(!r.lossy, "window %d", i);
+    drained = lp_gray_rate_judge(&r, 3000, 25000, 25000, 50);
+  }
+  cr_expect(drained, "three slow windows with a few resends each: slow");
+}
+
+/* After a failover two processes send on one port: this one's messages
+ * move at its share of the wire, not at the port's speed.  Its windows in
+ * which the port sent much more than its own messages are not judged, and
+ * the port is not drained for the other process's traffic. */
+Test(gray_rate, a_port_another_process_sends_on_is_not_judged) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  uint64_t t = 0, bytes = 0, busy = 0;
+  struct lp_port_counters port = {0};
+  lp_gray_rate_window(&r, t, bytes, busy, &port, 2000, 25000);
+  for (int i = 0; i < 4; i++) {
+    t += 250 * MS, bytes += 32 * MIB, busy += 200 * MS;   /* 167 MB/s of this process's own */
+    port.bytes += 5 * 32 * MIB, port.packets += 5 * 8192; /* the port sent five times that */
+    cr_expect_eq(lp_gray_rate_window(&r, t, bytes, busy, &port, 2000, 25000), 167);
+    cr_expect(r.shared, "window %d", i);
+    cr_expect(!lp_gray_rate_judge(&r, 3000, 25000, 25000, 50), "window %d is not judged", i);
+  }
+  cr_expect_eq(r.recent, 0u);
+  t += 250 * MS, bytes += 32 * MIB, busy += 200 * MS;
+  port.bytes += 33 * MIB, port.packets += 8448; /* alone again, with its clear-to-sends and headers */
+  lp_gray_rate_window(&r, t, bytes, busy, &port, 2000, 25000);
+  cr_expect(!r.shared, "a window of its own traffic is judged again");
 }
