@@ -468,16 +468,19 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
   int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].last_ppm;    /* better: clean in its own last windows */
   uint64_t window_ms = (now - h->gray[dev].last_opened_ns) / 1000000; /* a tick, or more until enough packets */
+  int strikes =
+      h->gray[dev]
+          .strikes; /* read before the drain resets the windows: no better port may have been seen at the first */
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[160];
   snprintf(evidence, sizeof(evidence), "evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d better_ppm=%d",
            ppm, h->env->cfg.gray_ppm, b->name, b->port, bppm);
-  report_degraded(h, dev, evidence, LP_GRAY_STRIKES, flaps);
+  report_degraded(h, dev, evidence, strikes, flaps);
   LP_WARN(
       "%s:%d is degraded: it resent %d.%02d%% of its packets in the last %llu ms, the %d. window in a row at or "
       "over %d.%02d%%, while %s:%d resent %d.%02d%%: connections on it move to other NICs; traffic may try it "
       "again after %llu ms (flap %u)",
-      d->name, d->port, ppm / 10000, ppm / 100 % 100, (unsigned long long)window_ms, LP_GRAY_STRIKES,
+      d->name, d->port, ppm / 10000, ppm / 100 % 100, (unsigned long long)window_ms, strikes,
       h->env->cfg.gray_ppm / 10000, h->env->cfg.gray_ppm / 100 % 100, b->name, b->port, bppm / 10000, bppm / 100 % 100,
       (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
@@ -486,18 +489,19 @@ static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typi
   const struct lp_dev *d = &h->env->devs[dev], *t = &h->env->devs[typical];
   long long mbps = (long long)h->rate[dev].mbps, tmbps = (long long)typical_mbps;
   int busy_pct = h->rate[dev].busy_pct; /* read before the drain resets the windows */
+  int slow = __builtin_popcount(h->rate[dev].recent);
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[176];
   snprintf(evidence, sizeof(evidence),
            "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d busy_pct=%d", mbps, tmbps,
            t->name, t->port, d->speed_mbps, busy_pct);
-  report_degraded(h, dev, evidence, LP_GRAY_RATE_STRIKES, flaps);
+  report_degraded(h, dev, evidence, slow, flaps);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy, %d%% of the time (expected: %lld MB/s, as %s:%d did, the "
       "typical port of its pool), %d of its last %d windows under %d%% of that and of its %d Mb/s: connections on it "
       "move to other NICs; traffic may try it again after %llu ms (flap %u)",
-      d->name, d->port, mbps, busy_pct, tmbps, t->name, t->port, LP_GRAY_RATE_STRIKES, LP_GRAY_RATE_SPAN,
-      h->env->cfg.gray_rate_pct, d->speed_mbps, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
+      d->name, d->port, mbps, busy_pct, tmbps, t->name, t->port, slow, LP_GRAY_RATE_SPAN, h->env->cfg.gray_rate_pct,
+      d->speed_mbps, (unsigned long long)(h->hd[dev].hold_ns / 1000000), flaps);
 }
 
 /* Another device of `dev`'s pool, healthy, of the same link layer: a fair
