@@ -107,6 +107,14 @@ struct lp_listen_comm {
 static uint64_t deadline_after(uint64_t ns) { return ns > 0 ? lp_now_ns() + ns : 0; }
 static int expired(uint64_t deadline) { return deadline != 0 && lp_now_ns() > deadline; }
 
+/* How long a connection waits for its second control connection:
+ * LP_ALT_SETUP_NS, and never more than half of LINKPASS_SETUP_TIMEOUT_MS,
+ * so that the setup, which goes on with one, still has time to finish. */
+static uint64_t alt_wait_ns(const struct lp_env *env) {
+  uint64_t setup = env->cfg.ns.setup_timeout_ns;
+  return setup > 0 && setup / 2 < LP_ALT_SETUP_NS ? setup / 2 : LP_ALT_SETUP_NS;
+}
+
 static const char *sock_err(int rc) { return rc == -EPIPE ? "connection closed by peer" : strerror(-rc); }
 
 static void describe_peer(char *out, size_t len, const char *host, const union lp_sockaddr *addr,
@@ -195,13 +203,13 @@ static void alt_drop(struct lp_connect_stage *st, int err) {
 }
 
 /* The second control connection, to the listener's second address. */
-static void alt_start(struct lp_connect_stage *st, const struct lp_handle *h) {
+static void alt_start(struct lp_connect_stage *st, const struct lp_handle *h, uint64_t wait_ns) {
   lp_sockaddr_from_wire(&st->alt_to, h->alt_family, h->alt_port, h->alt_scope_id, h->alt_addr);
   st->join = st->hello;
   st->join.hdr.type = LP_MSG_JOIN;
   memset(&st->join.link, 0, sizeof(st->join.link));
   st->alt_state = ALT_CONNECTING;
-  st->alt_deadline_ns = deadline_after(LP_ALT_SETUP_NS);
+  st->alt_deadline_ns = deadline_after(wait_ns);
   int fd = lp_sock_connect_start(&st->alt_to);
   if (fd < 0) {
     alt_drop(st, fd);
@@ -267,9 +275,10 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   st->hello.conn_id = s->base.conn_id;
   snprintf(st->hello.host, sizeof(st->hello.host), "%s", p->env->hostname);
   st->hello.link = s->base.link.local;
+  st->hello.link.flags = s->base.health != NULL ? LP_LINK_MOVES : 0; /* moves_disagree */
   st->state = CS_CONNECTING;
   st->deadline_ns = deadline_after(p->env->cfg.ns.setup_timeout_ns);
-  if (p->health != NULL && h->alt_family != 0) alt_start(st, h);
+  if (p->health != NULL && h->alt_family != 0) alt_start(st, h, alt_wait_ns(p->env));
 
   pthread_mutex_lock(&p->lock);
   st->token = ++p->next_token;
@@ -291,12 +300,13 @@ fail:
  * other's link (the connector in ACCEPT, the listener in HELLO, after it
  * answered, so that both say why). */
 static int moves_disagree(const struct lp_comm *c) {
-  int here = (c->link.local.flags & LP_LINK_MOVES) != 0, there = (c->link.remote.flags & LP_LINK_MOVES) != 0;
+  int here = c->health != NULL, there = (c->link.remote.flags & LP_LINK_MOVES) != 0;
   if (here == there) return 0;
   LP_WARN(
-      "connection 0x%llx with %s: LINKPASS_FAILOVER is %d in this process and %d in the peer's, and a connection "
-      "moves only if both ends do: set LINKPASS_FAILOVER the same for every rank of the job",
-      (unsigned long long)c->conn_id, c->peer, here, there);
+      "connection 0x%llx with %s: link failover is %s in this process and %s in the peer's, and a connection moves "
+      "only if both ends do: set LINKPASS_FAILOVER the same for every rank of the job (a process whose control "
+      "plane could not start said so at init)",
+      (unsigned long long)c->conn_id, c->peer, here ? "on" : "off", there ? "on" : "off");
   return 1;
 }
 
@@ -357,10 +367,9 @@ static ncclResult_t connect_step(struct lp_setup *p, struct lp_connect_stage *st
     case CS_SEND_READY:
       if (st->off == 0) { /* READY says whether the second connection is there: settle it first */
         if (st->alt_state == ALT_CONNECTING || st->alt_state == ALT_SEND_JOIN) {
-          /* It waits LP_ALT_SETUP_NS at most, but never past the setup's
-           * own deadline (LINKPASS_SETUP_TIMEOUT_MS may be shorter): the
-           * connection then goes on with one control connection. */
-          if (!expired(st->deadline_ns)) goto again;
+          /* alt_step drops it after alt_wait_ns, half the setup's time at
+           * most: until then, not yet (the deadline is not read twice). */
+          if (!expired(st->alt_deadline_ns)) return ncclSuccess;
           alt_drop(st, -ETIMEDOUT);
         }
         st->ready.joined = st->alt_state == ALT_JOINED;
@@ -629,6 +638,7 @@ static ncclResult_t accept_start(struct lp_setup *p, struct lp_listen_comm *l, s
   st->reply.conn_id = r->base.conn_id;
   snprintf(st->reply.host, sizeof(st->reply.host), "%s", p->env->hostname);
   st->reply.link = r->base.link.local;
+  st->reply.link.flags = r->base.health != NULL ? LP_LINK_MOVES : 0; /* moves_disagree */
   st->state = AS_SEND_REPLY;
   st->deadline_ns = deadline_after(p->env->cfg.ns.setup_timeout_ns);
   l->stage = st;
@@ -668,7 +678,7 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, st
       }
       if (!st->ready.joined || l->alt_fd < 0) goto ready;
       st->state = AS_AWAIT_JOIN;
-      st->join_deadline_ns = deadline_after(LP_ALT_SETUP_NS);
+      st->join_deadline_ns = deadline_after(alt_wait_ns(p->env));
       break;
     case AS_AWAIT_JOIN:
       /* Sent before READY, on another connection: it may still be on its way. */
@@ -683,9 +693,9 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, st
         pending_drop(pd);
         goto ready;
       }
-      /* Within LP_ALT_SETUP_NS and the setup's own deadline: a JOIN that
+      /* Within alt_wait_ns, half the setup's time at most: a JOIN that
        * does not come never fails the connection. */
-      if (!expired(st->join_deadline_ns) && !expired(st->deadline_ns)) goto again;
+      if (!expired(st->join_deadline_ns)) return ncclSuccess;
       LP_INFO(NCCL_INIT | NCCL_NET,
               "accept: the second control connection of connection 0x%llx did not arrive; its control channel has one",
               (unsigned long long)r->base.conn_id);

@@ -68,7 +68,6 @@ static void describe(struct lp_link *link, const struct lp_dev *d) {
   l->ctrl_addr = ctrl_addr;
   l->ctrl_rkey = ctrl_rkey;
   l->nic_guid = nic->attr.sys_image_guid;
-  l->flags = link->env->cfg.failover ? LP_LINK_MOVES : 0;
   snprintf(l->dev_name, sizeof(l->dev_name), "%.*s", (int)sizeof(l->dev_name) - 1, d->name);
   query_ece(link, 0);
   const int ar = link->env->cfg.adaptive_routing;

@@ -92,8 +92,9 @@ struct lp_link_info {
   uint32_t ece_vendor;
   uint32_t flags; /* LP_LINK_* */
 };
-/* This end moves the connection when its path fails (LINKPASS_FAILOVER=1):
- * a move needs both ends, so both must say the same (connect.c). */
+/* This end moves the connection when its path fails (LINKPASS_FAILOVER=1,
+ * and its control plane started): a move needs both ends, so both must say
+ * the same (connect.c, set in HELLO and ACCEPT). */
 #define LP_LINK_MOVES 1u
 
 struct lp_msg_hello {

@@ -74,8 +74,8 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
     if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
     if (strstr(msg, "event=failback")) failbacks++;
-    if (strstr(msg, "LINKPASS_FAILOVER is 0 in this process and 1 in the peer's") ||
-        strstr(msg, "LINKPASS_FAILOVER is 1 in this process and 0 in the peer's"))
+    if (strstr(msg, "link failover is off in this process and on in the peer's") ||
+        strstr(msg, "link failover is on in this process and off in the peer's"))
       moves_mismatch++;
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
@@ -851,7 +851,7 @@ static void run_moves_mismatch(void) {
     die("%s returned %d with comm %p, expected ncclInvalidUsage (%d)", is_recv ? "accept" : "connect", rc, comm,
         ncclInvalidUsage);
   if (atomic_load(&moves_mismatch) != 1)
-    die("%d WARNs naming both LINKPASS_FAILOVER settings, expected 1", atomic_load(&moves_mismatch));
+    die("%d WARNs saying which end has link failover on, expected 1", atomic_load(&moves_mismatch));
   if (is_recv) CHECK(hnet_close_listen(&net, lc));
 }
 
