@@ -40,6 +40,13 @@ int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t err
   return g->ppm;
 }
 
+uint64_t lp_gray_busy(uint64_t busy_ns, int inflight, uint64_t since, uint64_t looked, uint64_t unwatched,
+                      uint64_t now) {
+  uint64_t until = looked < now ? looked : now;
+  if (inflight > 0 && until > since) busy_ns += until - since;
+  return busy_ns > unwatched ? busy_ns - unwatched : 0;
+}
+
 void lp_gray_rate_reset(struct lp_gray_rate *r) {
   memset(r, 0, sizeof(*r));
   r->mbps = -1;
@@ -48,14 +55,17 @@ void lp_gray_rate_reset(struct lp_gray_rate *r) {
 int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns,
                             const struct lp_port_counters *port, uint32_t threshold_ppm, int speed_mbps) {
   if (r->age < INT32_MAX) r->age++;
-  int back = bytes < r->bytes || busy_ns < r->busy_ns || port->resends < r->port.resends ||
-             port->packets < r->port.packets || port->bytes < r->port.bytes;
+  /* Counters that went back, or that could be read at one end of the
+   * window only, say nothing of it. */
+  int back = bytes < r->bytes || busy_ns < r->busy_ns || port->ok != r->port.ok || port->bytes_ok != r->port.bytes_ok ||
+             port->resends < r->port.resends || port->packets < r->port.packets || port->bytes < r->port.bytes;
   if (r->valid && !back && bytes - r->bytes < LP_GRAY_RATE_MIN_BYTES) return -1;
   int closes = r->valid && !back && busy_ns > r->busy_ns;
   uint64_t db = bytes - r->bytes, dt = busy_ns - r->busy_ns, wall = now > r->opened_ns ? now - r->opened_ns : 0;
   uint64_t dp = port->packets - r->port.packets, dr = port->resends - r->port.resends;
-  r->lossy = dr * 4000000u >= dp * threshold_ppm && dr > 0;
-  r->shared = (port->bytes - r->port.bytes) * 100u > db * LP_GRAY_RATE_SHARED_PCT + LP_GRAY_RATE_SHARED_SLACK * 100u;
+  r->lossy = port->ok && dr > 0 && dr * 4000000u >= dp * threshold_ppm;
+  r->shared = port->bytes_ok &&
+              (port->bytes - r->port.bytes) * 100u > db * LP_GRAY_RATE_SHARED_PCT + LP_GRAY_RATE_SHARED_SLACK * 100u;
   r->valid = 1;
   r->bytes = bytes;
   r->busy_ns = busy_ns;

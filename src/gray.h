@@ -28,8 +28,10 @@
 /* A port's counters, as its NIC keeps them for the whole host (sysfs, read
  * by nic.c): every process on the host sees the same. */
 struct lp_port_counters {
+  int ok;           /* the packet and resend counters could be read */
   uint64_t packets; /* sent (counters/port_xmit_packets) */
   uint64_t resends; /* retransmissions its requests needed (hw_counters/packet_seq_err + local_ack_timeout_err) */
+  int bytes_ok;     /* and this one (a port may lack it: no window is then taken for shared) */
   uint64_t bytes;   /* sent (counters/port_xmit_data, which counts 4-byte words) */
 };
 
@@ -109,9 +111,29 @@ struct lp_gray_rate {
 
 void lp_gray_rate_reset(struct lp_gray_rate *r);
 
+/* A port's busy time at a tick at `now`, from its meter: the finished
+ * periods (`busy_ns`), the one under way (`inflight` messages out since
+ * `since`) up to when the process last looked (`looked`, not past `now`),
+ * less the time the process did not look (`unwatched`).  Counting the
+ * period under way up to `now` instead made a window that a tick cut in a
+ * gap of the process's (a descheduled proxy thread) busy and slow, and the
+ * next one, once the gap was known as unwatched, went back and was thrown
+ * away unjudged. */
+uint64_t lp_gray_busy(uint64_t busy_ns, int inflight, uint64_t since, uint64_t looked, uint64_t unwatched,
+                      uint64_t now);
+
+/* A rate window is shared when its port sent over this share of what the
+ * process's messages moved (lp_gray_rate_window) ... */
+#define LP_GRAY_RATE_SHARED_PCT 150
+/* ... and that much more: a message's bytes count for the meter when it
+ * completes, for the port as they go, so a window's two figures differ by
+ * up to a message or two in flight (4 MiB messages in a ring: 20 MiB of
+ * the process's against 45 of the port's in one window, alone on it). */
+#define LP_GRAY_RATE_SHARED_SLACK (2 * LP_GRAY_RATE_MIN_BYTES)
+
 /* A tick at `now` with the meter's totals (bytes moved by large messages,
- * time with one in flight) and the port's counters (all zero when
- * unreadable).  The window closes when at least LP_GRAY_RATE_MIN_BYTES
+ * time with one in flight) and the port's counters (`ok`, `bytes_ok`:
+ * which could be read; a window whose two ends differ there starts over).  The window closes when at least LP_GRAY_RATE_MIN_BYTES
  * moved since it opened, and then this returns its rate in MB/s while busy
  * (and keeps the share of the window's wall-clock time that was busy,
  * `busy_pct`); otherwise -1 (the first tick, totals that went back, too
@@ -129,12 +151,6 @@ void lp_gray_rate_reset(struct lp_gray_rate *r);
  * in which the process did not look and its messages all completed, though
  * the wire may have worked through part of it, so a port near its speed can
  * measure above it. */
-#define LP_GRAY_RATE_SHARED_PCT 150
-/* ... and that much more: a message's bytes count for the meter when it
- * completes, for the port as they go, so a window's two figures differ by
- * up to a message or two in flight (4 MiB messages in a ring: 20 MiB of
- * the process's against 45 of the port's in one window, alone on it). */
-#define LP_GRAY_RATE_SHARED_SLACK (2 * LP_GRAY_RATE_MIN_BYTES)
 int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy_ns,
                             const struct lp_port_counters *port, uint32_t threshold_ppm, int speed_mbps);
 

@@ -554,21 +554,22 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   uint32_t threshold = (uint32_t)env->cfg.gray_ppm;
   int closed[LP_MAX_DEVS];
   for (int d = 0; d < env->ndevs; d++) {
-    struct lp_port_counters port = {0};
+    struct lp_port_counters port;
     int ok = lp_port_counters(lp_env_nic_of(env, d), env->devs[d].port, &port) == 0;
-    if (!ok) memset(&port, 0, sizeof(port));
     if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) lp_gray_reset(&h->gray[d]);
     lp_gray_window(&h->gray[d], ok, port.packets, port.resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
-    uint64_t busy = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
-    if (atomic_load_explicit(&m->inflight, memory_order_relaxed) > 0) {
-      uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
-      if (now > since) busy += now - since; /* the period under way, up to now */
-    }
-    /* Time the port had a message out while this process looked. */
+    /* Time the port had a message out while this process looked.  Read in
+     * this order (not as a call's arguments, whose order C leaves open): a
+     * period that ends between the reads is then counted in neither, and
+     * the unwatched time, read last, covers no more than the busy time. */
+    uint64_t busy_ns = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
+    int inflight = atomic_load_explicit(&m->inflight, memory_order_relaxed);
+    uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
+    uint64_t looked = atomic_load_explicit(&m->looked_ns, memory_order_relaxed);
     uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
-    busy = busy > unwatched ? busy - unwatched : 0;
+    uint64_t busy = lp_gray_busy(busy_ns, inflight, since, looked, unwatched, now);
     closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, &port, threshold, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
     lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,

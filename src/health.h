@@ -64,6 +64,11 @@ struct lp_tx_meter {
    * port.  Counted once however many connections saw the same gap. */
   _Atomic uint64_t unwatched_ns;
   _Atomic uint64_t unwatched_until_ns;
+  /* When a connection with a timed message out on the port last ended a
+   * progress call: the period under way counts as busy up to then only
+   * (lp_gray_busy), since whether the time after it was the port's or the
+   * process's absence is known only at the next call. */
+  _Atomic uint64_t looked_ns;
 };
 
 /* Which end of a connection: each direction is spread on its own (a NIC's
@@ -259,6 +264,12 @@ static inline void lp_health_tx_end(struct lp_health *h, int dev, uint64_t bytes
     uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
     if (now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_relaxed);
   }
+}
+
+/* A connection with a timed message out on `dev` ended a progress call at
+ * `now` (lp_tx_meter.looked_ns). */
+static inline void lp_health_tx_looked(struct lp_health *h, int dev, uint64_t now) {
+  atomic_store_explicit(&h->tx[dev].looked_ns, now, memory_order_relaxed);
 }
 
 /* A connection with a timed message out on `dev` was not progressed from

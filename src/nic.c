@@ -365,13 +365,17 @@ static int read_u64(const char *dir, int port, const char *name, uint64_t *out) 
 
 int lp_port_counters(const struct lp_nic *nic, int port, struct lp_port_counters *out) {
   uint64_t naks = 0, timeouts = 0, words = 0;
+  memset(out, 0, sizeof(*out));
+  out->bytes_ok = read_u64(nic->ibdev_path, port, "counters/port_xmit_data", &words) == 0;
+  out->bytes = out->bytes_ok ? words * 4 : 0;
   if (read_u64(nic->ibdev_path, port, "counters/port_xmit_packets", &out->packets) != 0 ||
-      read_u64(nic->ibdev_path, port, "counters/port_xmit_data", &words) != 0 ||
       read_u64(nic->ibdev_path, port, "hw_counters/packet_seq_err", &naks) != 0 ||
-      read_u64(nic->ibdev_path, port, "hw_counters/local_ack_timeout_err", &timeouts) != 0)
+      read_u64(nic->ibdev_path, port, "hw_counters/local_ack_timeout_err", &timeouts) != 0) {
+    out->packets = 0;
     return -1;
+  }
+  out->ok = 1;
   out->resends = naks + timeouts;
-  out->bytes = words * 4;
   return 0;
 }
 

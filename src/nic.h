@@ -84,7 +84,8 @@ int lp_nic_netdevs(const struct lp_nic *nics, int nnics, const struct lp_dev *de
                    char (*out)[LP_IFNAME_MAX], int max);
 
 /* A port's counters from sysfs, as mlx5 exposes them (gray.h).  0, or -1
- * when the port has no such counters. */
+ * when the port has no packet or resend counters (out->ok 0; bytes_ok says
+ * whether port_xmit_data was read either way). */
 int lp_port_counters(const struct lp_nic *nic, int port, struct lp_port_counters *out);
 
 /* Close everything discover opened. */

@@ -158,7 +158,6 @@ only_on() {
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
 
-# Bytes each port has sent: "host:dev tx" per port.
 # How many of node0's ports show fault WHAT ("loss 1.0000%", "rate 25%")
 # in simverbs status: proof a fault set on all of them took effect.
 node0_ports_with() {
@@ -173,6 +172,7 @@ node0_resends() {
     for (i = 1; i < NF; i++) if ($i == "packet_seq_err" || $i == "local_ack_timeout_err") s += $(i + 1) } END { print s + 0 }'
 }
 
+# Bytes each port has sent: "host:dev tx" per port.
 port_tx() {
   "$SIMVERBS" status | awk '$1 == "host" { h = $2 } $1 ~ /^mlx5_/ { n = $1 }
     $1 == "port" { for (i = 1; i < NF; i++) if ($i == "tx") { print h ":" n, $(i + 1); break } }'
@@ -601,7 +601,7 @@ during_setup)
   wait_for 'NET/linkpass : using ' "$tmp/out"
   sv link node0:mlx5_0 down
   expect_clean_run
-  grep -q 'event=failover .*dev=mlx5_0 ' "$tmp/syslog" ||
+  grep -q 'event=failover .* dev=mlx5_0 ' "$tmp/syslog" ||
     ! grep -Eq '\[0\] NCCL INFO NET/linkpass : connection 0x[0-9a-f]+: mlx5_0:1 [<-]' "$tmp/out" ||
     fail "a connection rank 0 made on node0's mlx5_0 never moved off it"
   grep -q "mlx5_0:1 is down" "$tmp/out" || fail "no rank saw mlx5_0 go down: the pull came too late to test setup"

@@ -127,7 +127,7 @@ Test(gray, every_resend_at_most_one_million_ppm) {
  * loss threshold is the default 2,000 ppm. */
 static int64_t window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes, uint64_t busy, uint64_t resends,
                       int speed_mbps) {
-  struct lp_port_counters port = {.packets = bytes / 4096, .resends = resends, .bytes = bytes};
+  struct lp_port_counters port = {.ok = 1, .packets = bytes / 4096, .resends = resends, .bytes_ok = 1, .bytes = bytes};
   return lp_gray_rate_window(r, now, bytes, busy, &port, 2000, speed_mbps);
 }
 
@@ -283,7 +283,7 @@ Test(gray_rate, a_port_another_process_sends_on_is_not_judged) {
   struct lp_gray_rate r;
   lp_gray_rate_reset(&r);
   uint64_t t = 0, bytes = 0, busy = 0;
-  struct lp_port_counters port = {0};
+  struct lp_port_counters port = {.ok = 1, .bytes_ok = 1};
   lp_gray_rate_window(&r, t, bytes, busy, &port, 2000, 25000);
   for (int i = 0; i < 4; i++) {
     t += 250 * MS, bytes += 32 * MIB, busy += 200 * MS;   /* 167 MB/s of this process's own */
@@ -297,4 +297,49 @@ Test(gray_rate, a_port_another_process_sends_on_is_not_judged) {
   port.bytes += 33 * MIB, port.packets += 8448; /* alone again, with its clear-to-sends and headers */
   lp_gray_rate_window(&r, t, bytes, busy, &port, 2000, 25000);
   cr_expect(!r.shared, "a window of its own traffic is judged again");
+}
+
+/* A tick in a gap of the process's (its proxy thread descheduled with a
+ * message out): the period under way counts up to the last look only, so
+ * the window is not made slow by time that may be the process's; once the
+ * gap is known (unwatched, or the port's after all) the busy time only
+ * grows, and the next window is judged, not thrown away as gone back. */
+Test(gray_rate, a_tick_in_the_process_absence_counts_busy_up_to_its_last_look) {
+  uint64_t since = 100 * MS, looked = 110 * MS, now = 150 * MS;
+  uint64_t in_gap = lp_gray_busy(0, 1, since, looked, 0, now);
+  cr_expect_eq(in_gap, 10 * MS, "up to the last look, not the tick");
+  cr_expect_eq(lp_gray_busy(0, 1, since, 90 * MS, 0, now), 0, "no look since the period began");
+  cr_expect_eq(lp_gray_busy(0, 1, since, 200 * MS, 0, now), 50 * MS, "never past the tick");
+  cr_expect_eq(lp_gray_busy(5 * MS, 0, since, looked, 0, now), 5 * MS, "nothing under way");
+  /* The process is back at 160 ms: the message had completed in the gap,
+   * which is unwatched (110-160 ms), and the period (100-160 ms) ends. */
+  uint64_t after = lp_gray_busy(60 * MS, 0, since, 160 * MS, 50 * MS, 175 * MS);
+  cr_expect_eq(after, 10 * MS);
+  cr_expect_geq(after, in_gap, "the busy time did not go back");
+  /* Or the message was still out when it came back: the gap was the port's. */
+  cr_expect_eq(lp_gray_busy(0, 1, since, 160 * MS, 0, 175 * MS), 60 * MS);
+}
+
+/* Counters that could be read at one end of a window only say nothing of
+ * it: the window starts over (no lifetime totals taken for a window's),
+ * and a port without port_xmit_data is never taken for shared. */
+Test(gray_rate, counters_readable_at_one_end_only_start_the_window_over) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  struct lp_port_counters none = {0},
+                          port = {
+                              .ok = 1, .packets = 1u << 30, .resends = 1u << 20, .bytes_ok = 1, .bytes = 1ull << 50};
+  lp_gray_rate_window(&r, 0, 0, 0, &none, 2000, 25000);
+  cr_expect_eq(lp_gray_rate_window(&r, 250 * MS, 32 * MIB, 200 * MS, &port, 2000, 25000), -1,
+               "readable at the end only: starts over");
+  port.packets += 8192, port.bytes += 32 * MIB;
+  cr_expect_eq(lp_gray_rate_window(&r, 500 * MS, 64 * MIB, 400 * MS, &port, 2000, 25000), 167);
+  cr_expect(!r.lossy && !r.shared);
+  struct lp_gray_rate q;
+  lp_gray_rate_reset(&q);
+  struct lp_port_counters no_bytes = {.ok = 1};
+  lp_gray_rate_window(&q, 0, 0, 0, &no_bytes, 2000, 25000);
+  no_bytes.packets = 8192;
+  lp_gray_rate_window(&q, 250 * MS, 32 * MIB, 200 * MS, &no_bytes, 2000, 25000);
+  cr_expect(!q.shared, "no port_xmit_data: never shared");
 }
