@@ -71,7 +71,7 @@ static ncclResult_t progress(struct lp_comm *c) {
    * the meter's LP_METER_GAP_NS: its start stands for its end. */
   c->progress_end_ns =
       c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
-  if (c->progress_end_ns != 0) lp_health_tx_looked(c->health, dev, c->progress_end_ns);
+  if (c->progress_end_ns != 0 && c->health != NULL) lp_health_tx_looked(c->health, dev, c->progress_end_ns);
   return rc;
 }
 
