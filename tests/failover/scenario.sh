@@ -800,7 +800,11 @@ gray_loss | gray_loss_remote | gray_loss_ring4 | gray_loss_everywhere)
     t1=$(date +%s.%N)
     took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     echo "the first connection left the lossy $host:$nic ${took} s after the loss began"
-    awk -v t="$took" 'BEGIN { exit !(t < 3) }' || fail "the lossy port was drained only after ${took} s"
+    # Two windows of 250 ms: within 3 s on a loaded machine; under a
+    # sanitizer more (GRAY_DRAIN_BOUND_S, tests/failover/CMakeLists.txt: 3.76 s
+    # was seen under ThreadSanitizer).
+    bound=${GRAY_DRAIN_BOUND_S:-3}
+    awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t < b) }' || fail "the lossy port was drained only after ${took} s"
     # In the ring a connection may join rails (node0:mlx5_1 to node1:mlx5_2):
     # the far end's port, which resends for the lossy one, may be named first.
     warned="$nic:1"
