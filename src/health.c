@@ -468,9 +468,9 @@ static void degrade_lossy(struct lp_health *h, int dev, int better, uint64_t now
   const struct lp_dev *d = &h->env->devs[dev], *b = &h->env->devs[better];
   int32_t ppm = h->gray[dev].ppm, bppm = h->gray[better].last_ppm;    /* better: clean in its own last windows */
   uint64_t window_ms = (now - h->gray[dev].last_opened_ns) / 1000000; /* a tick, or more until enough packets */
-  int strikes =
-      h->gray[dev]
-          .strikes; /* read before the drain resets the windows: no better port may have been seen at the first */
+  /* Read before the drain resets the windows (no better port may have been
+   * seen at the first strike: then more than LP_GRAY_STRIKES). */
+  int strikes = h->gray[dev].strikes;
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[160];
   snprintf(evidence, sizeof(evidence), "evidence=resends resent_ppm=%d threshold_ppm=%d better=%s:%d better_ppm=%d",
