@@ -34,9 +34,16 @@ struct lp_req *lp_req_alloc(struct lp_comm *comm) {
   for (int i = 0; i < n; i++) {
     struct lp_req *r = &pool[i];
     if (!r->used) {
-      memset(r, 0, sizeof(*r));
-      r->used = 1;
+      /* The header only: what the union holds is written by the request's
+       * kind (recv.c, send.c) before it is read. */
       r->comm = comm;
+      r->type = 0;
+      r->used = 1;
+      r->done = 0;
+      r->nsub = 0;
+      r->events = 0;
+      r->seq = 0;
+      r->size = 0;
       return r;
     }
   }

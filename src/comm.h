@@ -84,7 +84,7 @@ struct lp_comm {
   uint64_t progress_ns;     /* when the last progress call that read the clock began (progress.c) */
   int calls_unclocked;      /* progress calls since then */
   int fed_unclocked;        /* and whether they took completions (the watchdog's) */
-  uint64_t progress_end_ns; /* when the last one ended, while a timed message is out (progress.c) */
+  uint64_t progress_end_ns; /* the transmit meter's last look, while a timed message is out (progress.c) */
   char peer_id[160];        /* `peer` without blanks, for key=value event lines */
   struct lp_watchdog wd;    /* fed here, consulted by failover */
   /* Set by failover while a move is agreed (failover.h): nothing new goes
@@ -135,6 +135,16 @@ struct lp_send_msg {
   uint8_t q_done[LP_MAX_QPS];
   size_t q_off[LP_MAX_QPS];
 };
+
+/* Message m is posted from its first byte on each of the connection's
+ * `nqps` QPs (a new message, or one written again after a move). */
+static inline void lp_send_msg_rewind(struct lp_send_msg *m, int nqps) {
+  for (int q = 0; q < nqps; q++) {
+    m->q_sub[q] = 0;
+    m->q_done[q] = 0;
+    m->q_off[q] = 0;
+  }
+}
 
 struct lp_send_comm {
   struct lp_comm base;

@@ -265,12 +265,6 @@ static void drop_standby(struct lp_comm *c) {
   if (l.env != NULL) retire(c->fo, &l);
 }
 
-static int has_retired(const struct lp_fo *fo) {
-  for (int i = 0; i < LP_FO_RETIRED; i++)
-    if (fo->retired[i].env != NULL) return 1;
-  return 0;
-}
-
 /* The new path replaces the old one (each link counts on its device from
  * open to close: link.h). */
 static void swap_link(struct lp_comm *c, struct lp_link *next) {
@@ -734,7 +728,7 @@ enum chore { CHORE_NONE, CHORE_DESTROY, CHORE_OFFER, CHORE_ANSWER };
 
 static enum chore chore_of(const struct lp_comm *c, uint64_t now) {
   const struct lp_fo *fo = c->fo;
-  if (has_retired(fo)) return CHORE_DESTROY;
+  if (lp_fo_has_retired(fo)) return CHORE_DESTROY;
   if (!c->env->cfg.standby) return CHORE_NONE;
   if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED ? CHORE_ANSWER : CHORE_NONE;
   if (fo->sb.state == LP_SB_NONE) return CHORE_OFFER;
@@ -742,18 +736,6 @@ static enum chore chore_of(const struct lp_comm *c, uint64_t now) {
    * of its own, say) is made again, not waited for. */
   if (fo->sb.state == LP_SB_OFFERED && now - fo->sb.offered_ns > LP_SB_ANSWER_NS) return CHORE_OFFER;
   return CHORE_NONE;
-}
-
-/* A chore of tidy() waits, or may become due, told without the clock
- * (chore_of needs it): its paced turn comes at a look, so the looks keep
- * their millisecond until it is done (standby paths built at every
- * 16th call took twice as long at 1,024 connections). */
-static int chore_waits(const struct lp_comm *c) {
-  const struct lp_fo *fo = c->fo;
-  if (has_retired(fo)) return 1;
-  if (!c->env->cfg.standby) return 0;
-  if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED;
-  return fo->sb.state != LP_SB_READY;
 }
 
 /* Off the critical path of a sweep (no move of this process under way),
@@ -955,12 +937,6 @@ static ncclResult_t check_deadline(struct lp_send_comm *s, uint64_t now) {
   return lp_comm_fail(c, ncclRemoteError,
                       "the peer %s answered none of %d moves within %d ms each: it is frozen or gone", c->peer,
                       LP_FO_MAX_ATTEMPTS, ms);
-}
-
-int lp_fo_due(const struct lp_comm *c) {
-  const struct lp_fo *fo = c->fo;
-  return fo != NULL && (fo->state != LP_FO_IDLE || atomic_load_explicit(&fo->rx_ready, memory_order_relaxed) ||
-                        lp_health_gen(c->health) != fo->seen_gen || chore_waits(c));
 }
 
 int lp_fo_hears_peer(const struct lp_comm *c) {

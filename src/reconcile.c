@@ -5,13 +5,6 @@
 
 #include "log.h"
 
-/* The message will be posted again from its first byte on every QP. */
-static void restart_posting(struct lp_send_msg *m) {
-  memset(m->q_sub, 0, sizeof(m->q_sub));
-  memset(m->q_done, 0, sizeof(m->q_done));
-  memset(m->q_off, 0, sizeof(m->q_off));
-}
-
 /* Everything below resume_seq was delivered; the rest is written again. */
 ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_ack *a, int *replayed, uint64_t *bytes) {
   struct lp_comm *c = &s->base;
@@ -71,7 +64,7 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
       if (matched) *bytes += m->sub[k].size;
     }
     if (!matched) continue;
-    restart_posting(m);
+    lp_send_msg_rewind(m, LP_MAX_QPS); /* every cursor: a move is rare */
     m->events = c->link.nqps;
     (*replayed)++;
   }

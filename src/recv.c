@@ -227,6 +227,7 @@ ncclResult_t lp_recv_flush(struct lp_recv_comm *r, void *data, void *mhandle, st
     return ncclInternalError;
   }
   req->type = LP_REQ_FLUSH; /* events (its reads) start at 0 */
+  req->unposted.since_ns = 0;
   req->unposted.devs = r->flush_devs ? r->flush_devs : 1ull << c->link.dev;
   req->unposted.data = data;
   req->unposted.mhandle = mhandle;

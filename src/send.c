@@ -134,9 +134,13 @@ static void meter(struct lp_send_comm *s, struct lp_send_msg *m) {
   size_t bytes = 0;
   for (int i = 0; i < m->nreqs; i++) bytes += m->sub[i].size;
   if (bytes < LP_METER_MIN_BYTES) return;
+  uint64_t now = lp_now_ns();
   m->metered = c->link.dev + 1;
   s->metered++;
-  lp_health_tx_begin(c->health, c->link.dev, lp_now_ns());
+  lp_health_tx_begin(c->health, c->link.dev, now);
+  /* The meter's looks start at the post: the calls after it may read no
+   * clock until this message completes (progress.c). */
+  if (c->progress_end_ns == 0) c->progress_end_ns = now;
 }
 
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {
@@ -197,9 +201,16 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
     return lp_comm_fail(&s->base, ncclRemoteError, "malformed clear-to-send entry for message %llu",
                         (unsigned long long)s->head);
   if (ready == 0) return ncclSuccess;
-  memset(m, 0, sizeof(*m));
+  /* The slot starts over; sub[] and reqs[] are written as isend matches
+   * each sub-receive (`taken`), and nothing reads one before.  Not a
+   * memset of the slot: at 640 bytes it was the largest single cost of a
+   * message in the plugin (docs/PERFORMANCE.md, "by line"). */
   m->seq = s->head;
   m->nreqs = nreqs;
+  m->taken = 0;
+  m->events = 0;
+  m->metered = 0;
+  lp_send_msg_rewind(m, s->base.link.nqps);
   *out = m;
   return ncclSuccess;
 }

@@ -37,7 +37,7 @@ int clock_gettime(clockid_t id, struct timespec *ts) {
 
 /* The completion queue: empty, unless `cqe_at` names the poll (counted from
  * 1) that finds one clear-to-send completion. */
-static int polls, cqe_at;
+static int polls, cqe_at, cqe_kind = LP_WR_CTS;
 
 static int fake_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   (void)cq;
@@ -45,7 +45,7 @@ static int fake_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   if (++polls != cqe_at) return 0;
   memset(wc, 0, sizeof(*wc));
   wc->status = IBV_WC_SUCCESS;
-  wc->wr_id = lp_wrid(LP_WR_CTS, 0, 1, 1);
+  wc->wr_id = lp_wrid(cqe_kind, 0, 1, 1);
   return 1;
 }
 
@@ -73,6 +73,7 @@ static void comms(void) {
   s.fifo = fifo;
   s.head = s.post_seq = 1;
   reads = polls = cqe_at = 0;
+  cqe_kind = LP_WR_CTS;
 }
 
 TestSuite(progress_clock, .init = comms);
@@ -90,12 +91,40 @@ Test(progress_clock, a_comm_with_nothing_timed_reads_the_clock_once_in_16_calls)
   cr_assert_eq(reads, 10, "160 calls read the clock %d times, not 10", reads);
 }
 
-Test(progress_clock, a_sender_with_a_timed_message_out_reads_it_on_every_call) {
-  s.metered = 1; /* a message of 64 KiB or more out: the meter sees every gap */
-  for (int i = 0; i < 50; i++) cr_assert_eq(progress(&s.base), ncclSuccess);
-  /* one read a call: the end of a call that took no completion is its start */
-  cr_assert_eq(reads, 50, "50 calls read the clock %d times, not 50", reads);
-  cr_assert_neq(s.base.progress_end_ns, 0, "the meter's end of the last call");
+/* A timed message out (64 KiB or more) no longer reads the clock on every
+ * call: the meter needs a look at its start (the post), at its completion,
+ * and at the 16th calls between, a few microseconds apart against its
+ * 100 us gap. */
+Test(progress_clock, a_sender_with_a_timed_message_out_reads_it_once_in_16_calls) {
+  s.metered = 1;
+  s.base.progress_end_ns = 1; /* as the post leaves it (send.c, meter) */
+  for (int i = 0; i < 48; i++) cr_assert_eq(progress(&s.base), ncclSuccess);
+  cr_assert_eq(reads, 3, "48 calls read the clock %d times, not 3", reads);
+  cr_assert_gt(s.base.progress_end_ns, 1, "the meter's last look moved with the clocked calls");
+}
+
+/* The completion of a timed message: its call reads the clock after the
+ * poll and tells the meter at once of the gap before it (NCCL may not call
+ * again for long): here the second since the post, when nobody looked. */
+Test(progress_clock, a_timed_message_completed_after_a_gap_leaves_the_gap_out_at_once) {
+  static struct lp_health health;
+  memset(&health, 0, sizeof(health));
+  s.base.health = &health;
+  struct lp_send_msg *m = &s.msgs[lp_fifo_slot(1)];
+  m->seq = 1;
+  m->events = 1;
+  m->metered = 1; /* device 0, + 1 */
+  s.metered = 1;
+  s.head = s.post_seq = 2;                          /* posted */
+  s.base.progress_end_ns = fake_ns - 1000000000ull; /* the post, a second ago */
+  cqe_kind = LP_WR_FINAL;
+  cqe_at = 1;
+  cr_assert_eq(progress(&s.base), ncclSuccess);
+  cr_assert_eq(s.metered, 0, "the message completed");
+  /* one read by the meter's end of the message, one by the call after its poll */
+  cr_assert_eq(reads, 2, "the call read the clock %d times, not 2", reads);
+  cr_assert_geq(atomic_load(&health.tx[0].unwatched_ns), 1000000000ull, "the gap was left out at this call");
+  cr_assert_eq(s.base.progress_end_ns, 0, "nothing timed is out");
 }
 
 Test(progress_clock, a_completion_taken_without_the_clock_feeds_the_watchdog_at_the_next_read) {
