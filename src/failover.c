@@ -559,6 +559,12 @@ static ncclResult_t refuse_standby(struct lp_comm *c) {
 static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, int type, uint32_t standby, int reason) {
   struct lp_comm *c = &r->base;
   struct lp_fo *fo = c->fo;
+  /* A REQ that supersedes an answer this end gave (its MOVED, or an ACK
+   * whose READY has not come: the sender could not follow or connect) goes
+   * on with the same move, for the same fault: begin() left it as it was,
+   * and that answer made its event line and counted it.  Once, as the
+   * sender counts its move once, however many REQs it took. */
+  int reported = fo->state == LP_FO_AWAIT_READY;
   /* 17 KiB at most, once per move: not worth a place in every comm. */
   struct lp_fo_ack *a = calloc(1, sizeof(*a));
   if (a == NULL) {
@@ -602,7 +608,7 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
   rc = send_msg(c, a, lp_fo_ack_len(a->npending));
   free(a);
   if (rc != ncclSuccess) return rc;
-  report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
+  if (!reported) report(c, failback ? LP_REPORT_FAILBACK : LP_REPORT_FAILOVER, dev, replayed, bytes);
   return ncclSuccess;
 }
 

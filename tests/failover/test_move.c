@@ -1,0 +1,256 @@
+/* A move as one end runs it (failover.c), through its public calls: a
+ * comm built in memory on three InfiniBand devices whose verbs are stand-ins
+ * that hand out CQs, QPs and keys and accept every state change, and a
+ * control channel over a socket pair whose other end the test plays.  A
+ * broken move counts one fault twice in the metrics. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "failover.h"
+#include "fo_wire.h"
+#include "health.h"
+
+static struct ibv_context ctx;
+static struct ibv_pd pd;
+static uint32_t next_qpn;
+
+static int fake_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
+  (void)cq;
+  (void)n;
+  (void)wc;
+  return 0; /* nothing posted, nothing to flush */
+}
+static struct ibv_cq *fake_create_cq(struct ibv_context *cx, int cqe, void *cq_context, struct ibv_comp_channel *ch,
+                                     int vector) {
+  (void)cqe;
+  (void)cq_context;
+  (void)ch;
+  (void)vector;
+  struct ibv_cq *cq = calloc(1, sizeof(*cq));
+  if (cq != NULL) cq->context = cx;
+  return cq;
+}
+static int fake_destroy_cq(struct ibv_cq *cq) {
+  free(cq);
+  return 0;
+}
+static struct ibv_qp *fake_create_qp(struct ibv_pd *p, struct ibv_qp_init_attr *a) {
+  (void)p;
+  (void)a;
+  struct ibv_qp *qp = calloc(1, sizeof(*qp));
+  if (qp == NULL) return NULL;
+  qp->context = &ctx;
+  qp->qp_num = next_qpn++;
+  return qp;
+}
+static int fake_destroy_qp(struct ibv_qp *qp) {
+  free(qp);
+  return 0;
+}
+static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
+  (void)qp;
+  (void)a;
+  (void)mask;
+  return 0;
+}
+static struct ibv_mr *fake_reg_mr(struct ibv_pd *p, void *addr, size_t len, int access) {
+  (void)p;
+  (void)access;
+  struct ibv_mr *mr = calloc(1, sizeof(*mr));
+  if (mr == NULL) return NULL;
+  mr->addr = addr;
+  mr->length = len;
+  mr->rkey = 0x77;
+  return mr;
+}
+static int fake_dereg_mr(struct ibv_mr *mr) {
+  free(mr);
+  return 0;
+}
+static int fake_query_port(struct ibv_context *cx, uint8_t port, struct ibv_port_attr *a) {
+  (void)cx;
+  (void)port;
+  memset(a, 0, sizeof(*a));
+  a->state = IBV_PORT_ACTIVE;
+  a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+  a->lid = 1;
+  a->active_mtu = IBV_MTU_4096;
+  a->gid_tbl_len = 1;
+  return 0;
+}
+static int fake_query_gid(struct ibv_context *cx, uint8_t port, int index, union ibv_gid *gid) {
+  (void)cx;
+  (void)port;
+  (void)index;
+  memset(gid, 0, sizeof(*gid));
+  return 0;
+}
+
+static struct lp_env env;
+static struct lp_health h;
+
+/* Devices 0, 1 and 2 on NICs of their own, healthy; each one's pool is
+ * itself, then the others in order. */
+static void machine(void) {
+  memset(&env, 0, sizeof(env));
+  memset(&h, 0, sizeof(h));
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.ops.poll_cq = fake_poll;
+  next_qpn = 0x100;
+  env.ndevs = env.nnics = 3;
+  for (int d = 0; d < 3; d++) {
+    env.devs[d].nic = d;
+    env.devs[d].port = 1;
+    env.devs[d].link_layer = IBV_LINK_LAYER_INFINIBAND;
+    snprintf(env.devs[d].name, sizeof(env.devs[d].name), "mlx5_%d", d);
+    snprintf(env.nics[d].name, sizeof(env.nics[d].name), "mlx5_%d", d);
+    env.nics[d].ctx = &ctx;
+    env.nics[d].pd = &pd;
+    env.nics[d].attr.sys_image_guid = 0x100 + (uint64_t)d;
+    env.pool_n[d] = 3;
+    for (int k = 0; k < 3; k++) env.pool[d][k] = (d + k) % 3;
+    atomic_store(&h.healthy[d], 1);
+    atomic_store(&h.link_up[d], 1);
+  }
+  env.ibv.query_port = fake_query_port;
+  env.ibv.query_gid = fake_query_gid;
+  env.ibv.create_cq = fake_create_cq;
+  env.ibv.destroy_cq = fake_destroy_cq;
+  env.ibv.create_qp = fake_create_qp;
+  env.ibv.destroy_qp = fake_destroy_qp;
+  env.ibv.modify_qp = fake_modify_qp;
+  env.ibv.reg_mr = fake_reg_mr;
+  env.ibv.dereg_mr = fake_dereg_mr;
+  env.cfg.gid_index = -1;
+  env.cfg.timeout = 20;
+  env.cfg.retry_cnt = 7;
+  env.cfg.move_timeout_ms = 1000;
+  env.cfg.ns.move_timeout_ns = 1000000000ull;
+  h.env = &env;
+}
+
+static char ctrl[8192];
+static struct lp_ctl peer; /* the other end's control channel: the test */
+
+/* A link of the peer's, as a message describes it. */
+static struct lp_link_info peer_link(void) {
+  struct lp_link_info l;
+  memset(&l, 0, sizeof(l));
+  l.nqps = 1;
+  l.qpn[0] = 0x900;
+  l.link_layer = IBV_LINK_LAYER_INFINIBAND;
+  l.mtu = IBV_MTU_4096;
+  l.port = 1;
+  l.lid = 9;
+  l.ctrl_addr = 0x1000;
+  l.ctrl_rkey = 0x55;
+  snprintf(l.dev_name, sizeof(l.dev_name), "mlx5_9");
+  return l;
+}
+
+/* Comm `c` of `kind`, set up on device `dev` with failover on, its control
+ * channel joined to `peer`. */
+static void join(struct lp_comm *c, int kind, int dev) {
+  c->kind = kind;
+  c->env = &env;
+  c->health = &h;
+  c->mr_nics = 7;
+  c->conn_id = 0x1234;
+  c->ctrl = ctrl;
+  c->ctrl_len = sizeof(ctrl);
+  snprintf(c->peer, sizeof(c->peer), "peer");
+  int sv[2];
+  cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  for (int i = 0; i < 2; i++) fcntl(sv[i], F_SETFL, O_NONBLOCK);
+  lp_ctl_init(&c->ctl);
+  lp_ctl_init(&peer);
+  c->ctl.path[0].fd = sv[0];
+  peer.path[0].fd = sv[1];
+  cr_assert_eq(lp_ctl_start(&peer, kind == LP_COMM_SEND), 0);
+  cr_assert_eq(lp_link_open(&c->link, &env, &h, lp_comm_dir(c), dev, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  c->link.remote = peer_link();
+  lp_fo_init(c);
+  cr_assert_not_null(c->fo);
+}
+
+static void leave(struct lp_comm *c) {
+  lp_fo_fini(c);
+  lp_link_close(&c->link);
+  lp_ctl_close(&c->ctl);
+  lp_ctl_close(&peer);
+}
+
+/* The next message the comm sent the peer, of type `type`, copied into
+ * `out` (`len` bytes at most). */
+static void expect_msg(int type, void *out, size_t len) {
+  const void *msg = NULL;
+  size_t n = 0;
+  int rc = 0;
+  for (int tries = 0; tries < 1000 && rc == 0; tries++) rc = lp_ctl_recv(&peer, "test", &msg, &n);
+  cr_assert_eq(rc, 1, "the comm sent the peer nothing");
+  const struct lp_msg_hdr *hd = msg;
+  cr_assert_eq((int)hd->type, type, "the comm sent message type %d, not %d", (int)hd->type, type);
+  memcpy(out, msg, n < len ? n : len);
+}
+
+static void send_req(uint32_t epoch, int reason, int rail) {
+  struct lp_fo_req m;
+  memset(&m, 0, sizeof(m));
+  lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_FO_REQ, sizeof(m));
+  m.conn_id = 0x1234;
+  m.epoch = epoch;
+  m.reason = (uint32_t)reason;
+  m.rail = rail;
+  m.avoid_rail = -1;
+  m.link = peer_link();
+  cr_assert_eq(lp_ctl_send(&peer, "test", &m, sizeof(m)), 0);
+}
+
+TestSuite(move, .init = machine);
+
+/* The receiver's port fails and it moves onto its standby by itself
+ * (MOVED); the sender cannot follow (its own REQ had built a new path) and
+ * asks for a newer move, which the receiver answers from the standby.  One
+ * fault, one connection end that left mlx5_0: counted once, as the sender
+ * counts it.  It was counted at the MOVED and again at the ACK. */
+Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
+  static struct lp_recv_comm r;
+  memset(&r, 0, sizeof(r));
+  r.records = (struct lp_record *)(void *)(ctrl + 4096);
+  r.oldest = r.tail = 1; /* nothing outstanding: nothing to replay */
+  struct lp_comm *c = &r.base;
+  join(c, LP_COMM_RECV, 0);
+  struct lp_fo *fo = c->fo;
+  cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, LP_DIR_RECV, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  fo->sb.link.remote = peer_link();
+  fo->sb.id = 7;
+  fo->sb.state = LP_SB_READY;
+
+  atomic_store(&h.healthy[0], 0);
+  atomic_store(&h.link_up[0], 0);
+  atomic_store(&h.down_reason[0], LP_FO_PORT_DOWN);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  static struct lp_fo_ack a;
+  expect_msg(LP_MSG_FO_MOVED, &a, sizeof(a));
+  cr_assert_eq(a.epoch, 1);
+  cr_assert_eq(c->link.dev, 1, "on the standby's device");
+  cr_assert_eq(atomic_load(&h.stats.failovers), 1, "the MOVED counts the move");
+
+  send_req(2, LP_FO_PEER_NOTICE, 2);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  expect_msg(LP_MSG_FO_ACK, &a, sizeof(a));
+  cr_assert_eq(a.epoch, 2);
+  cr_assert_eq(c->link.dev, 2, "on the path the newer move asked for");
+  cr_expect_eq(atomic_load(&h.stats.failovers), 1, "one fault counted %llu times",
+               (unsigned long long)atomic_load(&h.stats.failovers));
+  cr_expect_eq(atomic_load(&h.stats.dev[0].failovers), 1, "mlx5_0 counted %llu ends leaving it, not 1",
+               (unsigned long long)atomic_load(&h.stats.dev[0].failovers));
+  leave(c);
+}
