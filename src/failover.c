@@ -435,8 +435,18 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
   struct lp_fo *fo = c->fo;
   begin(c, reason);
   if (fo->state == LP_FO_REQUESTED) { /* the offer is void: a newer one follows */
-    lp_link_close(&fo->next);
-    fo->via_home = 0; /* a revived primary's path, if it was one, is gone with it */
+    if (fo->via_home && fo->home.env == NULL) {
+      /* The primary's path, revived for this offer: kept, not destroyed,
+       * so that the next try (a failback's goes back to the primary) or
+       * the next failback revives it again; the revival resets its QPs,
+       * whatever state this offer left them in. */
+      lp_link_uncount(&fo->next);
+      fo->home = fo->next;
+      memset(&fo->next, 0, sizeof(fo->next));
+    } else {
+      lp_link_close(&fo->next);
+    }
+    fo->via_home = 0; /* what the newer offer's path is, it says (open_on) */
   }
   fo->epoch++;
   quiesce(&c->link);

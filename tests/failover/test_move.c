@@ -2,7 +2,8 @@
  * comm built in memory on three InfiniBand devices whose verbs are stand-ins
  * that hand out CQs, QPs and keys and accept every state change, and a
  * control channel over a socket pair whose other end the test plays.  A
- * broken move counts one fault twice in the metrics. */
+ * broken move counts one fault twice in the metrics, or destroys the path
+ * it keeps on the primary for the failback. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 static struct ibv_context ctx;
 static struct ibv_pd pd;
 static uint32_t next_qpn;
+static int qps_destroyed;
 
 static int fake_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   (void)cq;
@@ -50,6 +52,7 @@ static struct ibv_qp *fake_create_qp(struct ibv_pd *p, struct ibv_qp_init_attr *
   return qp;
 }
 static int fake_destroy_qp(struct ibv_qp *qp) {
+  qps_destroyed++;
   free(qp);
   return 0;
 }
@@ -103,6 +106,7 @@ static void machine(void) {
   memset(&ctx, 0, sizeof(ctx));
   ctx.ops.poll_cq = fake_poll;
   next_qpn = 0x100;
+  qps_destroyed = 0;
   env.ndevs = env.nnics = 3;
   for (int d = 0; d < 3; d++) {
     env.devs[d].nic = d;
@@ -252,5 +256,40 @@ Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
                (unsigned long long)atomic_load(&h.stats.failovers));
   cr_expect_eq(atomic_load(&h.stats.dev[0].failovers), 1, "mlx5_0 counted %llu ends leaving it, not 1",
                (unsigned long long)atomic_load(&h.stats.dev[0].failovers));
+  leave(c);
+}
+
+/* A failback revives the path the sender left on its primary; its REQ goes
+ * unanswered past the move's deadline and the move is offered again.  The
+ * retry revives the same path again (the same QPs): it was destroyed and a
+ * new one built, and with it the kept path was gone for every later
+ * failback too. */
+Test(move, a_retried_failback_revives_the_kept_path_again) {
+  static struct lp_send_comm s;
+  memset(&s, 0, sizeof(s));
+  struct lp_comm *c = &s.base;
+  join(c, LP_COMM_SEND, 0);
+  struct lp_fo *fo = c->fo;
+  /* Where an earlier failover left it: on device 1, its path on the
+   * primary stopped and kept (swap_link). */
+  lp_link_uncount(&c->link);
+  fo->home = c->link;
+  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  uint32_t home_qpn = fo->home.qps[0]->qp_num;
+
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess); /* the primary is trusted: fail back */
+  static struct lp_fo_req m;
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_assert_eq(m.reason, LP_FO_FAILBACK);
+  cr_assert_eq(m.link.qpn[0], home_qpn, "the failback revives the kept path");
+  cr_assert(fo->via_home);
+
+  cr_assert_eq(lp_fo_progress(c, fo->deadline_ns), ncclSuccess); /* no answer: offered again */
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_assert_eq(m.epoch, 2);
+  cr_expect_eq(m.link.qpn[0], home_qpn, "the retry offered QP 0x%x, not the kept path's 0x%x", m.link.qpn[0], home_qpn);
+  cr_expect(fo->via_home, "the retry's path is the revived one (path=revived)");
+  cr_expect_eq(qps_destroyed, 0, "%d QPs destroyed by the retry", qps_destroyed);
+  cr_expect_eq(atomic_load(&h.load[LP_DIR_SEND][0]), 1, "the offer counts once on the primary");
   leave(c);
 }
