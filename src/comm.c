@@ -11,14 +11,6 @@
 #include "clock.h"
 #include "log.h"
 
-struct lp_comm *lp_comm_check(void *comm, int kind) {
-  struct lp_comm *c = comm;
-  if (c == NULL || c->magic != LP_COMM_MAGIC) return NULL;
-  if (kind != 0 && c->kind != kind) return NULL;
-  if (kind == 0 && c->kind != LP_COMM_SEND && c->kind != LP_COMM_RECV) return NULL;
-  return c;
-}
-
 struct lp_req *lp_comm_reqs(struct lp_comm *comm, int *n) {
   if (comm->kind == LP_COMM_SEND) {
     *n = LP_MAX_SEND_REQS;

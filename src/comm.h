@@ -190,7 +190,14 @@ struct lp_recv_comm {
 #define LP_RECV_CTRL_LEN LP_SEND_CTRL_LEN
 
 /* ---- comm.c ---- */
-struct lp_comm *lp_comm_check(void *comm, int kind); /* kind 0: send or recv */
+/* The comm NCCL handed over, checked: NULL when it is not one, or not of
+ * `kind` (0: send or recv).  Inline: every isend, irecv and test checks. */
+static inline struct lp_comm *lp_comm_check(void *comm, int kind) {
+  struct lp_comm *c = comm;
+  if (c == NULL || c->magic != LP_COMM_MAGIC) return NULL;
+  if (kind != 0) return c->kind == kind ? c : NULL;
+  return c->kind == LP_COMM_SEND || c->kind == LP_COMM_RECV ? c : NULL;
+}
 struct lp_req *lp_req_alloc(struct lp_comm *comm);
 /* The comm's requests: *n of them (its kind's pool). */
 struct lp_req *lp_comm_reqs(struct lp_comm *comm, int *n);

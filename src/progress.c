@@ -11,35 +11,29 @@
 /* test() is NCCL's spin loop, and a clock read there is not free: at 8
  * bytes, the read on every call was most of what linkpass added to the
  * reference plugin's latency (docs/PERFORMANCE.md, "The clock in
- * test()").  A call reads it only when it has timed work: a move, news or
- * a chore (lp_fo_due), a completion of a timed message (below), or every
- * LP_CLOCK_EVERY_CALLS-th call for the looks between moves, which are a
- * millisecond apart and so come at most that many calls late. */
+ * test()").  A call reads it only when it has timed work: a timed
+ * message out (the transmit meter must see every gap), a move, news or a
+ * chore (lp_fo_due), or every LP_CLOCK_EVERY_CALLS-th call for the looks
+ * between moves, which are a millisecond apart and so come at most that
+ * many calls late. */
 #define LP_CLOCK_EVERY_CALLS 16
 
-static int clock_due(struct lp_comm *c) { return lp_fo_due(c) || ++c->calls_unclocked >= LP_CLOCK_EVERY_CALLS; }
-
-/* Messages out that the transmit meter times (send.c). */
-static int timed_out(const struct lp_comm *c) {
-  return c->kind == LP_COMM_SEND && ((const struct lp_send_comm *)c)->metered > 0;
+static int clock_due(struct lp_comm *c) {
+  if (c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0) return 1;
+  if (lp_fo_due(c) || ++c->calls_unclocked >= LP_CLOCK_EVERY_CALLS) return 1;
+  return 0;
 }
 
-/* The transmit meter's view of the call (health.h).  Between the last
- * clocked call with timed messages out (or their post) and this one,
- * nobody looked, as far as the meter knows: calls in between that read no
- * clock are a few microseconds of NCCL's spin, against LP_METER_GAP_NS.  If
- * every timed message has now completed, the port may have finished them
- * anywhere in that gap: the meter must not take the process's absence for
- * the port's slowness, and leaves the gap out.  If one is still out though
- * the CQ holds no completion more, the port was at work on it all along:
- * the gap is the port's time, as the time inside a call is. */
-static void meter_look(struct lp_comm *c, int dev, uint64_t now, int drained) {
-  int timed = timed_out(c);
-  if (c->kind == LP_COMM_SEND && c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS &&
-      (!timed || !drained))
-    lp_health_tx_unwatched(c->health, dev, c->progress_end_ns, now);
-  c->progress_end_ns = timed ? now : 0;
-  if (timed && c->health != NULL) lp_health_tx_looked(c->health, dev, now);
+/* Completions, and what the sender can post: nothing timed.  Completions
+ * taken here feed the watchdog at the next call that reads the clock, at
+ * most LP_CLOCK_EVERY_CALLS calls later: the completion that ends a wait
+ * is on the critical path, and its limit is seconds. */
+static ncclResult_t progress_unclocked(struct lp_comm *c) {
+  int got, drained;
+  ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
+  c->fed_unclocked |= got > 0;
+  if (rc == ncclSuccess) rc = lp_transport_advance(c, 0);
+  return rc;
 }
 
 static ncclResult_t progress(struct lp_comm *c);
@@ -53,30 +47,34 @@ ncclResult_t lp_comm_progress(struct lp_comm *c) {
 
 static ncclResult_t progress(struct lp_comm *c) {
   if (c->error != ncclSuccess) return c->error;
-  int clocked = clock_due(c), timed = timed_out(c), dev = c->link.dev, got, drained;
-  uint64_t now = clocked ? lp_now_ns() : 0;
+  if (!clock_due(c)) return progress_unclocked(c);
+  c->calls_unclocked = 0;
+  uint64_t now = c->progress_ns = lp_now_ns();
   /* The NIC before the peer: a request the peer refused completes here
    * with its error before the peer's notice of the flushes that refusal
    * caused it can arrive over TCP, and must decide first (fail, not move). */
+  int dev = c->link.dev, got, drained;
   ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
-  if (!clocked) {
-    /* Completions taken here feed the watchdog at the next call that reads
-     * the clock, at most LP_CLOCK_EVERY_CALLS calls later: the completion
-     * that ends a wait is on the critical path, and its limit is seconds.
-     * A timed message's completion is the exception: the meter must learn
-     * of a gap before it now, since NCCL may not call again for long. */
-    c->fed_unclocked |= got > 0;
-    if (!(timed && got > 0)) return rc == ncclSuccess ? lp_transport_advance(c, 0) : rc;
-    now = lp_now_ns();
-  }
-  c->calls_unclocked = 0;
-  c->progress_ns = now;
   if (got > 0 || c->fed_unclocked) lp_watchdog_fed(&c->wd, now);
   c->fed_unclocked = 0;
-  if (timed || c->progress_end_ns != 0) meter_look(c, dev, now, drained);
+  /* Between the end of the last call and this one, with timed messages
+   * out, nobody looked.  If every one of them has now completed, the port
+   * may have finished them anywhere in that gap: the transmit meter must
+   * not take the process's absence for the port's slowness, and leaves
+   * the gap out.  If one is still out though the CQ holds no completion
+   * more, the port was at work on it all along: the gap is the port's
+   * time, as the time inside a call is. */
+  if (c->kind == LP_COMM_SEND && c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS &&
+      (((struct lp_send_comm *)c)->metered == 0 || !drained))
+    lp_health_tx_unwatched(c->health, dev, c->progress_end_ns, now);
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
   if (rc == ncclSuccess) rc = lp_transport_advance(c, now);
+  /* A call that took no completion took well under a microsecond, against
+   * the meter's LP_METER_GAP_NS: its start stands for its end. */
+  c->progress_end_ns =
+      c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
+  if (c->progress_end_ns != 0 && c->health != NULL) lp_health_tx_looked(c->health, dev, c->progress_end_ns);
   return rc;
 }
 

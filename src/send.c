@@ -135,12 +135,18 @@ static void meter(struct lp_send_comm *s, struct lp_send_msg *m) {
   for (int i = 0; i < m->nreqs; i++) bytes += m->sub[i].size;
   if (bytes < LP_METER_MIN_BYTES) return;
   uint64_t now = lp_now_ns();
+  /* The post is one of the meter's looks (progress.c).  An absence of the
+   * process between here and the next progress call is a gap, as one
+   * between two calls is, not the port's busy time.  An absence that ends
+   * here, with timed messages already out, is left out: whether they
+   * finished in it is known only at the next poll, and by then this one is
+   * out, which would make the whole gap look like the port's work. */
+  if (c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS)
+    lp_health_tx_unwatched(c->health, c->link.dev, c->progress_end_ns, now);
+  c->progress_end_ns = now;
   m->metered = c->link.dev + 1;
   s->metered++;
   lp_health_tx_begin(c->health, c->link.dev, now);
-  /* The meter's looks start at the post: the calls after it may read no
-   * clock until this message completes (progress.c). */
-  if (c->progress_end_ns == 0) c->progress_end_ns = now;
 }
 
 ncclResult_t lp_send_progress(struct lp_send_comm *s) {

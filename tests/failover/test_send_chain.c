@@ -12,7 +12,10 @@
 
 #include "comm.h"
 #include "env.h"
+#include "clock.h"
 #include "fifo.h"
+#include "health.h"
+#include "mr.h"
 #include "send.h"
 
 #define MAX_SEEN 64
@@ -151,4 +154,50 @@ Test(requests, a_send_comm_holds_an_isend_for_every_sub_receive_of_the_fifo) {
   cr_assert_null(lp_req_alloc(&sc.base));
   for (int i = 0; i < LP_FIFO_DEPTH; i++) cr_assert_not_null(lp_req_alloc(&rc.base));
   cr_assert_null(lp_req_alloc(&rc.base));
+}
+
+/* The gray-failure meter times a port by its messages of 64 KiB or more,
+ * leaving out the time the process did not look (progress.c).  NCCL's
+ * proxy posts before it tests: after an absence of the process, an isend
+ * that posts a timed message while an earlier one is out ends that gap,
+ * and the gap is left out then, since the next poll would find the new
+ * message out and take the whole gap for the port's work (a healthy port
+ * drained as slow after the process was descheduled). */
+Test(send_meter, an_isend_after_an_absence_leaves_the_gap_out) {
+  static struct lp_health health;
+  static struct ibv_mr mr = {.lkey = 5};
+  static struct lp_mr mh;
+  one_message(64 << 10, 1u << 30);
+  memset(&health, 0, sizeof(health));
+  memset(&mh, 0, sizeof(mh));
+  mh.magic = LP_MR_MAGIC;
+  mh.addr = 0x100000;
+  mh.len = 1 << 20;
+  mh.nics = 1;
+  mh.mr[0] = &mr;
+  env.cfg.gray = 1;
+  s.base.health = &health;
+  s.base.mr_nics = 1;
+  /* message 1 is out and timed; the process last looked a second ago */
+  s.metered = 1;
+  s.msgs[lp_fifo_slot(1)].metered = 1;
+  s.post_seq = s.head = 2;
+  s.base.progress_end_ns = lp_now_ns() - 1000000000ull;
+  struct lp_cts *cts = &fifo[lp_fifo_slot(2) * LP_MAX_RECVS];
+  cts->addr = 0x600000;
+  cts->size = 64 << 10;
+  cts->rkey = 9;
+  cts->tag = 3;
+  cts->nreqs = 1;
+  cts->seq = 2;
+  struct lp_req *req = NULL;
+  int progress;
+  cr_assert_eq(lp_send_match(&s, (void *)0x100000, 64 << 10, 3, &mh, &req, &progress), ncclSuccess);
+  cr_assert_not_null(req, "the isend matched message 2");
+  cr_assert_eq(s.metered, 2, "message 2 is timed too");
+  cr_assert_geq(atomic_load(&health.tx[0].unwatched_ns), 1000000000ull,
+                "the second without a look was not left out (%llu ns)",
+                (unsigned long long)atomic_load(&health.tx[0].unwatched_ns));
+  uint64_t posted = s.base.progress_end_ns;
+  cr_assert_gt(posted, lp_now_ns() - 1000000ull, "the post is the meter's last look");
 }
