@@ -560,16 +560,7 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     lp_gray_window(&h->gray[d], ok, port.packets, port.resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
-    /* Time the port had a message out while this process looked.  Read in
-     * this order (not as a call's arguments, whose order C leaves open): a
-     * period that ends between the reads is then counted in neither, and
-     * the unwatched time, read last, covers no more than the busy time. */
-    uint64_t busy_ns = atomic_load_explicit(&m->busy_ns, memory_order_relaxed);
-    int inflight = atomic_load_explicit(&m->inflight, memory_order_relaxed);
-    uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
-    uint64_t looked = atomic_load_explicit(&m->looked_ns, memory_order_relaxed);
-    uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
-    uint64_t busy = lp_gray_busy(busy_ns, inflight, since, looked, unwatched, now);
+    uint64_t busy = lp_health_tx_busy(h, d, now); /* time the port had a message out while this process looked */
     closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, &port, threshold, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
     lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,

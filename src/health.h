@@ -51,12 +51,12 @@ struct lp_fo_stats {
 
 /* A device's transmit meter (gray.h, slowness): the time at least one
  * large message of this process was in flight on it, and the bytes those
- * messages moved.  Every connection's data path writes it (relaxed
- * atomics, large messages only), the control thread reads it. */
+ * messages moved.  Every connection's data path writes it (atomics, large
+ * messages only), the control thread reads it (lp_health_tx_busy). */
 struct lp_tx_meter {
-  _Alignas(64) _Atomic int inflight;
-  _Atomic uint64_t busy_since_ns; /* when inflight last rose from 0 */
-  _Atomic uint64_t busy_ns;       /* finished busy periods */
+  _Alignas(64) _Atomic int inflight; /* the writers' count; the reader goes by busy_since_ns */
+  _Atomic uint64_t busy_since_ns;    /* when inflight last rose from 0; 0 once the period ended */
+  _Atomic uint64_t busy_ns;          /* finished busy periods */
   _Atomic uint64_t bytes;
   /* Time within them that the process did not look (a gap between two
    * progress calls of a connection with a timed message out): a completion
@@ -259,11 +259,35 @@ static inline void lp_health_tx_end(struct lp_health *h, int dev, uint64_t bytes
   struct lp_tx_meter *m = &h->tx[dev];
   if (bytes) atomic_fetch_add_explicit(&m->bytes, bytes, memory_order_relaxed);
   if (atomic_fetch_sub_explicit(&m->inflight, 1, memory_order_relaxed) == 1) {
-    /* Another thread may begin a period between the two loads: that period
-     * then loses the moment that is counted here instead, nothing more. */
-    uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
-    if (now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_relaxed);
+    /* The period leaves "under way" (busy_since_ns 0) before it joins the
+     * finished ones, and the release orders the two for the reader's
+     * acquire (lp_health_tx_busy): a tick may find it in neither (its busy
+     * time then seems to go back, and the window starts over), never in
+     * both.  Another thread may begin a period between the decrement and
+     * the exchange: both periods are then lost, busy time too little,
+     * which can make a window fast, never slow. */
+    uint64_t since = atomic_exchange_explicit(&m->busy_since_ns, 0, memory_order_relaxed);
+    if (since != 0 && now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_release);
   }
+}
+
+/* The busy time of `dev`'s port at a tick at `now` (lp_gray_busy): the
+ * control thread's read of the meter.  A period is under way while
+ * busy_since_ns is set, not while inflight > 0: a begin raises inflight
+ * before it stores the period's start, and a tick that read inflight in
+ * between paired it with the last period's start, counting that period
+ * again (it is among the finished ones already) and the idle time after
+ * it: a slow window that never was.  Read in this order (not as a call's arguments, whose order C leaves
+ * open): busy_ns first, with acquire, so that a period found among the
+ * finished ones is no longer found under way (lp_health_tx_end), and the
+ * unwatched time last, so that it covers no more than the busy time. */
+static inline uint64_t lp_health_tx_busy(struct lp_health *h, int dev, uint64_t now) {
+  struct lp_tx_meter *m = &h->tx[dev];
+  uint64_t busy_ns = atomic_load_explicit(&m->busy_ns, memory_order_acquire);
+  uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
+  uint64_t looked = atomic_load_explicit(&m->looked_ns, memory_order_relaxed);
+  uint64_t unwatched = atomic_load_explicit(&m->unwatched_ns, memory_order_relaxed);
+  return lp_gray_busy(busy_ns, since != 0, since, looked, unwatched, now);
 }
 
 /* A connection with a timed message out on `dev` ended a progress call at

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "gray.h"
+#include "health.h"
 
 #define T 2000 /* 0.2 %, LINKPASS_GRAY_RESEND_PPM's default */
 #define TICK_NS 250000000ull
@@ -318,6 +319,36 @@ Test(gray_rate, a_tick_in_the_process_absence_counts_busy_up_to_its_last_look) {
   cr_expect_geq(after, in_gap, "the busy time did not go back");
   /* Or the message was still out when it came back: the gap was the port's. */
   cr_expect_eq(lp_gray_busy(0, 1, since, 160 * MS, 0, 175 * MS), 60 * MS);
+}
+
+/* The transmit meter (health.h) read between the two steps of a writer:
+ * a message's begin raises the count of messages out, then stores when the
+ * period began; its end lowers the count, then adds the period to the
+ * finished ones.  The control thread may read the meter in between (the
+ * writer preempted there, or its stores seen out of order): it must never
+ * count time twice, nor time nobody was busy. */
+Test(gray_rate, the_meter_read_between_a_writers_two_steps_counts_no_time_twice) {
+  static struct lp_health h; /* zero: no message out yet */
+  struct lp_tx_meter *m = &h.tx[0];
+  lp_health_tx_begin(&h, 0, 100 * MS);
+  lp_health_tx_looked(&h, 0, 190 * MS);
+  lp_health_tx_end(&h, 0, 64 * MIB, 200 * MS);
+  cr_assert_eq(lp_health_tx_busy(&h, 0, 250 * MS), 100 * MS, "one period, 100-200 ms");
+  /* The next message's begin at 300 ms, stopped after its first step. */
+  atomic_fetch_add(&m->inflight, 1);
+  cr_expect_eq(lp_health_tx_busy(&h, 0, 350 * MS), 100 * MS,
+               "a period whose start is not stored yet has lasted nothing (not 100-190 ms again)");
+  atomic_fetch_sub(&m->inflight, 1);
+  lp_health_tx_begin(&h, 0, 300 * MS);
+  lp_health_tx_looked(&h, 0, 340 * MS);
+  cr_expect_eq(lp_health_tx_busy(&h, 0, 350 * MS), 140 * MS, "under way up to the last look");
+  /* Its end at 360 ms, stopped after its first step: the period is not
+   * among the finished ones yet, and still counts as under way. */
+  atomic_fetch_sub(&m->inflight, 1);
+  cr_expect_eq(lp_health_tx_busy(&h, 0, 370 * MS), 140 * MS, "the busy time does not go back");
+  atomic_fetch_add(&m->inflight, 1);
+  lp_health_tx_end(&h, 0, 64 * MIB, 360 * MS);
+  cr_expect_eq(lp_health_tx_busy(&h, 0, 370 * MS), 160 * MS, "two periods");
 }
 
 /* Counters that could be read at one end of a window only say nothing of
