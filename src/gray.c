@@ -9,6 +9,14 @@ void lp_gray_reset(struct lp_gray *g) {
   g->last_ppm = -1;
 }
 
+/* lp_gray_reset (a drain) forgets the last fault seen too: the next tick
+ * then starts over a window that is not open yet, which changes nothing. */
+void lp_gray_fault(struct lp_gray *g, uint64_t fault_ns) {
+  if (fault_ns <= g->fault_ns) return;
+  lp_gray_reset(g);
+  g->fault_ns = fault_ns;
+}
+
 int32_t lp_gray_window(struct lp_gray *g, int ok, uint64_t packets, uint64_t errors, uint32_t threshold_ppm,
                        uint64_t now_ns) {
   int had = g->valid;

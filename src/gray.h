@@ -51,9 +51,20 @@ struct lp_gray {
   uint64_t opened_ns;       /* when the open window opened */
   uint64_t last_opened_ns;  /* when the last closed window opened */
   uint64_t struck_since_ns; /* when the first window of the run of strikes closed */
+  uint64_t fault_ns;        /* the latest fault seen on the port (lp_gray_fault) */
 };
 
 void lp_gray_reset(struct lp_gray *g);
+
+/* The port was last left for a fault (a port down here or at the peer, an
+ * error completion, a stall) at `fault_ns` (0: never), by this process or
+ * by another of the host (the rate board).  What the port resent until
+ * then was that fault's retries (a pulled cable's local ACK timeouts), not
+ * a gray failure's, and the port counts them for every process that uses
+ * it, whatever its own connections saw: when `fault_ns` is newer than the
+ * last fault seen, the windows start over.  Call it at every tick, before
+ * lp_gray_window. */
+void lp_gray_fault(struct lp_gray *g, uint64_t fault_ns);
 
 /* A tick (every 250 ms) with these counter values (`ok` 0: unreadable).
  * The window closes when at least LP_GRAY_MIN_PACKETS went out since it

@@ -556,15 +556,17 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   for (int d = 0; d < env->ndevs; d++) {
     struct lp_port_counters port;
     int ok = lp_port_counters(lp_env_nic_of(env, d), env->devs[d].port, &port) == 0;
-    if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) lp_gray_reset(&h->gray[d]);
+    uint64_t guid = lp_env_nic_of(env, d)->attr.node_guid;
+    if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) h->fault_ns[d] = now;
+    uint64_t fault = lp_rateboard_fault(&h->board, guid, env->devs[d].port, now);
+    lp_gray_fault(&h->gray[d], fault > h->fault_ns[d] ? fault : h->fault_ns[d]);
     lp_gray_window(&h->gray[d], ok, port.packets, port.resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
     uint64_t busy = lp_health_tx_busy(h, d, now); /* time the port had a message out while this process looked */
     closed[d] = lp_gray_rate_window(&h->rate[d], now, bytes, busy, &port, threshold, env->devs[d].speed_mbps) >= 0;
     if (closed[d]) h->rate_at_ns[d] = now;
-    lp_rateboard_post(&h->board, d, lp_env_nic_of(env, d)->attr.node_guid, env->devs[d].port, h->rate[d].mbps,
-                      h->rate_at_ns[d], now);
+    lp_rateboard_post(&h->board, d, guid, env->devs[d].port, h->rate[d].mbps, h->rate_at_ns[d], h->fault_ns[d], now);
   }
   for (int d = 0; d < env->ndevs; d++) {
     if (!lp_health_ok(h, d) || !lp_gray_struck(&h->gray[d])) continue;
@@ -677,6 +679,7 @@ int lp_health_start(struct lp_health *h, const struct lp_env *env) {
     lp_gray_reset(&h->gray[d]);
     lp_gray_rate_reset(&h->rate[d]);
     h->rate_at_ns[d] = 0;
+    h->fault_ns[d] = 0;
     atomic_store(&h->down_reason[d], LP_FO_PORT_DOWN);
     atomic_store(&h->healthy[d], 1);
     atomic_store(&h->link_up[d], 1);

@@ -119,6 +119,7 @@ struct lp_health {
   struct lp_gray gray[LP_MAX_DEVS];      /* LINKPASS_GRAY: each port's resend windows */
   struct lp_gray_rate rate[LP_MAX_DEVS]; /* and its rate windows, from tx[] */
   uint64_t rate_at_ns[LP_MAX_DEVS];      /* when each port's last rate window closed */
+  uint64_t fault_ns[LP_MAX_DEVS];        /* when this process last left each port for a fault (on the board) */
   struct lp_rateboard board;             /* the host's ports' rates, as the other processes measure them */
   uint64_t next_gray_ns;
   int fatal_handled[LP_MAX_NICS]; /* its DEVICE_FATAL acted on (the ports marked down) */
@@ -194,7 +195,9 @@ static inline void lp_health_standby_release(struct lp_health *h, enum lp_dir di
  * fault's retries, not a gray failure's, so the port's resend window starts
  * over at the next gray tick.  Else a peer's pulled cable, whose local ACK
  * timeouts this port counted, made it "degraded" two windows later, once
- * traffic came back to close them (seen at 1,024 connections). */
+ * traffic came back to close them (seen at 1,024 connections).  The port
+ * counts them for every process of the host that uses it: the tick posts
+ * the fault on the rate board, and theirs start over too (lp_gray_fault). */
 static inline void lp_health_left_for_fault(struct lp_health *h, int dev) {
   atomic_store_explicit(&h->left_for_fault[dev], 1, memory_order_relaxed);
 }

@@ -14,7 +14,7 @@
 #include "clock.h"
 
 #define LP_RB_MAGIC 0x4c505242u /* "LPRB" */
-#define LP_RB_VERSION 2         /* 2: owner word (pid and heartbeat) */
+#define LP_RB_VERSION 3         /* 2: owner word (pid and heartbeat); 3: fault_ns */
 
 static const memory_order rx = memory_order_relaxed;
 
@@ -165,7 +165,7 @@ static int beat(struct lp_rateboard *b, int slot, uint64_t now_ns) {
 }
 
 void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port, int64_t mbps, uint64_t at_ns,
-                       uint64_t now_ns) {
+                       uint64_t fault_ns, uint64_t now_ns) {
   if (b->t == NULL || dev < 0 || dev >= LP_RB_MAX_PORTS) return;
   if (b->held[dev] >= 0 && beat(b, b->held[dev], now_ns) != 0) b->held[dev] = -1;
   if (b->held[dev] < 0 && (b->held[dev] = claim(b, now_ns)) < 0) return; /* a full board */
@@ -182,6 +182,7 @@ void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port,
   atomic_store_explicit(&s->port, port, rx);
   atomic_store_explicit(&s->mbps, mbps, rx);
   atomic_store_explicit(&s->at_ns, at_ns, rx);
+  atomic_store_explicit(&s->fault_ns, fault_ns, rx);
   atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
 }
 
@@ -207,4 +208,25 @@ int64_t lp_rateboard_read(const struct lp_rateboard *b, uint64_t guid, int port,
     if (at >= best_at) best = m, best_at = at;
   }
   return best;
+}
+
+uint64_t lp_rateboard_fault(const struct lp_rateboard *b, uint64_t guid, int port, uint64_t now_ns) {
+  if (b->t == NULL) return 0;
+  uint64_t latest = 0;
+  for (int i = 0; i < LP_RB_SLOTS; i++) {
+    struct lp_rb_slot *s = &b->t->slot[i];
+    uint32_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
+    if (s1 & 1) continue; /* being written: next tick */
+    uint64_t owner = atomic_load_explicit(&s->owner, rx);
+    uint64_t g = atomic_load_explicit(&s->guid, rx), f = atomic_load_explicit(&s->fault_ns, rx);
+    int p = atomic_load_explicit(&s->port, rx);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&s->seq, rx) != s1) continue;
+    if (owner_pid(owner) == b->pid || g != guid || p != port || !alive(owner, now_ns)) continue;
+    /* A fault in the future is a corrupt slot: taken, it would hide every
+     * later one (lp_gray_fault wants a newer one). */
+    if (f > now_ns + LP_RB_AHEAD_NS) continue;
+    if (f > latest) latest = f;
+  }
+  return latest;
 }

@@ -43,8 +43,9 @@ struct lp_rb_slot {
   _Atomic uint64_t owner;
   _Atomic uint64_t guid;
   _Atomic int32_t port;
-  _Atomic int64_t mbps;   /* the port's last closed window: MB/s while busy, -1: none */
-  _Atomic uint64_t at_ns; /* when that window closed */
+  _Atomic int64_t mbps;      /* the port's last closed window: MB/s while busy, -1: none */
+  _Atomic uint64_t at_ns;    /* when that window closed */
+  _Atomic uint64_t fault_ns; /* when the holder last left the port for a fault, 0: never (lp_gray_fault) */
 };
 
 struct lp_rb_table {
@@ -67,13 +68,19 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
 void lp_rateboard_close(struct lp_rateboard *b);
 
 /* Post device `dev`'s port (guid, port): its last window's rate (-1: none
- * yet) and when it closed; also the holder's heartbeat, so call it every
- * tick for every device.  A full board leaves the port unposted. */
+ * yet) and when it closed, and when this process last left the port for a
+ * fault (0: never); also the holder's heartbeat, so call it every tick for
+ * every device.  A full board leaves the port unposted. */
 void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port, int64_t mbps, uint64_t at_ns,
-                       uint64_t now_ns);
+                       uint64_t fault_ns, uint64_t now_ns);
 
 /* The freshest rate another live process posted for (guid, port) from a
  * window that closed at `since_ns` or later: MB/s, -1 when none. */
 int64_t lp_rateboard_read(const struct lp_rateboard *b, uint64_t guid, int port, uint64_t since_ns, uint64_t now_ns);
+
+/* The latest time another live process posted that it left (guid, port)
+ * for a fault: the port counted that fault's resends for this process
+ * too (lp_gray_fault).  0: none. */
+uint64_t lp_rateboard_fault(const struct lp_rateboard *b, uint64_t guid, int port, uint64_t now_ns);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "gray.h"
 #include "rateboard.h"
 
 static char path[64];
@@ -28,8 +29,8 @@ Test(rateboard, another_process_reads_what_one_posted) {
   open_as(&a, (int)getpid());
   open_as(&b, (int)getppid());
   uint64_t now = lp_now_ns();
-  lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now - 100, now);
-  lp_rateboard_post(&a, 1, 0x5678, 1, -1, 0, now); /* a port without a window yet */
+  lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now - 100, 0, now);
+  lp_rateboard_post(&a, 1, 0x5678, 1, -1, 0, 0, now); /* a port without a window yet */
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now - 1000, now), 1180);
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now - 1000, now - 2000000), 1180,
                "a holder that ticked after the reader read the clock is alive");
@@ -38,8 +39,8 @@ Test(rateboard, another_process_reads_what_one_posted) {
   cr_expect_eq(lp_rateboard_read(&a, 0x1234, 1, 0, now), -1, "a process's own posts are not another's view");
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, now, now), -1, "a window closed before `since`");
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + LP_RB_STALE_NS + 1), -1, "a holder that stopped ticking");
-  lp_rateboard_post(&b, 0, 0x1234, 2, 1100, now, now); /* b holds a slot: a live holder besides a */
-  lp_rateboard_post(&a, 0, 0x1234, 1, 300, now + 10, now + 10);
+  lp_rateboard_post(&b, 0, 0x1234, 2, 1100, now, 0, now); /* b holds a slot: a live holder besides a */
+  lp_rateboard_post(&a, 0, 0x1234, 1, 300, now + 10, 0, now + 10);
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + 10), 300, "the latest window");
   lp_rateboard_close(&a);
   cr_expect_eq(lp_rateboard_read(&b, 0x1234, 1, 0, now + 10), -1, "a closed holder's slots are free");
@@ -48,15 +49,80 @@ Test(rateboard, another_process_reads_what_one_posted) {
   cr_expect_neq(access(path, F_OK), 0, "the last one out removed the file");
 }
 
+Test(rateboard, a_fault_one_process_left_a_port_for_is_every_other_ones) {
+  fresh_path();
+  struct lp_rateboard a, b;
+  open_as(&a, (int)getpid());
+  open_as(&b, (int)getppid());
+  uint64_t now = lp_now_ns();
+  lp_rateboard_post(&a, 0, 0x1234, 1, -1, 0, 0, now);
+  cr_expect_eq(lp_rateboard_fault(&b, 0x1234, 1, now), 0, "no fault yet");
+  lp_rateboard_post(&a, 0, 0x1234, 1, -1, 0, now - 5, now);
+  cr_expect_eq(lp_rateboard_fault(&b, 0x1234, 1, now), now - 5);
+  cr_expect_eq(lp_rateboard_fault(&b, 0x1234, 2, now), 0, "another port of the NIC");
+  cr_expect_eq(lp_rateboard_fault(&a, 0x1234, 1, now), 0, "a process's own faults are its own business");
+  lp_rateboard_post(&b, 0, 0x1234, 1, -1, 0, now - 2, now);
+  cr_expect_eq(lp_rateboard_fault(&a, 0x1234, 1, now), now - 2, "b's");
+  lp_rateboard_post(&b, 1, 0x1234, 2, -1, 0, now - 1, now);
+  cr_expect_eq(lp_rateboard_fault(&a, 0x1234, 1, now), now - 2, "not b's other port's");
+  cr_expect_eq(lp_rateboard_fault(&b, 0x1234, 1, now + LP_RB_STALE_NS + 1), 0, "a holder that stopped ticking");
+  lp_rateboard_post(&a, 0, 0x1234, 1, -1, 0, now + 3600ull * 1000000000ull, now);
+  cr_expect_eq(lp_rateboard_fault(&b, 0x1234, 1, now), 0, "a fault in the future is a corrupt slot");
+  lp_rateboard_close(&a);
+  lp_rateboard_close(&b);
+}
+
+/* Two ranks of a host share a NIC's port.  Rank a's connections on it go
+ * to a peer whose cable is pulled; rank b's go elsewhere and stay.  The
+ * port counts the local ACK timeouts of a's writes, for the whole host:
+ * b's resend windows see them too.  a leaves the port for the fault and
+ * starts its windows over; b must as well, or it drains a healthy port
+ * for a's pulled cable (its second window over the threshold in a row). */
+Test(rateboard, a_port_another_rank_left_for_a_fault_does_not_strike_for_its_resends) {
+  fresh_path();
+  struct lp_rateboard a, b;
+  open_as(&a, (int)getpid());
+  open_as(&b, (int)getppid());
+  struct lp_gray g; /* b's windows of the port */
+  lp_gray_reset(&g);
+  const uint64_t tick = 250000000ull;
+  uint64_t now = lp_now_ns(), packets = 0, resends = 0;
+  lp_gray_fault(&g, lp_rateboard_fault(&b, 0x1234, 1, now));
+  lp_gray_window(&g, 1, packets, resends, 2000, now);
+  /* The cable is pulled: a window at 1 % closes. */
+  now += tick, packets += 10000, resends += 100;
+  lp_gray_fault(&g, lp_rateboard_fault(&b, 0x1234, 1, now));
+  cr_assert_eq(lp_gray_window(&g, 1, packets, resends, 2000, now), 10000);
+  cr_assert_eq(g.strikes, 1);
+  /* a's connections leave the port; its next tick posts the fault. */
+  uint64_t fault = now + tick / 2;
+  lp_rateboard_post(&a, 0, 0x1234, 1, -1, 0, fault, fault);
+  /* b's next tick: the window that closes holds the fault's last resends. */
+  now += tick, packets += 10000, resends += 100;
+  lp_gray_fault(&g, lp_rateboard_fault(&b, 0x1234, 1, now));
+  lp_gray_window(&g, 1, packets, resends, 2000, now);
+  cr_expect(!lp_gray_struck(&g), "drained for another rank's pulled cable: %d strikes", g.strikes);
+  /* Clean since: a stays away, and posts the same fault every tick. */
+  for (int i = 0; i < 3; i++) {
+    now += tick, packets += 10000;
+    lp_rateboard_post(&a, 0, 0x1234, 1, -1, 0, fault, now);
+    lp_gray_fault(&g, lp_rateboard_fault(&b, 0x1234, 1, now));
+    cr_expect_eq(lp_gray_window(&g, 1, packets, resends, 2000, now), 0, "the same fault starts nothing over again");
+  }
+  cr_expect_eq(g.good, 3);
+  lp_rateboard_close(&a);
+  lp_rateboard_close(&b);
+}
+
 Test(rateboard, a_dead_holders_slot_is_taken_over_and_the_file_removed) {
   fresh_path();
   struct lp_rateboard a, dead;
   open_as(&dead, 0x7ffffff0); /* no such process */
   uint64_t now = lp_now_ns();
-  for (int d = 0; d < LP_RB_MAX_PORTS; d++) lp_rateboard_post(&dead, d, 0x99, d + 1, 500, now, now);
+  for (int d = 0; d < LP_RB_MAX_PORTS; d++) lp_rateboard_post(&dead, d, 0x99, d + 1, 500, now, 0, now);
   open_as(&a, (int)getpid());
   cr_expect_eq(lp_rateboard_read(&a, 0x99, 1, 0, now), -1, "a process that does not exist is nobody's view");
-  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, 0, now);
   cr_expect_lt(a.held[0], LP_RB_MAX_PORTS, "the first slot whose holder is gone is taken over");
   /* A crash: the kernel unmaps the process's memory and closes its files,
    * and with the last reference to the open file goes its lock. */
@@ -71,16 +137,16 @@ Test(rateboard, a_slot_left_mid_write_is_read_again_once_its_new_holder_posts) {
   struct lp_rateboard a, b, dead;
   open_as(&dead, 0x7ffffff0); /* no such process */
   uint64_t now = lp_now_ns();
-  lp_rateboard_post(&dead, 0, 0x99, 1, 500, now, now);
+  lp_rateboard_post(&dead, 0, 0x99, 1, 500, now, 0, now);
   int slot = dead.held[0];
   /* Killed between its two adds: the sequence word stays odd. */
   atomic_fetch_add(&dead.t->slot[slot].seq, 1);
   open_as(&a, (int)getpid());
   open_as(&b, (int)getppid());
-  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, 0, now);
   cr_assert_eq(a.held[0], slot, "the dead holder's slot is the first free one");
   cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900, "the slot stays hidden from readers");
-  lp_rateboard_post(&a, 0, 0x42, 1, 700, now + 1, now + 1);
+  lp_rateboard_post(&a, 0, 0x42, 1, 700, now + 1, 0, now + 1);
   cr_expect_eq(lp_rateboard_read(&b, 0x42, 1, 0, now + 1), 700);
   munmap(dead.t, sizeof(*dead.t));
   close(dead.fd);
@@ -96,7 +162,7 @@ Test(rateboard, a_corrupt_slot_is_nobodys_view) {
   open_as(&a, (int)getpid());
   open_as(&b, (int)getppid());
   uint64_t now = lp_now_ns();
-  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, now);
+  lp_rateboard_post(&a, 0, 0x42, 1, 900, now, 0, now);
   cr_assert_eq(lp_rateboard_read(&b, 0x42, 1, 0, now), 900);
   struct lp_rb_slot *s = &a.t->slot[a.held[0]];
   /* A window that closes an hour from now would stay the freshest one. */
@@ -159,7 +225,7 @@ Test(rateboard, one_that_opens_while_the_last_closes_joins_the_new_board) {
   cr_expect_eq(access(path, F_OK), 0, "`early` has the board open: it stays, though `early` holds no slot yet");
   open_as(&late, (int)getpid());
   uint64_t now = lp_now_ns();
-  lp_rateboard_post(&late, 0, 0x77, 1, 640, now, now);
+  lp_rateboard_post(&late, 0, 0x77, 1, 640, now, 0, now);
   cr_expect_eq(lp_rateboard_read(&early, 0x77, 1, 0, now), 640, "both see one board");
   lp_rateboard_close(&early);
   lp_rateboard_close(&late);
@@ -179,7 +245,7 @@ static void *claim_all(void *arg) {
   pthread_barrier_wait(c->start);
   uint64_t now = lp_now_ns();
   for (int d = 0; d < LP_RB_MAX_PORTS; d++)
-    lp_rateboard_post(&c->b, d, 0x100u + (uint64_t)c->b.pid, d + 1, 700, now, now);
+    lp_rateboard_post(&c->b, d, 0x100u + (uint64_t)c->b.pid, d + 1, 700, now, 0, now);
   return NULL;
 }
 
@@ -220,13 +286,13 @@ Test(rateboard, a_board_of_another_version_is_started_afresh_only_when_nobody_ha
   open_as(&a, (int)getpid());
   a.t->version = 1; /* an older linkpass that still runs */
   cr_expect_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), -1);
-  cr_expect(strstr(why, "version 1, not 2: another version"), "%s", why);
+  cr_expect(strstr(why, "version 1, not 3: another version"), "%s", why);
   /* It crashes: the kernel closes its file and drops its lock; the file stays. */
   munmap(a.t, sizeof(*a.t));
   close(a.fd);
   cr_assert_eq(lp_rateboard_open(&b, path, (int)getppid(), why, sizeof(why)), 0, "left over: %s", why);
   uint64_t now = lp_now_ns();
-  lp_rateboard_post(&b, 0, 0x31, 1, 800, now, now);
+  lp_rateboard_post(&b, 0, 0x31, 1, 800, now, 0, now);
   cr_expect_eq(b.held[0], 0, "the slots start free");
   lp_rateboard_close(&b);
   cr_expect_neq(access(path, F_OK), 0);
