@@ -28,6 +28,7 @@
 #include "connect.h"
 
 #include "clock.h"
+#include "ctlchan.h"
 #include "failover.h"
 #include "ids.h"
 #include "idle_watch.h"
@@ -149,6 +150,11 @@ static void *comm_alloc(const struct lp_setup *p, size_t size, int kind, size_t 
  * (idle_watch.h) answers its moves while NCCL is not calling it. */
 static void comm_ready(const struct lp_setup *p, struct lp_comm *c) {
   lp_fo_init(c);
+  /* A second connection announced and not taken (accept_step): the DROP
+   * goes now, before the idle watch shares the comm, and before NCCL's
+   * closeListen resets that connection (the connector would WARN of the
+   * reset as of a failure). */
+  if (c->fo != NULL) lp_ctl_tick(&c->ctl, c->peer, lp_now_ns());
   if (p->ready != NULL) lp_fo_watch_ready(c, p->ready);
   if (c->fo != NULL && p->idle != NULL) lp_idle_watch_add(p->idle, c);
 }
@@ -696,9 +702,19 @@ static ncclResult_t accept_step(struct lp_setup *p, struct lp_listen_comm *l, st
       /* Within alt_wait_ns, half the setup's time at most: a JOIN that
        * does not come never fails the connection. */
       if (!expired(st->join_deadline_ns)) return ncclSuccess;
+      /* The connector made it (READY said so) and sends on it: a JOIN that
+       * comes late sits unread here, and the connector would count on a
+       * connection nobody reads (its late reset, at closeListen, is not
+       * one to rely on: a caller may keep the listen comm, or never have
+       * accepted it).  It is told now over the one both ends have (DROP,
+       * comm_ready), as for a connection given up, which it knows to go on
+       * without: simpler than adopting a comm already handed to NCCL, and
+       * than a close, which it would read as the whole comm closing. */
+      lp_ctl_not_taken(&r->base.ctl, 1);
       LP_INFO(NCCL_INIT | NCCL_NET,
-              "accept: the second control connection of connection 0x%llx did not arrive; its control channel has one",
-              (unsigned long long)r->base.conn_id);
+              "accept: the second control connection of connection 0x%llx did not arrive within %llu ms; its control "
+              "channel has one, and the connector is told to stop using its second",
+              (unsigned long long)r->base.conn_id, (unsigned long long)(alt_wait_ns(p->env) / 1000000ull));
       goto ready;
     }
   }

@@ -59,6 +59,11 @@ int lp_ctl_start(struct lp_ctl *ch, int listens) {
   return 0;
 }
 
+void lp_ctl_not_taken(struct lp_ctl *ch, int i) {
+  ch->path[i].failed = 1; /* fd -1: not live, not made again (given_up_path) */
+  ch->path[i].told = 0;
+}
+
 void lp_ctl_close(struct lp_ctl *ch) {
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
@@ -364,7 +369,7 @@ void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now) {
   if (lp_ctl_live(ch) == 0) return; /* the channel failed: nothing left to make one again over */
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
-    if (p->fd < 0 || !p->failed || p->told) continue;
+    if (!p->failed || p->told) continue; /* fd -1 too: one announced and not taken (lp_ctl_not_taken) */
     struct lp_ctl_drop m;
     memset(&m, 0, sizeof(m));
     lp_msg_hdr_init(&m.hdr, (enum lp_msg_type)LP_MSG_CTL_DROP, sizeof(m));

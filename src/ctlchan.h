@@ -95,6 +95,11 @@ int lp_ctl_start(struct lp_ctl *ch, int listens);
 /* Make given-up connections again, and tell the peer of those given up;
  * call it often (every progress call: it costs nothing while none is). */
 void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now);
+/* Listening end, at setup: connection i was announced (READY's `joined`)
+ * but did not come in time, and the comm goes on without it.  The peer made
+ * it and sends on it; the next tick tells it with a DROP, as for one given
+ * up (connect.c).  It is never made again (none was set up here). */
+void lp_ctl_not_taken(struct lp_ctl *ch, int i);
 /* Close every fd, free the buffers. */
 void lp_ctl_close(struct lp_ctl *ch);
 /* Connections set up and not given up. */

@@ -281,6 +281,46 @@ Test(ctlchan, a_connection_given_up_is_made_again_and_carries_the_channel) {
   teardown(&e);
 }
 
+/* A JOIN that reached the listener after it stopped waiting for it
+ * (connect.c): the connector made its second connection and sends on it,
+ * the listener never took it (its end sits unread).  Told at the
+ * listener's first tick, the connector gives it up; both ends then go on
+ * over one, as when a JOIN never comes, and neither offers it again.
+ * Before, the connector counted on two connections for good. */
+Test(ctlchan, a_second_connection_the_listener_did_not_take_is_given_up_at_both_ends) {
+  struct ends e;
+  int sv[2], late[2];
+  lp_ctl_init(&e.tx);
+  lp_ctl_init(&e.rx);
+  tcp_pair(sv);
+  tcp_pair(late);
+  e.tx.path[0].fd = e.far[0] = sv[0];
+  e.rx.path[0].fd = sv[1];
+  e.tx.path[1].fd = e.far[1] = late[0];
+  lp_ctl_not_taken(&e.rx, 1);
+  cr_assert_eq(lp_ctl_start(&e.tx, 0), 0);
+  cr_assert_eq(lp_ctl_start(&e.rx, 1), 0);
+  cr_assert_eq(lp_ctl_live(&e.tx), 2);
+  cr_assert_eq(lp_ctl_live(&e.rx), 1);
+  uint64_t now = 1000 * STEP_NS;
+  uint32_t got[8];
+  int n = 0;
+  for (uint32_t i = 0; i < 3; i++) cr_assert_eq(send_notice(&e, i), 0);
+  pump(&e, &now, 5, 1, got, &n, 8);
+  cr_assert_eq(lp_ctl_live(&e.tx), 1, "the connector still counts on a connection the listener never read");
+  cr_expect(lp_ctl_path_live(&e.tx, 0), "the connector gave the wrong connection up");
+  pump(&e, &now, 50, 2, got, &n, 8); /* 5 s: past any offer's first try */
+  cr_expect_eq(lp_ctl_live(&e.tx), 1);
+  cr_expect_eq(lp_ctl_live(&e.rx), 1);
+  cr_expect_eq(e.rx.rm.path, -1, "the listener offers a connection it never had");
+  for (uint32_t i = 3; i < 6; i++) cr_assert_eq(send_notice(&e, i), 0, "the channel failed with one connection left");
+  pump(&e, &now, 3, 0, got, &n, 8);
+  cr_assert_eq(n, 6, "each message must be delivered once, %d were", n);
+  for (uint32_t i = 0; i < 6; i++) cr_expect_eq(got[i], i, "message %u out of order", i);
+  close(late[1]);
+  teardown(&e);
+}
+
 Test(ctlchan, an_offer_not_taken_is_made_again_later) {
   struct ends e;
   setup(&e, 2);
