@@ -365,6 +365,15 @@ static void dial_step(struct lp_ctl *ch, const char *who, uint64_t now) {
     remake_attempt_failed(ch, who, now, -ETIMEDOUT);
 }
 
+uint64_t lp_ctl_next_tick_ns(const struct lp_ctl *ch) {
+  if (lp_ctl_live(ch) == 0) return UINT64_MAX; /* lp_ctl_tick does nothing more */
+  for (int i = 0; i < LP_CTL_PATHS; i++)
+    if (ch->path[i].failed && !ch->path[i].told) return 0;
+  if (ch->rm.path >= 0 || ch->rm.offered) return 0;
+  if (!ch->listens || given_up_path(ch) < 0 || ch->nspent == LP_CTL_SPENT) return UINT64_MAX;
+  return ch->rm.next_ns; /* 0 until a tick set it */
+}
+
 void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now) {
   if (lp_ctl_live(ch) == 0) return; /* the channel failed: nothing left to make one again over */
   for (int i = 0; i < LP_CTL_PATHS; i++) {

@@ -100,6 +100,11 @@ void lp_ctl_tick(struct lp_ctl *ch, const char *who, uint64_t now);
  * it and sends on it; the next tick tells it with a DROP, as for one given
  * up (connect.c).  It is never made again (none was set up here). */
 void lp_ctl_not_taken(struct lp_ctl *ch, int i);
+/* When lp_ctl_tick next has work, for a caller that does not tick at every
+ * progress call (the idle watch): 0 at once (a DROP to send, an attempt
+ * under way, an offer to take), the listening end's next attempt, or
+ * UINT64_MAX when nothing is to be made again or told. */
+uint64_t lp_ctl_next_tick_ns(const struct lp_ctl *ch);
 /* Close every fd, free the buffers. */
 void lp_ctl_close(struct lp_ctl *ch);
 /* Connections set up and not given up. */

@@ -54,6 +54,30 @@ static void answer(struct lp_comm *c, uint64_t now) {
   lp_comm_leave(c);
 }
 
+/* The looks at a comm whose connection is being made again: a LAN
+ * connection is made in well under this, an attempt has 2 s
+ * (LP_CTL_REMAKE_WAIT_NS), and a thousand comms trying at once after a
+ * cut cost the thread a progress call each per look. */
+#define LP_REMAKE_LOOK_NS 10000000ull /* 10 ms */
+
+/* A control connection given up is made again in the ticks of progress
+ * calls (ctlchan.h): a comm NCCL does not call would keep the one left
+ * until NCCL calls it again, and a fault of that one's interface meanwhile
+ * would end its control channel.  So such a comm stays on the list while
+ * it has one to make again, and gets a progress call when the channel's
+ * next step is due and NCCL has left it idle (LP_IDLE_NS).  Returns when
+ * that step is due next (UINT64_MAX: nothing to make).  Under w->mu, the
+ * comm held. */
+static uint64_t remake_step(struct lp_comm *c, uint64_t now) {
+  uint64_t due = lp_ctl_next_tick_ns(&c->ctl);
+  if (due > now || now - c->progress_ns < LP_IDLE_NS) return due;   /* not yet, or NCCL is calling: it ticks */
+  atomic_store_explicit(&c->fo->rx_ready, 1, memory_order_relaxed); /* the call reads the clock (lp_fo_due) */
+  lp_comm_progress(c);
+  c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);
+  c->fo->watch_off = c->error != ncclSuccess || c->fo->peer_closed;
+  return c->fo->watch_off ? UINT64_MAX : lp_ctl_next_tick_ns(&c->ctl);
+}
+
 /* Watch c's control sockets for one event each (EPOLLONESHOT: a socket is
  * disarmed once it fires, until answered and its idle period is over).
  * Their fds stay open until the comm is freed, after it left the watch
@@ -86,7 +110,16 @@ static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
     c->fo->watch_off = c->error != ncclSuccess || c->fo->peer_closed;
     /* A message that did not go out whole, or a connection made again:
      * armed now, unless it waits on the list to be armed anyway. */
-    if (!c->fo->watch_off && !c->fo->watch_queued) arm(w, c);
+    if (!c->fo->watch_off && !c->fo->watch_queued) {
+      arm(w, c);
+      /* A connection given up in this call: the list makes it again
+       * (remake_step). */
+      if (lp_ctl_next_tick_ns(&c->ctl) != UINT64_MAX) {
+        c->fo->watch_skip_until_ns = lp_now_ns() + LP_REMAKE_LOOK_NS;
+        c->fo->watch_queued = 1;
+        w->later[w->nlater++] = c;
+      }
+    }
   }
   lp_comm_leave(c);
 }
@@ -134,12 +167,19 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     struct lp_comm *c = w->later[i];
     if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
+      uint64_t due = c->fo->watch_off ? UINT64_MAX : remake_step(c, now);
       note_paths(c);
       /* Armed before leaving, as look_again does: once NCCL is back in the
        * comm it may make a connection again, and the fds noted would be
        * the old ones. */
       if (!c->fo->watch_off) arm(w, c); /* set meanwhile by a look (a failed comm, a closed peer) */
       lp_comm_leave(c);
+      if (due != UINT64_MAX) { /* a connection to make again: back when its step is due */
+        c->fo->watch_skip_until_ns = due > now + LP_REMAKE_LOOK_NS ? due : now + LP_REMAKE_LOOK_NS;
+        if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
+        i++;
+        continue;
+      }
       c->fo->watch_queued = 0;
       w->later[i] = w->later[--w->nlater];
     } else {

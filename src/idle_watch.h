@@ -28,6 +28,10 @@
  * idle comm on a failed NIC moves at once rather than at its next
  * operation (docs/SCALE.md).
  *
+ * A control connection given up is made again at progress calls
+ * (ctlchan.h): a comm NCCL is not calling gets one from this thread
+ * whenever that is due, until the connection is made again.
+ *
  * NCCL's thread and this one take a comm with lp_comm_try_enter/leave (an
  * uncontended atomic exchange on the comm's own line in every isend, irecv
  * and test); neither waits for the other: NCCL's call returns "not now",

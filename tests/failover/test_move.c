@@ -11,11 +11,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "clock.h"
 #include "failover.h"
 #include "fo_wire.h"
 #include "health.h"
+#include "idle_watch.h"
 
 static struct ibv_context ctx;
 static struct ibv_pd pd;
@@ -158,9 +162,33 @@ static struct lp_link_info peer_link(void) {
   return l;
 }
 
+/* A TCP connection over loopback, non-blocking: a control connection the
+ * channel can make again (on the address it was accepted on, which a
+ * socket pair has not). */
+static void tcp_pair(int sv[2]) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof(a);
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert(l >= 0);
+  cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+  cr_assert_eq(listen(l, 1), 0);
+  cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+  sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_eq(connect(sv[0], (struct sockaddr *)&a, sizeof(a)), 0);
+  sv[1] = accept(l, NULL, NULL);
+  cr_assert(sv[1] >= 0);
+  close(l);
+  int one = 1;
+  for (int i = 0; i < 2; i++) {
+    setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(sv[i], F_SETFL, O_NONBLOCK);
+  }
+}
+
 /* Comm `c` of `kind`, set up on device `dev` with failover on, its control
- * channel joined to `peer`. */
-static void join(struct lp_comm *c, int kind, int dev) {
+ * channel joined to `peer`: over a socket pair, or (`two`) over two TCP
+ * connections, the comm's ends accepted where it is the receiver. */
+static void join_paths(struct lp_comm *c, int kind, int dev, int two) {
   c->kind = kind;
   c->env = &env;
   c->health = &h;
@@ -169,19 +197,27 @@ static void join(struct lp_comm *c, int kind, int dev) {
   c->ctrl = ctrl;
   c->ctrl_len = sizeof(ctrl);
   snprintf(c->peer, sizeof(c->peer), "peer");
-  int sv[2];
-  cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  for (int i = 0; i < 2; i++) fcntl(sv[i], F_SETFL, O_NONBLOCK);
   lp_ctl_init(&c->ctl);
   lp_ctl_init(&peer);
-  c->ctl.path[0].fd = sv[0];
-  peer.path[0].fd = sv[1];
+  for (int i = 0; i < (two ? 2 : 1); i++) {
+    int sv[2];
+    if (two) {
+      tcp_pair(sv);
+    } else {
+      cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+      for (int k = 0; k < 2; k++) fcntl(sv[k], F_SETFL, O_NONBLOCK);
+    }
+    c->ctl.path[i].fd = sv[kind == LP_COMM_RECV];
+    peer.path[i].fd = sv[kind != LP_COMM_RECV];
+  }
   cr_assert_eq(lp_ctl_start(&peer, kind == LP_COMM_SEND), 0);
   cr_assert_eq(lp_link_open(&c->link, &env, &h, lp_comm_dir(c), dev, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
   c->link.remote = peer_link();
   lp_fo_init(c);
   cr_assert_not_null(c->fo);
 }
+
+static void join(struct lp_comm *c, int kind, int dev) { join_paths(c, kind, dev, 0); }
 
 static void leave(struct lp_comm *c) {
   lp_fo_fini(c);
@@ -291,5 +327,47 @@ Test(move, a_retried_failback_revives_the_kept_path_again) {
   cr_expect(fo->via_home, "the retry's path is the revived one (path=revived)");
   cr_expect_eq(qps_destroyed, 0, "%d QPs destroyed by the retry", qps_destroyed);
   cr_expect_eq(atomic_load(&h.load[LP_DIR_SEND][0]), 1, "the offer counts once on the primary");
+  leave(c);
+}
+
+/* The receiver's second control connection fails while NCCL does not call
+ * the comm (idle between collectives): the idle watch answers the socket
+ * that failed (the comm gives it up, says DROP), and must also drive the
+ * steps that make it again (the OFFER 1 s later, the accept, the REJOIN),
+ * or the comm goes on with one connection until NCCL calls it, and a fault
+ * of that one's interface meanwhile ends its control channel.  Before,
+ * nothing ticked the channel after the answer: no OFFER ever came. */
+Test(move, an_idle_comm_makes_a_lost_control_connection_again) {
+  static struct lp_recv_comm r;
+  memset(&r, 0, sizeof(r));
+  r.records = (struct lp_record *)(void *)(ctrl + 4096);
+  r.oldest = r.tail = 1;
+  struct lp_comm *c = &r.base;
+  join_paths(c, LP_COMM_RECV, 0, 1);
+  struct lp_idle_watch w;
+  cr_assert_eq(lp_idle_watch_start(&w, -1), 0);
+  lp_idle_watch_add(&w, c);
+  struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
+  cr_assert_eq(write(peer.path[1].fd, &junk, sizeof(junk)), (ssize_t)sizeof(junk));
+  /* The peer, a sender NCCL is calling, reads and ticks all along; the
+   * comm is left to the watch.  Its first try comes 1 s after the failure. */
+  uint64_t deadline = lp_now_ns() + 6000000000ull;
+  int live = 0;
+  while (live < 2 && lp_now_ns() < deadline) {
+    const void *msg;
+    size_t len;
+    while (lp_ctl_recv(&peer, "test", &msg, &len) == 1) {}
+    lp_ctl_tick(&peer, "test", lp_now_ns());
+    if (peer.path[1].gen > 0 && lp_comm_try_enter(c)) { /* as NCCL would: the watch may be in it */
+      live = lp_ctl_live(&c->ctl);
+      lp_comm_leave(c);
+    }
+    usleep(1000);
+  }
+  cr_expect_gt(peer.path[1].gen, 0u, "the idle receiver never offered its lost control connection again");
+  cr_expect_eq(live, 2, "the idle receiver has %d control connection(s), not 2 made again", live);
+  cr_expect_eq(lp_ctl_live(&peer), 2);
+  lp_idle_watch_remove(&w, c);
+  lp_idle_watch_free(&w);
   leave(c);
 }
