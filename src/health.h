@@ -255,23 +255,35 @@ static inline void lp_health_paced_took(struct lp_health *h, uint64_t t0, uint64
  * there, e.g. it was written again elsewhere after a move). */
 static inline void lp_health_tx_begin(struct lp_health *h, int dev, uint64_t now) {
   struct lp_tx_meter *m = &h->tx[dev];
-  if (atomic_fetch_add_explicit(&m->inflight, 1, memory_order_relaxed) == 0)
+  /* Acquire: a period that begins here comes after the decrement of the
+   * one that ended (lp_health_tx_end), whose read of the start it must not
+   * see. */
+  if (atomic_fetch_add_explicit(&m->inflight, 1, memory_order_acquire) == 0)
     atomic_store_explicit(&m->busy_since_ns, now, memory_order_relaxed);
 }
 static inline void lp_health_tx_end(struct lp_health *h, int dev, uint64_t bytes, uint64_t now) {
   struct lp_tx_meter *m = &h->tx[dev];
   if (bytes) atomic_fetch_add_explicit(&m->bytes, bytes, memory_order_relaxed);
-  if (atomic_fetch_sub_explicit(&m->inflight, 1, memory_order_relaxed) == 1) {
-    /* The period leaves "under way" (busy_since_ns 0) before it joins the
-     * finished ones, and the release orders the two for the reader's
-     * acquire (lp_health_tx_busy): a tick may find it in neither (its busy
-     * time then seems to go back, and the window starts over), never in
-     * both.  Another thread may begin a period between the decrement and
-     * the exchange: both periods are then lost, busy time too little,
-     * which can make a window fast, never slow. */
-    uint64_t since = atomic_exchange_explicit(&m->busy_since_ns, 0, memory_order_relaxed);
-    if (since != 0 && now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_release);
-  }
+  /* The period's start, read while this message still holds it open: no
+   * begin can store another before the decrement (release: the read stays
+   * before it). */
+  uint64_t since = atomic_load_explicit(&m->busy_since_ns, memory_order_relaxed);
+  if (atomic_fetch_sub_explicit(&m->inflight, 1, memory_order_release) != 1) return;
+  /* The last out: the period leaves "under way" (busy_since_ns 0) before
+   * it joins the finished ones, and the release orders the two for the
+   * reader's acquire (lp_health_tx_busy): a tick may find it in neither
+   * (its busy time then seems to go back, and the window starts over),
+   * never in both.  A period another thread began since the decrement has
+   * stored its own start: the exchange fails and leaves it under way.  A
+   * start this thread did not see yet (another thread's begin, whose store
+   * was late) is taken as it is now. */
+  uint64_t expected = since;
+  if (since == 0)
+    since = atomic_exchange_explicit(&m->busy_since_ns, 0, memory_order_relaxed);
+  else
+    atomic_compare_exchange_strong_explicit(&m->busy_since_ns, &expected, 0, memory_order_relaxed,
+                                            memory_order_relaxed);
+  if (since != 0 && now > since) atomic_fetch_add_explicit(&m->busy_ns, now - since, memory_order_release);
 }
 
 /* The busy time of `dev`'s port at a tick at `now` (lp_gray_busy): the
