@@ -59,6 +59,11 @@ static void answer(struct lp_comm *c, uint64_t now) {
  * (LP_CTL_REMAKE_WAIT_NS), and a thousand comms trying at once after a
  * cut cost the thread a progress call each per look. */
 #define LP_REMAKE_LOOK_NS 10000000ull /* 10 ms */
+#define LP_REMAKE_DEFER_NS 1000000ull /* a step due, past a pass's budget (rearm_due) */
+
+/* Comms looked at between two waits of a sweep: the answers to sockets
+ * that fired meanwhile do not wait for a thousand moves to start. */
+#define LP_SWEEP_BATCH 16
 
 /* A control connection given up is made again in the ticks of progress
  * calls (ctlchan.h): a comm NCCL does not call would keep the one left
@@ -68,9 +73,11 @@ static void answer(struct lp_comm *c, uint64_t now) {
  * next step is due and NCCL has left it idle (LP_IDLE_NS).  Returns when
  * that step is due next (UINT64_MAX: nothing to make).  Under w->mu, the
  * comm held. */
-static uint64_t remake_step(struct lp_comm *c, uint64_t now) {
+static uint64_t remake_step(struct lp_comm *c, uint64_t now, int *budget) {
   uint64_t due = lp_ctl_next_tick_ns(&c->ctl);
-  if (due > now || now - c->progress_ns < LP_IDLE_NS) return due;   /* not yet, or NCCL is calling: it ticks */
+  if (due > now || now - c->progress_ns < LP_IDLE_NS) return due; /* not yet, or NCCL is calling: it ticks */
+  if (*budget == 0) return now; /* this pass made its calls: the next one, after the sockets' answers */
+  --*budget;
   atomic_store_explicit(&c->fo->rx_ready, 1, memory_order_relaxed); /* the call reads the clock (lp_fo_due) */
   lp_comm_progress(c);
   c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);
@@ -124,10 +131,6 @@ static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
   lp_comm_leave(c);
 }
 
-/* Comms looked at between two waits of a sweep: the answers to sockets
- * that fired meanwhile do not wait for a thousand moves to start. */
-#define LP_SWEEP_BATCH 16
-
 /* The next few comms of the sweep; 1 while it is not over.  Comms added
  * or removed meanwhile may be looked at twice or not at all: those learn
  * of the change at NCCL's next call, as without the sweep.  Under w->mu. */
@@ -163,11 +166,17 @@ static int listed(const struct lp_idle_watch *w, const struct lp_comm *c) {
  * NCCL is in waits for the next period. */
 static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
   uint64_t next = UINT64_MAX;
+  /* Progress calls a pass makes for connections to make again: a thousand
+   * comms whose shared interface was cut all try at once, and a pass of a
+   * thousand calls would hold the lock (NCCL's add and remove) and the
+   * answers to moves behind it.  The rest wait for the next pass, a
+   * millisecond later. */
+  int budget = LP_SWEEP_BATCH;
   for (int i = 0; i < w->nlater;) {
     struct lp_comm *c = w->later[i];
     if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
-      uint64_t due = c->fo->watch_off ? UINT64_MAX : remake_step(c, now);
+      uint64_t due = c->fo->watch_off ? UINT64_MAX : remake_step(c, now, &budget);
       note_paths(c);
       /* Armed before leaving, as look_again does: once NCCL is back in the
        * comm it may make a connection again, and the fds noted would be
@@ -175,7 +184,9 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
       if (!c->fo->watch_off) arm(w, c); /* set meanwhile by a look (a failed comm, a closed peer) */
       lp_comm_leave(c);
       if (due != UINT64_MAX) { /* a connection to make again: back when its step is due */
-        c->fo->watch_skip_until_ns = due > now + LP_REMAKE_LOOK_NS ? due : now + LP_REMAKE_LOOK_NS;
+        c->fo->watch_skip_until_ns = due == now                      ? now + LP_REMAKE_DEFER_NS /* over budget */
+                                     : due > now + LP_REMAKE_LOOK_NS ? due
+                                                                     : now + LP_REMAKE_LOOK_NS;
         if (c->fo->watch_skip_until_ns < next) next = c->fo->watch_skip_until_ns;
         i++;
         continue;
