@@ -31,6 +31,9 @@
 #define MAX_EVENTS 64
 #define NAME_MAX_LEN 64
 #define MAX_BAD_LINES 3 /* said per metrics file; the rest are counted */
+/* A live process rewrites its file every second (docs/OPERATIONS.md): one
+ * not written for this long is not live, whatever has its pid. */
+#define STALE_S 10
 
 /* The per-port series, in the order they are printed. */
 static const char *const dev_series[] = {"linkpass_path_up",          "linkpass_connections",
@@ -58,11 +61,11 @@ struct proc {
   struct dev devs[MAX_DEVS];
   double v[P_COUNT];
   int have[P_COUNT];
-  const char *state; /* running, exited, gone (died without a last write) */
+  const char *state; /* running, stale, exited, gone (died without a last write) */
   double age_s;      /* since the file was last written */
 };
 
-static struct proc procs[MAX_PROCS];
+static struct proc procs[MAX_PROCS + 1]; /* the last: a file read while the others are full */
 static int nprocs;
 static char events[MAX_EVENTS][1024];
 static int nevents;
@@ -315,17 +318,25 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
   return ours;
 }
 
-/* Running, exited (its last write says so) or gone (it died without one:
- * killed, crashed; its file is stale and counts for nothing). */
-static void judge(struct proc *p, double now) {
+/* When the file was last written: its own timestamp, else its mtime. */
+static double written_at(const struct proc *p) {
   struct stat st;
   double written = p->have[P_UPDATED] ? p->v[P_UPDATED] : 0;
   if (written == 0 && stat(p->file, &st) == 0) written = (double)st.st_mtim.tv_sec;
-  p->age_s = now - written;
+  return written;
+}
+
+/* Running, exited (its last write says so), gone (it died without one:
+ * killed, crashed; its file counts for nothing) or stale: a process with
+ * its pid runs, but the file is not rewritten any more, so that process is
+ * another (a pid in another container, or one reused) or linkpass there is
+ * stuck; its figures are not live either. */
+static void judge(struct proc *p, double now) {
+  p->age_s = now - written_at(p);
   if (p->have[P_UP] && p->v[P_UP] == 0) {
     p->state = "exited";
   } else if (p->pid > 0 && (kill(p->pid, 0) == 0 || errno == EPERM)) {
-    p->state = "running";
+    p->state = p->age_s > STALE_S ? "stale" : "running";
   } else {
     p->state = "gone";
   }
@@ -341,17 +352,17 @@ static int by_pid(const void *a, const void *b) {
 static int read_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d == NULL) {
-    fprintf(stderr, "linkpass-status: cannot open the metrics directory %s: %s\n", dir, strerror(errno));
+    fprintf(stderr,
+            "linkpass-status: cannot open the metrics directory %s: %s (name the directory the ranks write to "
+            "with --dir, or set LINKPASS_METRICS_FILE as they do)\n",
+            dir, strerror(errno));
     return -1;
   }
   struct dirent *e;
+  int left_out = 0;
   while ((e = readdir(d)) != NULL) {
     size_t n = strlen(e->d_name);
     if (n < 6 || strcmp(e->d_name + n - 5, ".prom") != 0) continue;
-    if (nprocs == MAX_PROCS) {
-      fprintf(stderr, "linkpass-status: more than %d metrics files in %s: the others left out\n", MAX_PROCS, dir);
-      break;
-    }
     char path[4096];
     if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
     /* Not one named by the user: the rest of the directory still counts.
@@ -359,9 +370,26 @@ static int read_dir(const char *dir) {
     const char *why;
     int r = read_file(path, &procs[nprocs], 0, &why);
     if (r < 0) fprintf(stderr, "linkpass-status: skipping %s: %s\n", path, why);
-    if (r == 1) nprocs++;
+    if (r != 1) continue;
+    if (nprocs < MAX_PROCS) {
+      nprocs++;
+      continue;
+    }
+    /* Full: the file written longest ago is left out.  A directory that
+     * keeps every job's files (the epilogue did not remove them) has the
+     * live processes among the newest, and readdir's order is none. */
+    int oldest = 0;
+    for (int i = 1; i < MAX_PROCS; i++)
+      if (written_at(&procs[i]) < written_at(&procs[oldest])) oldest = i;
+    if (written_at(&procs[MAX_PROCS]) > written_at(&procs[oldest])) procs[oldest] = procs[MAX_PROCS];
+    left_out++;
   }
   closedir(d);
+  if (left_out > 0)
+    fprintf(stderr,
+            "linkpass-status: %d metrics files in %s beyond %d: the %d written longest ago left out (remove the files "
+            "of jobs that ended)\n",
+            MAX_PROCS + left_out, dir, MAX_PROCS, left_out);
   return 0;
 }
 
@@ -531,6 +559,10 @@ static void print_table(const char *where) {
   int running = 0;
   for (int i = 0; i < nprocs; i++) running += strcmp(procs[i].state, "running") == 0;
   printf("linkpass on this node: %d process%s in %s, %d running\n", nprocs, nprocs == 1 ? "" : "es", where, running);
+  if (nprocs == 0)
+    printf(
+        "(no linkpass metrics file there: the ranks write where their LINKPASS_METRICS_FILE says; name that "
+        "directory with --dir)\n");
   for (int i = 0; i < nprocs; i++) {
     const struct proc *p = &procs[i];
     printf(
@@ -539,6 +571,10 @@ static void print_table(const char *where) {
         p->v[P_LAST_FAILOVER] * 1e3);
     if (strcmp(p->state, "gone") == 0)
       printf("  (the process is gone without a last write: these figures are its last, and count for nothing now)\n");
+    if (strcmp(p->state, "stale") == 0)
+      printf(
+          "  (a process with this pid runs, but the file is not rewritten any more: another process has the pid, "
+          "in another container or reused, or linkpass there is stuck; these figures are not live)\n");
     printf("  %-16s %-5s %11s %9s %9s %6s %11s\n", "port", "path", "connections", "failovers", "failbacks", "flaps",
            "degraded_s");
     for (int j = 0; j < p->ndevs; j++) {

@@ -167,6 +167,30 @@ jq -e '.processes | length == 0' "$tmp/out" >/dev/null || fail "a pid beyond an 
 run --log /dev/null --json "$tmp/max.prom" "$tmp/nopid.prom"
 jq -e '[.processes[].pid] == [-1, 2147483647]' "$tmp/out" >/dev/null || fail "processes not in pid order: $(cat "$tmp/out")"
 
+# A pid that runs (this shell) with a file not rewritten for 100 s is
+# stale, not running: the pid is another process's (a container's, a
+# reused one) or linkpass there is stuck.  Written a moment ago: running.
+now=$(date +%s)
+printf 'linkpass_up{pid="%d"} 1\nlinkpass_metrics_updated_timestamp_seconds{pid="%d"} %d\n' $$ $$ $((now - 100)) >"$tmp/stale.prom"
+run --log /dev/null --json "$tmp/stale.prom"
+jq -e ".processes[0].state == \"stale\"" "$tmp/out" >/dev/null || fail "a file not rewritten for 100 s is not stale: $(cat "$tmp/out")"
+run --log /dev/null "$tmp/stale.prom"
+grep -q "the file is not rewritten any more" "$tmp/out" || fail "the table does not say why it is stale: $(cat "$tmp/out")"
+printf 'linkpass_up{pid="%d"} 1\nlinkpass_metrics_updated_timestamp_seconds{pid="%d"} %d\n' $$ $$ "$now" >"$tmp/live.prom"
+run --log /dev/null --json "$tmp/live.prom"
+jq -e ".processes[0].state == \"running\"" "$tmp/out" >/dev/null || fail "a file written now is not running: $(cat "$tmp/out")"
+
+# A directory of more files than the command holds keeps those written
+# last: the live processes of a node whose old files were not removed.
+mkdir "$tmp/many"
+for i in $(seq 1 300); do
+  printf 'linkpass_up{pid="%d"} 0\nlinkpass_metrics_updated_timestamp_seconds{pid="%d"} %d\n' $((100000 + i)) $((100000 + i)) $((now - 1000 + i)) >"$tmp/many/r$i.prom"
+done
+run --log /dev/null --json --dir "$tmp/many"
+jq -e '[.processes[].pid] | min == 100045 and length == 256' "$tmp/out" >/dev/null ||
+  fail "not the 256 files written last: $(jq -c '[.processes[].pid] | [min, length]' "$tmp/out")"
+grep -q "300 metrics files in $tmp/many beyond 256: the 44 written longest ago left out" "$tmp/err" || fail "the files left out are not said: $(cat "$tmp/err")"
+
 # More ports than the table holds: said, once.
 for i in $(seq 0 70); do echo "linkpass_path_up{device=\"mlx5_$i\",port=\"1\",pid=\"8\"} 1"; done >"$tmp/ports.prom"
 run --log /dev/null --json "$tmp/ports.prom"
