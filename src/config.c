@@ -91,7 +91,10 @@ int lp_filter_parse(const char *spec, int allow_port, struct lp_filter *f, char 
             goto bad;
           }
         }
-        if (lp_parse_int(num, &port) != 0 || port < 1 || port > 255) {
+        /* Decimal, as NCCL reads it (and LINKPASS_NIC_POOL): not the octal a
+         * leading 0 means to the integer variables. */
+        port = strtoll(num, NULL, 10);
+        if (port < 1 || port > 255) {
           snprintf(why, whylen, "entry %d has a port outside 1..255", f->n + 1);
           goto bad;
         }
@@ -142,8 +145,12 @@ static int range_parse(const char *s, int family, struct lp_addr_range *r, char 
   char addr[INET6_ADDRSTRLEN];
   long long prefix;
   int max = family == LP_FAMILY_INET6 ? 128 : 32;
-  if (slash == NULL || (size_t)(slash - s) >= sizeof(addr)) {
+  if (slash == NULL) {
     snprintf(why, whylen, "no /PREFIX");
+    return -1;
+  }
+  if ((size_t)(slash - s) >= sizeof(addr)) {
+    snprintf(why, whylen, "the address is longer than any %s address", family == LP_FAMILY_INET6 ? "IPv6" : "IP");
     return -1;
   }
   memcpy(addr, s, (size_t)(slash - s));

@@ -134,7 +134,8 @@ int lp_pool_parse(const char *spec, const struct lp_pool_nic *nics, int n, int p
     const char *end = strchr(entry, ';');
     size_t elen = end ? (size_t)(end - entry) : strlen(entry);
     const char *eq = memchr(entry, '=', elen);
-    if (!eq || eq == entry) {
+    /* "NIC=" is refused too: a pool of the NIC alone would never move. */
+    if (!eq || eq == entry || eq + 1 == entry + elen) {
       snprintf(why, whylen, "entry '%.*s' is not NIC=NIC[,NIC...]", (int)elen, entry);
       return -1;
     }

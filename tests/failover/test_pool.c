@@ -53,6 +53,10 @@ Test(pool, malformed_explicit_pools_are_rejected_with_a_reason) {
   cr_assert_eq(lp_pool_parse("eth0=mlx5_1", machine, 4, 0, order, why, sizeof(why)), -1);
   cr_assert_eq(lp_pool_parse("mlx5_0=mlx5_1,mlx5_1", machine, 4, 0, order, why, sizeof(why)), -1);
   cr_assert(strstr(why, "twice"), "%s", why);
+  /* a NIC whose pool names nothing else would never move */
+  cr_assert_eq(lp_pool_parse("mlx5_0=", machine, 4, 0, order, why, sizeof(why)), -1);
+  cr_assert(strstr(why, "NIC=NIC"), "%s", why);
+  cr_assert_eq(lp_pool_parse("mlx5_0=;mlx5_1=mlx5_0", machine, 4, 1, order, why, sizeof(why)), -1);
 }
 
 Test(pool, pick_least_loaded_healthy_then_pool_order) {

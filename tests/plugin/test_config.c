@@ -236,6 +236,14 @@ Test(filter, exclude_and_ports) {
   cr_expect(lp_filter_match(&f, "mlx5_1", 1));
 }
 
+/* Ports are decimal, as NCCL and LINKPASS_NIC_POOL read them: a leading 0
+ * is no octal (":010" was port 8, and ":08" refused as out of range). */
+Test(filter, ports_are_decimal) {
+  struct lp_filter f = parse_ok("mlx5_0:010,mlx5_1:08", 1);
+  cr_expect_eq(f.e[0].port, 10);
+  cr_expect_eq(f.e[1].port, 8);
+}
+
 Test(filter, exclude_exact) {
   struct lp_filter f = parse_ok("^=mlx5_1", 1);
   cr_expect(f.exclude && f.exact);
