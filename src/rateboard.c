@@ -54,6 +54,20 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
     snprintf(why, why_len, "%s is removed as soon as it is made (another process closing it over and over?)", path);
     return -1;
   }
+  /* A file that is no board is refused before anything is written to it:
+   * one that does not start with the board's magic, unless it is new (empty,
+   * or zeros of the board's size, as another process's ftruncate leaves it
+   * before its header). */
+  uint32_t head[2] = {0, 0};
+  if (st.st_size > 0 && pread(fd, head, sizeof(head), 0) < 0) goto fail_fd;
+  if (head[0] != LP_RB_MAGIC && (head[0] != 0 || (st.st_size != 0 && (size_t)st.st_size != len))) {
+    snprintf(why, why_len,
+             "%s is not a linkpass rate board (it starts with 0x%08x and has %lld bytes): remove it, or name "
+             "another file with LINKPASS_RATE_BOARD",
+             path, head[0], (long long)st.st_size);
+    close(fd);
+    return -1;
+  }
   /* Two processes may both find it empty: both give it the same size. */
   if ((size_t)st.st_size < len && ftruncate(fd, (off_t)len) != 0) goto fail_fd;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
