@@ -62,13 +62,18 @@ int lp_fo_msg_check(const void *buf, size_t len, uint64_t conn_id, int nqps, cha
   if (ack && ((const struct lp_fo_ack *)buf)->refused > (h->type == LP_MSG_FO_ACK))
     return bad(why, whylen, "%s %llu", "ack with refused =", ((const struct lp_fo_ack *)buf)->refused);
   if (h->type == LP_MSG_FO_MOVED && ((const struct lp_fo_ack *)buf)->standby == 0)
-    return bad(why, whylen, "%s %llu", "a move onto the standby that names standby", 0);
+    return bad(why, whylen, "%s %llu", "a move onto the standby that names no standby: id", 0);
   if (ack && ((const struct lp_fo_ack *)buf)->primary_failed > 1)
     return bad(why, whylen, "%s %llu", "ack with a flag that is neither 0 nor 1, primary_failed =",
                ((const struct lp_fo_ack *)buf)->primary_failed);
   if (h->type == LP_MSG_FO_SB_ANSWER && ((const struct lp_fo_sb_answer *)buf)->ok > 1)
     return bad(why, whylen, "%s %llu",
                "standby answer with a flag that is neither 0 nor 1, ok =", ((const struct lp_fo_sb_answer *)buf)->ok);
+  uint32_t reason = h->type == LP_MSG_FO_NOTICE ? ((const struct lp_fo_notice *)buf)->reason
+                    : h->type == LP_MSG_FO_REQ  ? ((const struct lp_fo_req *)buf)->reason
+                                                : 1;
+  if (reason < 1 || reason >= LP_FO_REASON_MAX)
+    return bad(why, whylen, "%s %llu", "move with an unknown reason", reason);
   if (h->type == LP_MSG_FO_NACK && ((const struct lp_fo_nack *)buf)->cause > LP_NACK_FAILED)
     return bad(why, whylen, "%s %llu", "refusal with cause", ((const struct lp_fo_nack *)buf)->cause);
   if (h->type == LP_MSG_FO_SB_OFFER && ((const struct lp_fo_sb_offer *)buf)->id == 0)

@@ -85,7 +85,25 @@ Test(fo_wire, garbage_headers_are_refused) {
   cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1);
   cr_assert(strstr(why, "unknown"), "%s", why);
   lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(n));
+  n.reason = LP_FO_PORT_DOWN;
   cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), LP_MSG_FO_NOTICE);
+}
+
+/* A notice or a request gives the reason that shows in the event lines
+ * (reason=): one this end does not know is a peer's bug or a corrupt
+ * message, refused as such, not a move with reason=unknown. */
+Test(fo_wire, a_move_with_an_unknown_reason_is_refused) {
+  struct lp_fo_notice n;
+  char why[160];
+  memset(&n, 0, sizeof(n));
+  lp_msg_hdr_init(&n.hdr, (enum lp_msg_type)LP_MSG_FO_NOTICE, sizeof(n));
+  n.conn_id = 77;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1, "reason 0 passed");
+  cr_assert(strstr(why, "unknown reason"), "%s", why);
+  n.reason = LP_FO_REASON_MAX;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), -1, "reason %d passed", LP_FO_REASON_MAX);
+  n.reason = LP_FO_DEGRADED;
+  cr_assert_eq(lp_fo_msg_check(&n, sizeof(n), 77, 1, why, sizeof(why)), LP_MSG_FO_NOTICE, "%s", why);
 }
 
 Test(fo_wire, reasons_have_names) {
