@@ -493,8 +493,8 @@ static void degrade_slow(struct lp_health *h, int dev, int typical, int64_t typi
   unsigned flaps = drain_degraded(h, dev, now);
   char evidence[176];
   snprintf(evidence, sizeof(evidence),
-           "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d busy_pct=%d", mbps, tmbps,
-           t->name, t->port, d->speed_mbps, busy_pct);
+           "evidence=rate rate_mbps=%lld expected_mbps=%lld typical=%s:%d speed_mbps=%d busy_pct=%d", mbps * 8,
+           tmbps * 8, t->name, t->port, d->speed_mbps, busy_pct); /* every _mbps key in Mb/s, as the speed */
   report_degraded(h, dev, evidence, slow, flaps);
   LP_WARN(
       "%s:%d is degraded: it moved %lld MB/s while busy, %d%% of the time (expected: %lld MB/s, as %s:%d did, the "

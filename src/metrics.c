@@ -160,8 +160,8 @@ int lp_metrics_file_open(struct lp_metrics_file *f, const char *pattern, int pid
     LP_WARN("LINKPASS_METRICS_FILE=\"%s\" expands to a path that is too long: no metrics file is written", pattern);
     goto fail;
   }
-  /* Six lines per device of at most ~200 bytes (names are short), and the rest. */
-  f->cap = (size_t)ndevs * 6 * 256 + 4096;
+  /* Ten lines per device of at most ~200 bytes (names are short), and the rest. */
+  f->cap = (size_t)ndevs * 10 * 256 + 4096;
   f->buf = malloc(f->cap);
   if (f->buf == NULL) {
     LP_WARN("out of memory for the metrics file: none is written");
