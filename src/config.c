@@ -400,7 +400,7 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
              sizeof(cfg->metrics_file), warn, warn_arg, &nwarn, "writing no metrics file");
   /* NCCL runs a process per GPU: without the pid in the name the ranks of
    * a node overwrite one file, and each scrape shows one of them at random. */
-  if (cfg->metrics_file[0] != '\0' && strstr(cfg->metrics_file, "%p") == NULL)
+  if (cfg->failover && cfg->metrics_file[0] != '\0' && strstr(cfg->metrics_file, "%p") == NULL)
     diag(warn, warn_arg, &nwarn,
          "LINKPASS_METRICS_FILE=\"%s\" has no %%p: the ranks that share a node write over each other's file; put "
          "%%p (the process id) in the name",

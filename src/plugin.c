@@ -62,6 +62,12 @@ static void start_failover(struct lp_plugin *p) {
   p->setup.env = env;
   if (!env->cfg.failover) {
     LP_INFO(NCCL_INIT | NCCL_NET, "link failover is off (LINKPASS_FAILOVER=0)");
+    /* The metrics are the control plane's, which is not started. */
+    if (env->cfg.metrics_file[0] != '\0')
+      LP_WARN(
+          "LINKPASS_METRICS_FILE=\"%s\" writes nothing while link failover is off (LINKPASS_FAILOVER=0): its "
+          "figures are failover's",
+          env->cfg.metrics_file);
     return;
   }
   lp_env_build_pools(env);

@@ -42,7 +42,7 @@ static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
 static _Atomic int warns, rejected;
-static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch;
+static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -77,6 +77,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     if (strstr(msg, "link failover is off in this process and on in the peer's") ||
         strstr(msg, "link failover is on in this process and off in the peer's"))
       moves_mismatch++;
+    if (strstr(msg, "writes nothing while link failover is off")) metrics_off++;
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
     fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
@@ -852,6 +853,10 @@ static void run_moves_mismatch(void) {
         ncclInvalidUsage);
   if (atomic_load(&moves_mismatch) != 1)
     die("%d WARNs saying which end has link failover on, expected 1", atomic_load(&moves_mismatch));
+  /* The end without failover writes no metrics file, and says so. */
+  if (is_recv && atomic_load(&metrics_off) != 1)
+    die("%d WARNs saying LINKPASS_METRICS_FILE writes nothing with failover off, expected 1",
+        atomic_load(&metrics_off));
   if (is_recv) CHECK(hnet_close_listen(&net, lc));
 }
 
@@ -1038,7 +1043,12 @@ int main(int argc, char **argv) {
   char board[4200];
   snprintf(board, sizeof(board), "%s/rates-%s", argv[3], argv[1]);
   if (strcmp(scenario, "fork_exit") == 0) setenv("LINKPASS_RATE_BOARD", board, 1);
-  if (strcmp(scenario, "moves_mismatch") == 0 && is_recv) setenv("LINKPASS_FAILOVER", "0", 1);
+  if (strcmp(scenario, "moves_mismatch") == 0 && is_recv) {
+    char metrics[4200];
+    snprintf(metrics, sizeof(metrics), "%s/metrics-%%p.prom", argv[3]);
+    setenv("LINKPASS_FAILOVER", "0", 1);
+    setenv("LINKPASS_METRICS_FILE", metrics, 1);
+  }
   const char *plugin = getenv("LP_HARNESS_PLUGIN");
   const char *abi = getenv("LP_HARNESS_ABI");
   if (plugin == NULL) die("LP_HARNESS_PLUGIN is not set");

@@ -338,6 +338,11 @@ Test(config, metrics_file_without_the_pid_warns) {
   struct fake_env ok = {0};
   set(&ok, "LINKPASS_METRICS_FILE", "/var/lib/prometheus/node-exporter/linkpass-%h-%p.prom");
   cr_expect_eq(load(&ok, &cfg), 0, "with %%p: no warning");
+  /* Failover off writes no metrics file: the plugin says that instead. */
+  struct fake_env off = {0};
+  set(&off, "LINKPASS_METRICS_FILE", "/var/lib/prometheus/node-exporter/linkpass.prom");
+  set(&off, "LINKPASS_FAILOVER", "0");
+  cr_expect_eq(load(&off, &cfg), 0, "failover off: no warning about %%p");
 }
 
 Test(config, ib_addr_family_and_range) {
