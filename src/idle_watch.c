@@ -145,6 +145,26 @@ static int sweep_some(struct lp_idle_watch *w) {
   return w->sweep_next >= 0;
 }
 
+/* Connections a comm gave up in NCCL's own calls, which NCCL then left
+ * idle, are made again by no call of the watch's (rearm_due takes the
+ * comms the watch itself answered): once in LP_REMAKE_SCAN_NS, every comm
+ * with a connection to make joins the list.  One NCCL is calling makes it
+ * itself (remake_step leaves it alone).  Under w->mu. */
+#define LP_REMAKE_SCAN_NS 1000000000ull /* 1 s: a remake's first try comes 1 s after the loss */
+
+static void scan_remakes(struct lp_idle_watch *w, uint64_t now) {
+  for (int i = 0; i < w->n; i++) {
+    struct lp_comm *c = w->comms[i];
+    if (c->fo->watch_queued || c->fo->watch_off || !lp_comm_try_enter(c)) continue;
+    if (lp_ctl_next_tick_ns(&c->ctl) != UINT64_MAX) {
+      c->fo->watch_skip_until_ns = now;
+      c->fo->watch_queued = 1;
+      w->later[w->nlater++] = c;
+    }
+    lp_comm_leave(c);
+  }
+}
+
 /* An eventfd that fired, read back to 0 (it is non-blocking). */
 static void clear_eventfd(int fd) {
   uint64_t v;
@@ -209,7 +229,13 @@ static void *watch_main(void *arg) {
   struct epoll_event evs[64];
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
-    uint64_t now = lp_now_ns(), next = rearm_due(w, now);
+    uint64_t now = lp_now_ns();
+    if (now >= w->scan_ns) {
+      scan_remakes(w, now);
+      w->scan_ns = now + LP_REMAKE_SCAN_NS;
+    }
+    uint64_t next = rearm_due(w, now);
+    if (w->scan_ns < next) next = w->scan_ns;
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
     if (w->sweep_next >= 0 && sweep_some(w)) timeout = 0; /* more to look at after the sockets */

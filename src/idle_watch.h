@@ -41,6 +41,7 @@
 #define LP_IDLE_WATCH_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #define LP_IDLE_NS 2000000ull /* a comm NCCL has not called for this long is idle */
 
@@ -52,11 +53,12 @@ struct lp_idle_watch {
   int n, cap;
   struct lp_comm **later; /* answered lately: armed again after their idle period */
   int nlater;
-  unsigned gen;   /* bumped whenever the list changes */
-  int epfd;       /* every watched socket, armed for one event at a time */
-  int wake_fd;    /* eventfd: stop */
-  int health_fd;  /* the control plane's eventfd of health changes (not ours), -1: none */
-  int sweep_next; /* the next comm the sweep after a health change looks at, -1: no sweep */
+  unsigned gen;     /* bumped whenever the list changes */
+  int epfd;         /* every watched socket, armed for one event at a time */
+  int wake_fd;      /* eventfd: stop */
+  int health_fd;    /* the control plane's eventfd of health changes (not ours), -1: none */
+  int sweep_next;   /* the next comm the sweep after a health change looks at, -1: no sweep */
+  uint64_t scan_ns; /* the next look for connections given up in NCCL's calls (scan_remakes) */
   int stop;
   int running;
   pthread_t thread;

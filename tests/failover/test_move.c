@@ -20,6 +20,7 @@
 #include "fo_wire.h"
 #include "health.h"
 #include "idle_watch.h"
+#include "progress.h"
 
 static struct ibv_context ctx;
 static struct ibv_pd pd;
@@ -367,6 +368,53 @@ Test(move, an_idle_comm_makes_a_lost_control_connection_again) {
   cr_expect_gt(peer.path[1].gen, 0u, "the idle receiver never offered its lost control connection again");
   cr_expect_eq(live, 2, "the idle receiver has %d control connection(s), not 2 made again", live);
   cr_expect_eq(lp_ctl_live(&peer), 2);
+  lp_idle_watch_remove(&w, c);
+  lp_idle_watch_free(&w);
+  leave(c);
+}
+
+/* The same loss found by NCCL's own call, after which NCCL leaves the comm
+ * idle: the watch answered nothing, so nothing of its put the comm on its
+ * list; its scan (once a second) still finds the connection to make again. */
+Test(move, a_connection_given_up_in_nccls_call_is_made_again_while_idle) {
+  static struct lp_recv_comm r;
+  memset(&r, 0, sizeof(r));
+  r.records = (struct lp_record *)(void *)(ctrl + 4096);
+  r.oldest = r.tail = 1;
+  struct lp_comm *c = &r.base;
+  join_paths(c, LP_COMM_RECV, 0, 1);
+  struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
+  cr_assert_eq(write(peer.path[1].fd, &junk, sizeof(junk)), (ssize_t)sizeof(junk));
+  /* NCCL's calls read it and give the connection up, before the watch has
+   * the comm (it would otherwise answer the socket itself). */
+  uint64_t deadline = lp_now_ns() + 3000000000ull;
+  int live = 2;
+  while (live == 2 && lp_now_ns() < deadline) {
+    lp_comm_enter(c);
+    atomic_store(&c->fo->rx_ready, 1);
+    lp_comm_progress(c);
+    live = lp_ctl_live(&c->ctl);
+    lp_comm_leave(c);
+    usleep(1000);
+  }
+  cr_assert_eq(live, 1, "NCCL's call did not give the broken connection up");
+  struct lp_idle_watch w;
+  cr_assert_eq(lp_idle_watch_start(&w, -1), 0);
+  lp_idle_watch_add(&w, c);
+  deadline = lp_now_ns() + 6000000000ull;
+  while (live < 2 && lp_now_ns() < deadline) {
+    const void *msg;
+    size_t len;
+    while (lp_ctl_recv(&peer, "test", &msg, &len) == 1) {}
+    lp_ctl_tick(&peer, "test", lp_now_ns());
+    if (peer.path[1].gen > 0 && lp_comm_try_enter(c)) {
+      live = lp_ctl_live(&c->ctl);
+      lp_comm_leave(c);
+    }
+    usleep(1000);
+  }
+  cr_expect_gt(peer.path[1].gen, 0u, "the comm NCCL left idle never offered its lost control connection again");
+  cr_expect_eq(live, 2, "the comm has %d control connection(s), not 2 made again", live);
   lp_idle_watch_remove(&w, c);
   lp_idle_watch_free(&w);
   leave(c);
