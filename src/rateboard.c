@@ -60,11 +60,12 @@ int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *w
    * before its header). */
   uint32_t head[2] = {0, 0};
   if (st.st_size > 0 && pread(fd, head, sizeof(head), 0) < 0) goto fail_fd;
-  if (head[0] != LP_RB_MAGIC && (head[0] != 0 || (st.st_size != 0 && (size_t)st.st_size != len))) {
+  if (head[0] != LP_RB_MAGIC && (head[0] != 0 || head[1] != 0 || (st.st_size != 0 && (size_t)st.st_size != len))) {
     snprintf(why, why_len,
-             "%s is not a linkpass rate board (it starts with 0x%08x and has %lld bytes): remove it, or name "
+             "%s is not a linkpass rate board (it starts with 0x%08x and has %lld bytes, not %zu; a board of "
+             "another version of linkpass being made starts with zeros too): remove it if no linkpass runs, or name "
              "another file with LINKPASS_RATE_BOARD",
-             path, head[0], (long long)st.st_size);
+             path, head[0], (long long)st.st_size, len);
     close(fd);
     return -1;
   }

@@ -32,8 +32,10 @@
 #define NAME_MAX_LEN 64
 #define MAX_BAD_LINES 3 /* said per metrics file; the rest are counted */
 /* A live process rewrites its file every second (docs/OPERATIONS.md): one
- * not written for this long is not live, whatever has its pid. */
-#define STALE_S 10
+ * not written for this long is not live, whatever has its pid.  30 s, as
+ * the alert rules: the control thread may send a large sweep's held event
+ * lines for seconds before it writes again. */
+#define STALE_S 30
 
 /* The per-port series, in the order they are printed. */
 static const char *const dev_series[] = {"linkpass_path_up",          "linkpass_connections",
@@ -326,6 +328,13 @@ static double written_at(const struct proc *p) {
   return written;
 }
 
+/* written_at, ordered: a time that is no number (NaN, infinities) is the
+ * oldest, where it would make every comparison false. */
+static double written_key(const struct proc *p) {
+  double w = written_at(p);
+  return isfinite(w) ? w : -HUGE_VAL;
+}
+
 /* Running, exited (its last write says so), gone (it died without one:
  * killed, crashed; its file counts for nothing) or stale: a process with
  * its pid runs, but the file is not rewritten any more, so that process is
@@ -380,8 +389,8 @@ static int read_dir(const char *dir) {
      * live processes among the newest, and readdir's order is none. */
     int oldest = 0;
     for (int i = 1; i < MAX_PROCS; i++)
-      if (written_at(&procs[i]) < written_at(&procs[oldest])) oldest = i;
-    if (written_at(&procs[MAX_PROCS]) > written_at(&procs[oldest])) procs[oldest] = procs[MAX_PROCS];
+      if (written_key(&procs[i]) < written_key(&procs[oldest])) oldest = i;
+    if (written_key(&procs[MAX_PROCS]) > written_key(&procs[oldest])) procs[oldest] = procs[MAX_PROCS];
     left_out++;
   }
   closedir(d);
@@ -555,11 +564,11 @@ static void print_json(void) {
   printf("\n]}\n");
 }
 
-static void print_table(const char *where) {
+static void print_table(const char *where, int from_dir) {
   int running = 0;
   for (int i = 0; i < nprocs; i++) running += strcmp(procs[i].state, "running") == 0;
   printf("linkpass on this node: %d process%s in %s, %d running\n", nprocs, nprocs == 1 ? "" : "es", where, running);
-  if (nprocs == 0)
+  if (nprocs == 0 && from_dir)
     printf(
         "(no linkpass metrics file there: the ranks write where their LINKPASS_METRICS_FILE says; name that "
         "directory with --dir)\n");
@@ -726,6 +735,6 @@ int main(int argc, char **argv) {
   if (json)
     print_json();
   else
-    print_table(where);
+    print_table(where, optind >= argc);
   return 0;
 }

@@ -193,8 +193,8 @@ Test(rateboard, bad_paths_and_none_say_why) {
   for (int i = 0; i < 100000; i++) fputc('x', f); /* not a board */
   fclose(f);
   cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
-  cr_expect(strstr(why, "is not a linkpass rate board (it starts with 0x78787878 and has 100000 bytes): remove it"),
-            "%s", why);
+  cr_expect(strstr(why, "is not a linkpass rate board (it starts with 0x78787878 and has 100000 bytes, not "), "%s",
+            why);
   unlink(path);
   /* Nor is a short file, even one of zeros, and a refused one is left as
    * it was (it was grown to the board's size before its magic was read). */
@@ -203,7 +203,7 @@ Test(rateboard, bad_paths_and_none_say_why) {
   for (int i = 0; i < 100; i++) fputc(i < 50 ? 0 : 'y', f);
   fclose(f);
   cr_expect_eq(lp_rateboard_open(&b, path, 1, why, sizeof(why)), -1);
-  cr_expect(strstr(why, "is not a linkpass rate board (it starts with 0x00000000 and has 100 bytes)"), "%s", why);
+  cr_expect(strstr(why, "is not a linkpass rate board (it starts with 0x00000000 and has 100 bytes, not "), "%s", why);
   struct stat st;
   cr_assert_eq(stat(path, &st), 0);
   cr_expect_eq(st.st_size, 100, "the refused file now has %lld bytes", (long long)st.st_size);
