@@ -623,10 +623,21 @@ static ncclResult_t answer_onto(struct lp_recv_comm *r, struct lp_link *next, in
 }
 
 /* The receiver's new path `next`, open, connected to the sender's
- * `remote`: 1, or 0 with it closed. */
+ * `remote`: 1, or 0 with it closed.  The primary's kept path, revived for
+ * it (open_on), is kept again instead, uncounted as a kept path is: the
+ * next try or failback revives it (its revival resets the QPs), as the
+ * sender keeps its own (sender_start). */
 static int connect_to(struct lp_comm *c, struct lp_link *next, const struct lp_link_info *remote) {
+  struct lp_fo *fo = c->fo;
   next->remote = *remote;
   if (lp_link_connect(next, c->traffic_class) == ncclSuccess) return 1;
+  if (fo->via_home && fo->home.env == NULL) {
+    lp_link_uncount(next);
+    fo->home = *next;
+    memset(next, 0, sizeof(*next));
+    fo->via_home = 0;
+    return 0;
+  }
   lp_link_close(next);
   return 0;
 }

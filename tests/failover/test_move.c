@@ -61,10 +61,13 @@ static int fake_destroy_qp(struct ibv_qp *qp) {
   free(qp);
   return 0;
 }
+static int fail_rtr; /* the next modify to RTR fails (once) */
 static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
   (void)qp;
-  (void)a;
-  (void)mask;
+  if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_RTR && fail_rtr) {
+    fail_rtr = 0;
+    return EINVAL;
+  }
   return 0;
 }
 static struct ibv_mr *fake_reg_mr(struct ibv_pd *p, void *addr, size_t len, int access) {
@@ -112,6 +115,7 @@ static void machine(void) {
   ctx.ops.poll_cq = fake_poll;
   next_qpn = 0x100;
   qps_destroyed = 0;
+  fail_rtr = 0;
   env.ndevs = env.nnics = 3;
   for (int d = 0; d < 3; d++) {
     env.devs[d].nic = d;
@@ -328,6 +332,36 @@ Test(move, a_retried_failback_revives_the_kept_path_again) {
   cr_expect(fo->via_home, "the retry's path is the revived one (path=revived)");
   cr_expect_eq(qps_destroyed, 0, "%d QPs destroyed by the retry", qps_destroyed);
   cr_expect_eq(atomic_load(&h.load[LP_DIR_SEND][0]), 1, "the offer counts once on the primary");
+  leave(c);
+}
+
+/* The receiver's side of the same: a failback's REQ revives the path it
+ * kept on its primary, whose connection to the sender's new QPs fails
+ * once.  The kept path stays kept, and the next try on the primary revives
+ * it again: it was destroyed, and a new one built in its place. */
+Test(move, a_receivers_kept_path_that_fails_to_connect_is_kept) {
+  static struct lp_recv_comm r;
+  memset(&r, 0, sizeof(r));
+  r.records = (struct lp_record *)(void *)(ctrl + 4096);
+  r.oldest = r.tail = 1;
+  struct lp_comm *c = &r.base;
+  join(c, LP_COMM_RECV, 0);
+  struct lp_fo *fo = c->fo;
+  lp_link_uncount(&c->link);
+  fo->home = c->link;
+  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_RECV, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  uint32_t home_qpn = fo->home.qps[0]->qp_num;
+
+  fail_rtr = 1;
+  send_req(1, LP_FO_FAILBACK, 0);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  static struct lp_fo_ack a;
+  expect_msg(LP_MSG_FO_ACK, &a, sizeof(a));
+  cr_assert_eq(fail_rtr, 0, "the first connection was tried and failed");
+  cr_assert_eq(c->link.dev, 0, "back on the primary");
+  cr_expect_eq(a.link.qpn[0], home_qpn, "the answer's QP 0x%x is not the kept path's 0x%x", a.link.qpn[0], home_qpn);
+  cr_expect_eq(qps_destroyed, 0, "%d QPs destroyed", qps_destroyed);
+  cr_expect_eq(atomic_load(&h.load[LP_DIR_RECV][0]), 1, "the path counts once on the primary");
   leave(c);
 }
 
