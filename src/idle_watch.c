@@ -148,15 +148,17 @@ static int sweep_some(struct lp_idle_watch *w) {
 /* Connections a comm gave up in NCCL's own calls, which NCCL then left
  * idle, are made again by no call of the watch's (rearm_due takes the
  * comms the watch itself answered): once in LP_REMAKE_SCAN_NS, every comm
- * with a connection to make joins the list.  One NCCL is calling makes it
- * itself (remake_step leaves it alone).  Under w->mu. */
+ * NCCL has left idle with a connection to make joins the list.  One NCCL
+ * is calling makes it itself, and is left out: on the list it would be
+ * taken and armed every 10 ms for nothing (the next scan finds it if NCCL
+ * leaves it).  Under w->mu. */
 #define LP_REMAKE_SCAN_NS 1000000000ull /* 1 s: a remake's first try comes 1 s after the loss */
 
 static void scan_remakes(struct lp_idle_watch *w, uint64_t now) {
   for (int i = 0; i < w->n; i++) {
     struct lp_comm *c = w->comms[i];
     if (c->fo->watch_queued || c->fo->watch_off || !lp_comm_try_enter(c)) continue;
-    if (lp_ctl_next_tick_ns(&c->ctl) != UINT64_MAX) {
+    if (c->progress_ns + LP_IDLE_NS <= now && lp_ctl_next_tick_ns(&c->ctl) != UINT64_MAX) {
       c->fo->watch_skip_until_ns = now;
       c->fo->watch_queued = 1;
       w->later[w->nlater++] = c;
@@ -197,6 +199,9 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
       uint64_t due = c->fo->watch_off ? UINT64_MAX : remake_step(c, now, &budget);
+      /* What is queued now, not at the watch's last call: NCCL's calls may
+       * have sent it, and an EPOLLOUT armed for nothing fires at once. */
+      c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);
       note_paths(c);
       /* Armed before leaving, as look_again does: once NCCL is back in the
        * comm it may make a connection again, and the fds noted would be
@@ -230,12 +235,12 @@ static void *watch_main(void *arg) {
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
     uint64_t now = lp_now_ns();
-    if (now >= w->scan_ns) {
+    if (w->n > 0 && now >= w->scan_ns) { /* no comm: no wake-up a second */
       scan_remakes(w, now);
       w->scan_ns = now + LP_REMAKE_SCAN_NS;
     }
     uint64_t next = rearm_due(w, now);
-    if (w->scan_ns < next) next = w->scan_ns;
+    if (w->n > 0 && w->scan_ns < next) next = w->scan_ns;
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
     if (w->sweep_next >= 0 && sweep_some(w)) timeout = 0; /* more to look at after the sockets */
