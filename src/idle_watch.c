@@ -235,12 +235,14 @@ static void *watch_main(void *arg) {
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
     uint64_t now = lp_now_ns();
-    if (w->n > 0 && now >= w->scan_ns) { /* no comm: no wake-up a second */
+    /* Also with no comm: lp_idle_watch_add does not wake the thread, and a
+     * watch asleep without a timeout would never scan the comms added. */
+    if (now >= w->scan_ns) {
       scan_remakes(w, now);
       w->scan_ns = now + LP_REMAKE_SCAN_NS;
     }
     uint64_t next = rearm_due(w, now);
-    if (w->n > 0 && w->scan_ns < next) next = w->scan_ns;
+    if (w->scan_ns < next) next = w->scan_ns;
     unsigned gen = w->gen;
     int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
     if (w->sweep_next >= 0 && sweep_some(w)) timeout = 0; /* more to look at after the sockets */
