@@ -257,6 +257,38 @@ static void send_req(uint32_t epoch, int reason, int rail) {
   cr_assert_eq(lp_ctl_send(&peer, "test", &m, sizeof(m)), 0);
 }
 
+/* A receive comm on device 0 with nothing outstanding (nothing to replay),
+ * its control channel joined to `peer` over one connection, or two TCP
+ * ones (`two`). */
+static struct lp_comm *receiver(struct lp_recv_comm *r, int two) {
+  memset(r, 0, sizeof(*r));
+  r->records = (struct lp_record *)(void *)(ctrl + 4096);
+  r->oldest = r->tail = 1;
+  join_paths(&r->base, LP_COMM_RECV, 0, two);
+  return &r->base;
+}
+
+/* The peer, a sender NCCL is calling, reads and ticks while comm c is left
+ * to the watch, until c's second control connection is made again or 6 s
+ * pass.  Returns c's live connections once the peer offered one again (0
+ * before: the watch never made the first step). */
+static int wait_made_again(struct lp_comm *c) {
+  uint64_t deadline = lp_now_ns() + 6000000000ull;
+  int live = 0;
+  while (live < 2 && lp_now_ns() < deadline) {
+    const void *msg;
+    size_t len;
+    while (lp_ctl_recv(&peer, "test", &msg, &len) == 1) {}
+    lp_ctl_tick(&peer, "test", lp_now_ns());
+    if (peer.path[1].gen > 0 && lp_comm_try_enter(c)) { /* as NCCL would: the watch may be in it */
+      live = lp_ctl_live(&c->ctl);
+      lp_comm_leave(c);
+    }
+    usleep(1000);
+  }
+  return live;
+}
+
 TestSuite(move, .init = machine);
 
 /* The receiver's port fails and it moves onto its standby by itself
@@ -266,11 +298,7 @@ TestSuite(move, .init = machine);
  * counts it.  It was counted at the MOVED and again at the ACK. */
 Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
   static struct lp_recv_comm r;
-  memset(&r, 0, sizeof(r));
-  r.records = (struct lp_record *)(void *)(ctrl + 4096);
-  r.oldest = r.tail = 1; /* nothing outstanding: nothing to replay */
-  struct lp_comm *c = &r.base;
-  join(c, LP_COMM_RECV, 0);
+  struct lp_comm *c = receiver(&r, 0);
   struct lp_fo *fo = c->fo;
   cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, LP_DIR_RECV, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
   fo->sb.link.remote = peer_link();
@@ -341,11 +369,7 @@ Test(move, a_retried_failback_revives_the_kept_path_again) {
  * it again: it was destroyed, and a new one built in its place. */
 Test(move, a_receivers_kept_path_that_fails_to_connect_is_kept) {
   static struct lp_recv_comm r;
-  memset(&r, 0, sizeof(r));
-  r.records = (struct lp_record *)(void *)(ctrl + 4096);
-  r.oldest = r.tail = 1;
-  struct lp_comm *c = &r.base;
-  join(c, LP_COMM_RECV, 0);
+  struct lp_comm *c = receiver(&r, 0);
   struct lp_fo *fo = c->fo;
   lp_link_uncount(&c->link);
   fo->home = c->link;
@@ -374,31 +398,13 @@ Test(move, a_receivers_kept_path_that_fails_to_connect_is_kept) {
  * nothing ticked the channel after the answer: no OFFER ever came. */
 Test(move, an_idle_comm_makes_a_lost_control_connection_again) {
   static struct lp_recv_comm r;
-  memset(&r, 0, sizeof(r));
-  r.records = (struct lp_record *)(void *)(ctrl + 4096);
-  r.oldest = r.tail = 1;
-  struct lp_comm *c = &r.base;
-  join_paths(c, LP_COMM_RECV, 0, 1);
+  struct lp_comm *c = receiver(&r, 1);
   struct lp_idle_watch w;
   cr_assert_eq(lp_idle_watch_start(&w, -1), 0);
   lp_idle_watch_add(&w, c);
   struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
   cr_assert_eq(write(peer.path[1].fd, &junk, sizeof(junk)), (ssize_t)sizeof(junk));
-  /* The peer, a sender NCCL is calling, reads and ticks all along; the
-   * comm is left to the watch.  Its first try comes 1 s after the failure. */
-  uint64_t deadline = lp_now_ns() + 6000000000ull;
-  int live = 0;
-  while (live < 2 && lp_now_ns() < deadline) {
-    const void *msg;
-    size_t len;
-    while (lp_ctl_recv(&peer, "test", &msg, &len) == 1) {}
-    lp_ctl_tick(&peer, "test", lp_now_ns());
-    if (peer.path[1].gen > 0 && lp_comm_try_enter(c)) { /* as NCCL would: the watch may be in it */
-      live = lp_ctl_live(&c->ctl);
-      lp_comm_leave(c);
-    }
-    usleep(1000);
-  }
+  int live = wait_made_again(c); /* its first try comes 1 s after the failure */
   cr_expect_gt(peer.path[1].gen, 0u, "the idle receiver never offered its lost control connection again");
   cr_expect_eq(live, 2, "the idle receiver has %d control connection(s), not 2 made again", live);
   cr_expect_eq(lp_ctl_live(&peer), 2);
@@ -412,11 +418,7 @@ Test(move, an_idle_comm_makes_a_lost_control_connection_again) {
  * list; its scan (once a second) still finds the connection to make again. */
 Test(move, a_connection_given_up_in_nccls_call_is_made_again_while_idle) {
   static struct lp_recv_comm r;
-  memset(&r, 0, sizeof(r));
-  r.records = (struct lp_record *)(void *)(ctrl + 4096);
-  r.oldest = r.tail = 1;
-  struct lp_comm *c = &r.base;
-  join_paths(c, LP_COMM_RECV, 0, 1);
+  struct lp_comm *c = receiver(&r, 1);
   struct lp_msg_hdr junk = {.magic = 0x41414141, .length = 16};
   cr_assert_eq(write(peer.path[1].fd, &junk, sizeof(junk)), (ssize_t)sizeof(junk));
   /* NCCL's calls read it and give the connection up, before the watch has
@@ -435,18 +437,7 @@ Test(move, a_connection_given_up_in_nccls_call_is_made_again_while_idle) {
   struct lp_idle_watch w;
   cr_assert_eq(lp_idle_watch_start(&w, -1), 0);
   lp_idle_watch_add(&w, c);
-  deadline = lp_now_ns() + 6000000000ull;
-  while (live < 2 && lp_now_ns() < deadline) {
-    const void *msg;
-    size_t len;
-    while (lp_ctl_recv(&peer, "test", &msg, &len) == 1) {}
-    lp_ctl_tick(&peer, "test", lp_now_ns());
-    if (peer.path[1].gen > 0 && lp_comm_try_enter(c)) {
-      live = lp_ctl_live(&c->ctl);
-      lp_comm_leave(c);
-    }
-    usleep(1000);
-  }
+  live = wait_made_again(c);
   cr_expect_gt(peer.path[1].gen, 0u, "the comm NCCL left idle never offered its lost control connection again");
   cr_expect_eq(live, 2, "the comm has %d control connection(s), not 2 made again", live);
   lp_idle_watch_remove(&w, c);
