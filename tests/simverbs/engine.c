@@ -69,14 +69,18 @@ static enum ibv_wc_opcode wc_opcode(uint32_t wr_opcode) {
   }
 }
 
-static void complete_send(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st, uint32_t len) {
+static int push_completion(struct sv_qp *q, int cq, const struct ibv_wc *wc, uint64_t frees);
+
+/* w is the head request: its completion frees the queue up to it.  -1 when
+ * its CQ broke (push_completion): the QP must stop. */
+static int complete_send(struct sv_qp_local *lq, struct sv_swqe *w, enum ibv_wc_status st, uint32_t len) {
   struct sv_qp *q = &fab()->qps[lq->index];
   /* Successful unsignaled WRs complete silently; errors always surface. */
-  if (st == IBV_WC_SUCCESS && !lq->sig_all && !(w->send_flags & IBV_SEND_SIGNALED)) return;
+  if (st == IBV_WC_SUCCESS && !lq->sig_all && !(w->send_flags & IBV_SEND_SIGNALED)) return 0;
   struct ibv_wc wc = {.wr_id = w->wr_id, .status = st, .opcode = wc_opcode(w->opcode), .qp_num = q->qpn};
   if (st == IBV_WC_SUCCESS && (w->opcode == IBV_WR_RDMA_READ || is_atomic(w->opcode))) wc.byte_len = len;
   if (st != IBV_WC_SUCCESS) wc.vendor_err = st == IBV_WC_WR_FLUSH_ERR ? 0xf9 : 0x81;
-  sv_cq_push(fab(), q->send_cq, &wc);
+  return push_completion(q, q->send_cq, &wc, sv_frees(0, atomic_load(&lq->sq_head)));
 }
 
 void sv_head_reset(struct sv_qp_local *lq) {
@@ -104,8 +108,9 @@ static int flush_queues(struct sv_qp_local *lq) {
   for (struct sv_rwqe *w; (w = sv_rq_head(f, q));) {
     struct ibv_wc wc = {
         .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV, .qp_num = q->qpn, .vendor_err = 0xf9};
+    uint64_t pos = atomic_load_explicit(&q->rq_head, memory_order_relaxed);
     sv_rq_pop(q);
-    sv_cq_push(f, q->recv_cq, &wc);
+    push_completion(q, q->recv_cq, &wc, sv_frees(1, pos));
     progress = 1;
   }
   sv_unlock(&q->rq_lock);
@@ -357,11 +362,25 @@ static int recv_iov(struct sv_qp *d, struct sv_rwqe *r, size_t len, struct iovec
 }
 
 /* The responder's QP breaks (bad access, overlong send): it goes to ERR and
- * its owner raises the event. */
+ * its owner raises the event.  A FATAL already set stays: its event must
+ * not be lost to a milder fault. */
 static void fail_responder(struct sv_qp *d, enum sv_qp_fault why) {
-  atomic_store(&d->fault, why);
+  uint32_t cur = atomic_load(&d->fault);
+  while (cur != SV_QP_FAULT_FATAL && !atomic_compare_exchange_weak(&d->fault, &cur, why)) {}
   atomic_fetch_add(&fab()->fault_gen, 1);
   sv_proc_wake(fab(), d->owner);
+}
+
+/* A completion of QP q's into CQ `cq`.  One the CQ cannot take (full, or
+ * broken by an earlier overrun) breaks the QP: ERR and QP_FATAL, as a
+ * ConnectX does to every QP that completes into a CQ in error (IB spec
+ * C9-218); the QP's flushes after that find it in ERR already. */
+static int push_completion(struct sv_qp *q, int cq, const struct ibv_wc *wc, uint64_t frees) {
+  if (sv_cq_push(fab(), cq, wc, frees) != SV_CQ_BROKEN) return 0; /* taken, or the CQ is gone with its owner */
+  if (atomic_load(&q->in_use) && q->qpn == wc->qp_num && atomic_load(&q->state) != IBV_QPS_ERR &&
+      atomic_load(&q->state) != IBV_QPS_RESET)
+    fail_responder(q, SV_QP_FAULT_FATAL);
+  return -1;
 }
 
 enum exec_result { EXEC_DONE, EXEC_WAIT, EXEC_PATH_DOWN, EXEC_RNR, EXEC_FAIL };
@@ -482,9 +501,10 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
         /* The receiver completes its WQE in error and breaks; we see a NAK. */
         struct ibv_wc wc = {
             .wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn, .vendor_err = 0x81};
+        uint64_t pos = atomic_load_explicit(&d->rq_head, memory_order_relaxed);
         sv_rq_pop(d);
+        push_completion(d, d->recv_cq, &wc, sv_frees(1, pos));
         sv_unlock(&d->rq_lock);
-        sv_cq_push(f, d->recv_cq, &wc);
         fail_responder(d, SV_QP_FAULT_ERR);
         out->status = IBV_WC_REM_INV_REQ_ERR;
         return EXEC_FAIL;
@@ -525,9 +545,13 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
       wc.wc_flags = IBV_WC_WITH_IMM;
       wc.imm_data = w->imm;
     }
+    /* Pushed under the receive queue's lock, as a flush pushes: the
+     * completions of one receive queue reach the CQ in its order, and none
+     * of this incarnation lands after a RESET emptied the queue. */
+    uint64_t pos = atomic_load_explicit(&d->rq_head, memory_order_relaxed);
     sv_rq_pop(d);
+    push_completion(d, d->recv_cq, &wc, sv_frees(1, pos));
     sv_unlock(&d->rq_lock);
-    sv_cq_push(f, d->recv_cq, &wc);
   }
   count_traffic(q, d, x.len);
   (void)lq;
@@ -801,9 +825,10 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       unanswered(lq, q, now, next);
       break;
     }
-    complete_send(lq, w, IBV_WC_SUCCESS, out.len);
+    int broke = complete_send(lq, w, IBV_WC_SUCCESS, out.len);
     atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
     sq_pop(lq);
+    if (broke) break; /* its CQ broke: the QP goes to ERR at the next pass, before anything more runs */
   }
   return progress;
 }

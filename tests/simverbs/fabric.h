@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  16 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail */
+  17 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail; 17: queue slots freed at the polled completion (sv_qp.sq_freed, rq_freed, sv_cqe.frees), sv_cq.broken */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -185,7 +185,11 @@ struct sv_qp {
   uint32_t rq_size, rq_max_sge, rq_stride;
   uint64_t rq_off;
   _Alignas(64) uint64_t rq_tail; /* next position to fill */
-  uint64_t rq_head_seen;         /* rq_head when posters last looked: re-read only when it seems full */
+  /* The owner's: how far its pollers freed each queue (sv_queue_mark).  A
+   * slot is free again only once the completion that covers it was polled,
+   * as on mlx5, not when its request executed: an unsignaled request holds
+   * its slot until a later signaled one is polled. */
+  _Atomic uint64_t sq_freed, rq_freed;
   _Alignas(64) pthread_mutex_t rq_lock;
   _Atomic uint64_t rq_head;
 };
@@ -197,6 +201,7 @@ struct sv_qp {
 struct sv_cqe {
   _Alignas(64) _Atomic uint64_t seq;
   struct ibv_wc wc;
+  uint64_t frees; /* the queue slots its poll frees (sv_frees), 0: none */
 };
 
 struct sv_cq {
@@ -209,6 +214,7 @@ struct sv_cq {
   _Atomic uint32_t armed;          /* 0 none, 1 any completion, 2 solicited only */
   _Atomic uint32_t notify_pending; /* completions seen while armed: owner writes the channel */
   _Atomic uint32_t overrun;        /* CQ overflowed: owner raises IBV_EVENT_CQ_ERR */
+  _Atomic uint32_t broken;         /* it overflowed once: it takes no completion again (sv_cq_push) */
   /* Producers (the owner's and remote executors), under the lock. */
   _Alignas(64) pthread_mutex_t lock;
   uint64_t tail;      /* next position to fill */
@@ -315,6 +321,21 @@ static inline struct sv_rwqe *sv_rq_head(struct sv_fabric *f, struct sv_qp *q) {
 static inline void sv_rq_pop(struct sv_qp *q) {
   atomic_store_explicit(&q->rq_head, atomic_load_explicit(&q->rq_head, memory_order_relaxed) + 1, memory_order_release);
 }
+
+/* Queue slots: what a completion frees when it is polled (its sv_cqe.frees),
+ * and how far a QP's queue is freed (sv_qp.sq_freed, rq_freed: the QP's
+ * number and the position after the last freed slot, so that a completion
+ * of a QP destroyed since never frees the next QP on the slot). */
+#define SV_FREES_ANY (1ull << 62)
+#define SV_FREES_RECV (1ull << 63)
+static inline uint64_t sv_frees(int recv, uint64_t pos) {
+  return SV_FREES_ANY | (recv ? SV_FREES_RECV : 0) | (uint32_t)(pos + 1);
+}
+static inline uint64_t sv_queue_mark(uint32_t qpn, uint64_t freed_to) {
+  return (uint64_t)qpn << 32 | (uint32_t)freed_to;
+}
+/* Slots in use, of a queue filled up to `tail`, by its mark. */
+static inline uint32_t sv_queue_used(uint64_t tail, uint64_t mark) { return (uint32_t)tail - (uint32_t)mark; }
 
 static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) { return (char *)f + f->heap_off + off; }
 /* Allocate/free heap bytes for proc `owner`; returns offset or UINT64_MAX. */

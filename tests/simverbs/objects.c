@@ -240,6 +240,7 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
         atomic_store(&q->armed, 0);
         atomic_store(&q->notify_pending, 0);
         atomic_store(&q->overrun, 0);
+        atomic_store(&q->broken, 0);
         atomic_store(&q->in_use, 1);
         break;
       }
@@ -294,30 +295,42 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   return 0;
 }
 
-/* Append one completion.  Called by the CQ's owner and by remote senders.
- * Returns -1 on overrun: the completion is lost and the owner is told. */
-int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
+_Static_assert(sizeof(struct sv_cqe) == 64, "a completion is one cache line");
+
+/* Append one completion, which frees `frees` (sv_frees) when it is polled.
+ * Called by the CQ's owner and by remote senders.  Returns SV_CQ_BROKEN
+ * when the CQ is full or broke before: the completion is lost, the owner
+ * is told at the first (CQ_ERR), and the CQ takes nothing again, as the IB
+ * spec has it (C11-37); the caller breaks the QP that completed into it.
+ * SV_CQ_GONE: the CQ was destroyed (its owner died). */
+int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc, uint64_t frees) {
   struct sv_cq *q = &f->cqs[cq_index];
   int rc = 0;
   sv_lock(&q->lock);
   if (!atomic_load(&q->in_use)) {
     sv_unlock(&q->lock);
-    return -1;
+    return SV_CQ_GONE;
   }
   uint64_t t = q->tail;
   if (t - q->head_seen >= q->size) q->head_seen = atomic_load_explicit(&q->head, memory_order_acquire);
-  if (t - q->head_seen >= q->size) {
+  int first_overrun = 0;
+  if (atomic_load(&q->broken)) {
+    rc = SV_CQ_BROKEN;
+  } else if (t - q->head_seen >= q->size) {
+    atomic_store(&q->broken, 1);
     atomic_store(&q->overrun, 1);
-    rc = -1;
+    rc = SV_CQ_BROKEN;
+    first_overrun = 1;
   } else {
     struct sv_cqe *e = (struct sv_cqe *)sv_heap_ptr(f, q->ring_off) + (t & (q->size - 1));
     e->wc = *wc;
+    e->frees = frees;
     atomic_store_explicit(&e->seq, t + 1, memory_order_release);
     q->tail = t + 1;
   }
   sv_unlock(&q->lock);
   uint32_t armed = atomic_load(&q->armed);
-  int wake = rc != 0;
+  int wake = first_overrun;
   if (armed && (armed == 1 || (wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS) &&
       atomic_exchange(&q->armed, 0)) {
     atomic_fetch_add(&q->notify_pending, 1);
@@ -329,6 +342,20 @@ int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc) {
     sv_proc_wake(f, q->owner);
   }
   return rc;
+}
+
+/* A polled completion frees its queue's slots up to its request's
+ * (sv_frees); one of a QP destroyed since frees nothing.  Release: the
+ * poster reuses the slots after this, and the executor read them before
+ * it pushed the completion. */
+static void free_slots(struct sv_fabric *f, uint32_t qpn, uint64_t frees) {
+  struct sv_qp *q = &f->qps[sv_qpn_index(qpn)];
+  _Atomic uint64_t *mark = (frees & SV_FREES_RECV) ? &q->rq_freed : &q->sq_freed;
+  uint64_t want = sv_queue_mark(qpn, (uint32_t)frees);
+  uint64_t cur = atomic_load_explicit(mark, memory_order_relaxed);
+  do {
+    if ((uint32_t)(cur >> 32) != qpn || (int32_t)((uint32_t)frees - (uint32_t)cur) <= 0) return;
+  } while (!atomic_compare_exchange_weak_explicit(mark, &cur, want, memory_order_release, memory_order_relaxed));
 }
 
 /* Whether the entry at position `h` is there. */
@@ -352,7 +379,10 @@ int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   uint64_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
   int got = 0;
   while (got < n && cqe_ready(lc, q->size, h)) {
-    wc[got++] = lc->ring[h & (q->size - 1)].wc;
+    const struct sv_cqe *e = &lc->ring[h & (q->size - 1)];
+    wc[got] = e->wc;
+    if (e->frees) free_slots(f, e->wc.qp_num, e->frees);
+    got++;
     h++;
   }
   /* release: producers reuse an entry only after seeing head pass it */

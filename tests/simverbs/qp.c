@@ -79,8 +79,10 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
       q->rq_size = rq_size;
       q->rq_max_sge = rq_sge;
       q->rq_stride = stride;
-      q->rq_tail = q->rq_head_seen = 0;
+      q->rq_tail = 0;
       atomic_store(&q->rq_head, 0);
+      atomic_store(&q->sq_freed, sv_queue_mark(q->qpn, 0));
+      atomic_store(&q->rq_freed, sv_queue_mark(q->qpn, 0));
       q->rq_off = off;
       atomic_store(&q->state, IBV_QPS_RESET);
       atomic_store(&q->in_use, 1);
@@ -261,13 +263,15 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
     lq->ece_pending = 0;
   }
   if (to == IBV_QPS_RESET) {
-    /* Reset discards both queues without completions. */
-    atomic_store(&lq->sq_head, atomic_load(&lq->sq_tail));
+    /* Reset discards both queues without completions: every slot is free. */
+    uint32_t tail = atomic_load(&lq->sq_tail);
+    atomic_store(&lq->sq_head, tail);
+    atomic_store(&q->sq_freed, sv_queue_mark(q->qpn, tail));
     sv_head_reset(lq);
     pthread_mutex_lock(&lq->recv_lock);
     sv_lock(&q->rq_lock);
     atomic_store(&q->rq_head, q->rq_tail);
-    q->rq_head_seen = q->rq_tail;
+    atomic_store(&q->rq_freed, sv_queue_mark(q->qpn, q->rq_tail));
     sv_unlock(&q->rq_lock);
     pthread_mutex_unlock(&lq->recv_lock);
   }
@@ -355,11 +359,12 @@ static int valid_send_opcode(enum ibv_wr_opcode op) {
          op == IBV_WR_ATOMIC_CMP_AND_SWP;
 }
 
-/* Copy one WR into the send queue; inline payload is captured now. */
+/* Copy one WR into the send queue; inline payload is captured now.  A slot
+ * is taken until the completion that covers it was polled (sv_qp.sq_freed). */
 static int enqueue_send(struct sv_qp_local *lq, const struct ibv_send_wr *wr, uint64_t now) {
-  uint32_t head = atomic_load_explicit(&lq->sq_head, memory_order_acquire);
+  uint64_t mark = atomic_load_explicit(&shared_qp(lq)->sq_freed, memory_order_acquire);
   uint32_t tail = atomic_load_explicit(&lq->sq_tail, memory_order_relaxed);
-  if (tail - head >= lq->sq_size) return ENOMEM;
+  if (sv_queue_used(tail, mark) >= lq->sq_size) return ENOMEM;
   if (!valid_send_opcode(wr->opcode) || wr->num_sge < 0 || (uint32_t)wr->num_sge > lq->max_send_sge) return EINVAL;
   struct sv_swqe *w = sv_sq_entry(lq, tail);
   w->wr_id = wr->wr_id;
@@ -433,9 +438,8 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
   }
   pthread_mutex_lock(&lq->recv_lock);
   for (; wr; wr = wr->next) {
-    if (q->rq_tail - q->rq_head_seen >= q->rq_size - 1)
-      q->rq_head_seen = atomic_load_explicit(&q->rq_head, memory_order_acquire);
-    if (q->rq_tail - q->rq_head_seen >= q->rq_size - 1) {
+    /* A slot is taken until its completion was polled (sv_qp.rq_freed). */
+    if (sv_queue_used(q->rq_tail, atomic_load_explicit(&q->rq_freed, memory_order_acquire)) >= q->rq_size - 1) {
       rc = ENOMEM;
       break;
     }

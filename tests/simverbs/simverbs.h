@@ -189,7 +189,9 @@ int sv_lib_attach(void);
 struct sv_ctx *sv_ctx_of(struct ibv_context *c);
 
 /* objects.c */
-int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc);
+#define SV_CQ_BROKEN (-1) /* sv_cq_push: full, or broken by an overrun */
+#define SV_CQ_GONE (-2)   /* sv_cq_push: destroyed */
+int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc, uint64_t frees);
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 /* A consistent copy of the registration `key` names into *out; 0 when it
