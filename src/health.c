@@ -397,6 +397,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
   struct lp_metrics m;
   memset(&m, 0, sizeof(m));
   m.pid = (int)getpid();
+  m.host = h->env->hostname;
   m.ndevs = h->env->ndevs < LP_METRICS_MAX_DEVS ? h->env->ndevs : LP_METRICS_MAX_DEVS;
   for (int d = 0; d < m.ndevs; d++) {
     struct lp_metrics_dev *md = &m.devs[d];

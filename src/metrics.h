@@ -36,6 +36,7 @@ struct lp_metrics {
   uint64_t replayed_requests, replayed_bytes, paths_lost, ring_overflows;
   double last_failover_seconds;
   int pid;
+  const char *host;       /* the host name: with pid, a process's series are its own (pids repeat across containers) */
   int running;            /* 1 while the process runs; 0 in the last write, at its exit */
   double updated_seconds; /* wall clock (Unix time) of this write: a crashed process's file goes stale */
 };

@@ -14,6 +14,7 @@ static struct lp_metrics sample(void) {
                          .paths_lost = 1,
                          .last_failover_seconds = 0.000812,
                          .pid = 42,
+                         .host = "n\"7",
                          .running = 1,
                          .updated_seconds = 1764633600.25};
   m.devs[0] = (struct lp_metrics_dev){"mlx5_0", 1, 0, 0, 3, 0, 2, 1.5, 0, 0.0069, 1, 0};
@@ -26,22 +27,30 @@ Test(metrics, every_series_with_labels_and_types) {
   char buf[8192];
   cr_assert_gt(lp_metrics_format(&m, buf, sizeof(buf)), 0);
   cr_assert(strstr(buf, "# TYPE linkpass_failovers_total counter\n"));
-  cr_assert(strstr(buf, "linkpass_failovers_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 3\n"), "%s", buf);
-  cr_assert(strstr(buf, "linkpass_failbacks_total{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 2\n"));
-  cr_assert(strstr(buf, "linkpass_path_up{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 0\n"));
-  cr_assert(strstr(buf, "linkpass_connections{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 4\n"));
+  cr_assert(strstr(buf, "linkpass_failovers_total{device=\"mlx5_0\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 3\n"), "%s",
+            buf);
+  cr_assert(strstr(buf, "linkpass_failbacks_total{device=\"mlx5_1\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 2\n"));
+  cr_assert(strstr(buf, "linkpass_path_up{device=\"mlx5_0\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 0\n"));
+  cr_assert(strstr(buf, "linkpass_connections{device=\"mlx5_1\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 4\n"));
   cr_assert(strstr(buf, "# TYPE linkpass_standby_paths gauge\n"));
-  cr_assert(strstr(buf, "linkpass_standby_paths{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 4\n"), "%s", buf);
-  cr_assert(strstr(buf, "linkpass_degraded_seconds_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1.500\n"));
-  cr_assert(strstr(buf, "linkpass_port_resend_ratio{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 0.006900\n"), "%s", buf);
-  cr_assert(strstr(buf, "linkpass_port_degraded_total{device=\"mlx5_0\",port=\"1\",pid=\"42\"} 1\n"));
+  cr_assert(strstr(buf, "linkpass_standby_paths{device=\"mlx5_1\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 4\n"), "%s",
+            buf);
+  cr_assert(
+      strstr(buf, "linkpass_degraded_seconds_total{device=\"mlx5_0\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 1.500\n"));
+  cr_assert(
+      strstr(buf, "linkpass_port_resend_ratio{device=\"mlx5_0\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 0.006900\n"),
+      "%s", buf);
+  cr_assert(strstr(buf, "linkpass_port_degraded_total{device=\"mlx5_0\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 1\n"));
   cr_assert(strstr(buf, "# TYPE linkpass_port_degraded_total counter\n"));
-  cr_assert(strstr(buf, "linkpass_port_busy_tx_bytes_per_second{device=\"mlx5_1\",port=\"1\",pid=\"42\"} 2500000000\n"),
+  cr_assert(strstr(buf,
+                   "linkpass_port_busy_tx_bytes_per_second{device=\"mlx5_1\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} "
+                   "2500000000\n"),
             "%s", buf);
-  cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\"} 4096\n"));
-  cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\"} 0.000812\n"));
-  cr_assert(strstr(buf, "linkpass_up{pid=\"42\"} 1\n"));
-  cr_assert(strstr(buf, "linkpass_metrics_updated_timestamp_seconds{pid=\"42\"} 1764633600.250\n"), "%s", buf);
+  cr_assert(strstr(buf, "linkpass_replayed_bytes_total{pid=\"42\",host=\"n\\\"7\"} 4096\n"));
+  cr_assert(strstr(buf, "linkpass_last_failover_duration_seconds{pid=\"42\",host=\"n\\\"7\"} 0.000812\n"));
+  cr_assert(strstr(buf, "linkpass_up{pid=\"42\",host=\"n\\\"7\"} 1\n"));
+  cr_assert(strstr(buf, "linkpass_metrics_updated_timestamp_seconds{pid=\"42\",host=\"n\\\"7\"} 1764633600.250\n"),
+            "%s", buf);
   /* Every non-comment line is "name{labels} value". */
   for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] == '#') continue;
@@ -54,7 +63,27 @@ Test(metrics, label_values_are_escaped) {
   m.devs[0].name = "we\"ird\\dev\n";
   char buf[8192];
   cr_assert_gt(lp_metrics_format(&m, buf, sizeof(buf)), 0);
-  cr_expect(strstr(buf, "linkpass_path_up{device=\"we\\\"ird\\\\dev\\n\",port=\"1\",pid=\"42\"} 0\n"), "%s", buf);
+  cr_expect(strstr(buf, "linkpass_path_up{device=\"we\\\"ird\\\\dev\\n\",port=\"1\",pid=\"42\",host=\"n\\\"7\"} 0\n"),
+            "%s", buf);
+}
+
+/* Two ranks in two containers of a node, each pid 42 in its own PID
+ * namespace: their series differ by host (node_exporter refuses a series
+ * that two files both hold). */
+Test(metrics, the_same_pid_on_two_hosts_gives_two_series) {
+  struct lp_metrics a = sample(), b = sample();
+  a.host = "pod-a";
+  b.host = "pod-b";
+  char x[8192], y[8192];
+  cr_assert_gt(lp_metrics_format(&a, x, sizeof(x)), 0);
+  cr_assert_gt(lp_metrics_format(&b, y, sizeof(y)), 0);
+  for (char *line = strtok(x, "\n"); line; line = strtok(NULL, "\n")) {
+    if (line[0] == '#') continue;
+    char series[512];
+    snprintf(series, sizeof(series), "%.*s", (int)(strstr(line, "} ") - line + 1), line);
+    cr_assert(strstr(series, "host=\"pod-a\""), "%s", series);
+    cr_assert_null(strstr(y, series), "%s is in both files", series);
+  }
 }
 
 Test(metrics, too_small_a_buffer_is_reported_not_truncated) {

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The dashboard's queries and the alerting rules, evaluated by Prometheus'
 # own engine (`promtool test rules`) over series a node with four processes
-# would have written:
-#  - pids 1 and 2 are live ranks; mlx5_0:1 went down at minute 5 and stayed
-#    down; each rank counted the same 4 flaps of it;
-#  - pid 3 was killed at minute 4 (its file says linkpass_up 1, its
+# would have written, each in a container of its own (host pod-a to pod-d)
+# and each pid 1 in its own PID namespace, so that only the host label
+# tells them apart:
+#  - pod-a and pod-b are live ranks; mlx5_0:1 went down at minute 5 and
+#    stayed down; each rank counted the same 4 flaps of it;
+#  - pod-c's was killed at minute 4 (its file says linkpass_up 1, its
 #    timestamp stopped; it last saw mlx5_1:1 down and a 2 s failover);
-#  - pid 4 exited cleanly at minute 4 (linkpass_up 0).
+#  - pod-d's exited cleanly at minute 4 (linkpass_up 0).
 # What must hold: a port's state and a node's last failover come from live
 # processes only (a killed rank's stale file is not counted), a port's flaps
 # are counted once however many ranks saw them, and the alerts say so too.
@@ -42,33 +44,33 @@ evaluation_interval: 1m
 tests:
 - interval: 1m
   input_series:
-  - {series: 'linkpass_up{instance="n0",pid="1"}', values: '1x20'}
-  - {series: 'linkpass_up{instance="n0",pid="2"}', values: '1x20'}
-  - {series: 'linkpass_up{instance="n0",pid="3"}', values: '1x20'}
-  - {series: 'linkpass_up{instance="n0",pid="4"}', values: '1 1 1 1 0x16'}
-  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="1"}', values: '0+60x20'}
-  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="2"}', values: '0+60x20'}
-  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="3"}', values: '0+60x4 240x16'}
-  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="4"}', values: '0+60x4 240x16'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_0",port="1",pid="1"}', values: '1x4 0x16'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_0",port="1",pid="2"}', values: '1x4 0x16'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="1"}', values: '1x20'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="2"}', values: '1x20'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="3"}', values: '1 0x19'}
-  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="4"}', values: '1x20'}
-  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="1"}', values: '2x20'}
-  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="2"}', values: '2x20'}
-  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="3"}', values: '7x20'}
-  - {series: 'linkpass_port_flaps_total{instance="n0",device="mlx5_0",port="1",pid="1"}', values: '0x6 1 2 3 4x12'}
-  - {series: 'linkpass_port_flaps_total{instance="n0",device="mlx5_0",port="1",pid="2"}', values: '0x6 1 2 3 4x12'}
-  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="1"}', values: '0.005x20'}
-  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="2"}', values: '0.004x20'}
-  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="3"}', values: '2x20'}
-  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1"}', values: '0.01x20'}
-  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="2"}', values: '0.012x20'}
-  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="3"}', values: '0.5x20'}
-  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1"}', values: '0x6 1x13'}
-  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="2"}', values: '0x6 1x13'}
+  - {series: 'linkpass_up{instance="n0",pid="1",host="pod-a"}', values: '1x20'}
+  - {series: 'linkpass_up{instance="n0",pid="1",host="pod-b"}', values: '1x20'}
+  - {series: 'linkpass_up{instance="n0",pid="1",host="pod-c"}', values: '1x20'}
+  - {series: 'linkpass_up{instance="n0",pid="1",host="pod-d"}', values: '1 1 1 1 0x16'}
+  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="1",host="pod-a"}', values: '0+60x20'}
+  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="1",host="pod-b"}', values: '0+60x20'}
+  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="1",host="pod-c"}', values: '0+60x4 240x16'}
+  - {series: 'linkpass_metrics_updated_timestamp_seconds{instance="n0",pid="1",host="pod-d"}', values: '0+60x4 240x16'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_0",port="1",pid="1",host="pod-a"}', values: '1x4 0x16'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_0",port="1",pid="1",host="pod-b"}', values: '1x4 0x16'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-a"}', values: '1x20'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-b"}', values: '1x20'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-c"}', values: '1 0x19'}
+  - {series: 'linkpass_path_up{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-d"}', values: '1x20'}
+  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-a"}', values: '2x20'}
+  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-b"}', values: '2x20'}
+  - {series: 'linkpass_connections{instance="n0",device="mlx5_1",port="1",pid="1",host="pod-c"}', values: '7x20'}
+  - {series: 'linkpass_port_flaps_total{instance="n0",device="mlx5_0",port="1",pid="1",host="pod-a"}', values: '0x6 1 2 3 4x12'}
+  - {series: 'linkpass_port_flaps_total{instance="n0",device="mlx5_0",port="1",pid="1",host="pod-b"}', values: '0x6 1 2 3 4x12'}
+  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="1",host="pod-a"}', values: '0.005x20'}
+  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="1",host="pod-b"}', values: '0.004x20'}
+  - {series: 'linkpass_last_failover_duration_seconds{instance="n0",pid="1",host="pod-c"}', values: '2x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-a"}', values: '0.01x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-b"}', values: '0.012x20'}
+  - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-c"}', values: '0.5x20'}
+  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-a"}', values: '0x6 1x13'}
+  - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-b"}', values: '0x6 1x13'}
   promql_expr_test:
   - expr: '$path'
     eval_time: 10m
@@ -118,8 +120,8 @@ tests:
   - eval_time: 12m
     alertname: LinkpassProcessVanished
     exp_alerts:
-    - exp_labels: {severity: info, instance: n0, pid: '3'}
-      exp_annotations: {summary: 'n0 pid 3 stopped writing its metrics without exiting cleanly: remove its file'}
+    - exp_labels: {severity: info, instance: n0, host: pod-c, pid: '1'}
+      exp_annotations: {summary: 'n0 pod-c pid 1 stopped writing its metrics without exiting cleanly: remove its file'}
   - eval_time: 12m
     alertname: LinkpassSlowFailover
     exp_alerts: []

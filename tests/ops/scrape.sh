@@ -57,7 +57,7 @@ families=$(sed -n 's/^# TYPE \(linkpass_[a-z_]*\) .*/\1/p' "$tmp/scrape" | sort 
 ((families == 17)) || fail "the scrape has $families linkpass families, the plugin writes 17"
 ends=$(scraped_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection on mlx5_0 in the scrape"
-pids_seen=$(sed -n 's/^linkpass_up{pid="\([0-9]*\)"}.*/\1/p' "$tmp/lp" | sort -u | tr '\n' ' ')
+pids_seen=$(sed -n 's/^linkpass_up{.*pid="\([0-9]*\)".*/\1/p' "$tmp/lp" | sort -u | tr '\n' ' ')
 echo "scraped: 2 processes ($pids_seen), $ends connection ends on mlx5_0"
 
 sv link node0:mlx5_0 down

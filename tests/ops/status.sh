@@ -54,7 +54,7 @@ jq -e '[.processes[] | select(.state == "exited")] | length == 2' "$tmp/after.js
   fail "after the run the processes are not both 'exited': $(cat "$tmp/after.json")"
 # A process killed without its last write: its file still says up, its pid is gone.
 f=$(ls "$dir"/*.prom | head -1)
-sed 's/^linkpass_up{pid="[0-9]*"} 0$/linkpass_up{pid="999999999"} 1/; s/pid="[0-9]*"/pid="999999999"/g' "$f" >"$dir/linkpass-dead.prom"
+sed 's/^\(linkpass_up{pid="\)[0-9]*\(".*}\) 0$/\1999999999\2 1/; s/pid="[0-9]*"/pid="999999999"/g' "$f" >"$dir/linkpass-dead.prom"
 "$status" --json --events 0 >"$tmp/dead.json"
 jq -e '.processes[] | select(.pid == 999999999) | .state == "gone"' "$tmp/dead.json" >/dev/null ||
   fail "a dead process's file is not reported gone: $(cat "$tmp/dead.json")"
