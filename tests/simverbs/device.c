@@ -134,6 +134,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   /* The engine must never block on a full pipe nobody reads. */
   fcntl(ctx->async_wr, F_SETFL, O_NONBLOCK);
   ctx->event_seq_seen = atomic_load(&d->event_seq);
+  ctx->fatal_gen = atomic_load(&d->fatal_gen);
   struct ibv_context *c = &ctx->vctx.context;
   ctx->vctx.sz = sizeof(struct verbs_context);
   ctx->vctx.query_port = query_port_full;
@@ -196,8 +197,14 @@ SV_EXPORT int ibv_close_device(struct ibv_context *c) {
   return 0;
 }
 
+int sv_ctx_dead(struct ibv_context *c) {
+  struct sv_ctx *ctx = sv_ctx_of(c);
+  return atomic_load(&sv_lib.fab->devs[ctx->dev].fatal_gen) != ctx->fatal_gen;
+}
+
 SV_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a) {
   struct sv_device *d = &sv_lib.fab->devs[sv_ctx_of(c)->dev];
+  if (sv_ctx_dead(c)) return EIO;
   memset(a, 0, sizeof(*a));
   snprintf(a->fw_ver, sizeof(a->fw_ver), "22.36.1010");
   a->node_guid = htobe64(d->node_guid);
@@ -235,7 +242,7 @@ static struct sv_port *ctx_port(struct ibv_context *c, unsigned port_num) {
 static int query_port_full(struct ibv_context *c, uint8_t port_num, struct ibv_port_attr *a, size_t len) {
   struct sv_port *p = ctx_port(c, port_num);
   if (!p) return EINVAL;
-  if (atomic_load(&p->query_fail)) return EIO;
+  if (atomic_load(&p->query_fail) || sv_ctx_dead(c)) return EIO;
   struct ibv_port_attr full = {0};
   int ib = p->link_layer == IBV_LINK_LAYER_INFINIBAND;
   int up = atomic_load(&p->state) == IBV_PORT_ACTIVE;

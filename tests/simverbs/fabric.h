@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  17 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail; 17: queue slots freed at the polled completion (sv_qp.sq_freed, rq_freed, sv_cqe.frees), sv_cq.broken */
+  17 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail; 17: queue slots freed at the polled completion (sv_qp.sq_freed, rq_freed, sv_cqe.frees), sv_cq.broken, sv_device.fatal_gen */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -106,6 +106,7 @@ struct sv_device {
   uint32_t ece;    /* Enhanced Connection Establishment options the device offers; 0: ibv_query_ece unsupported */
   uint32_t dmabuf; /* 1: ibv_reg_dmabuf_mr works; 0: it answers EOPNOTSUPP as on an older kernel */
   _Atomic uint32_t fatal;          /* device fatal injected: every QP errors, opens fail */
+  _Atomic uint32_t fatal_gen;      /* fatal errors so far: a context opened before the last is dead (sv_ctx_dead) */
   _Atomic uint32_t create_qp_fail; /* next N ibv_create_qp calls on it: ENOMEM (its QP resources exhausted) */
   _Atomic uint32_t rtr_fail;       /* next N ibv_modify_qp to RTR on it: EINVAL (attributes it refuses) */
   /* Serialises the atomic operations that target this NIC's memory: as

@@ -64,14 +64,16 @@ int sv_port_set_state(struct sv_fabric *f, int dev, int port, int up) {
   return rc;
 }
 
-/* Device fatal: every context of the device sees DEVICE_FATAL and its QPs
- * error out; clearing it lets new opens succeed again (a reset NIC), but
- * raises no event: on hardware the old contexts stay dead. */
+/* Device fatal: every context of the device sees DEVICE_FATAL, its QPs
+ * error out and its commands fail from then on (sv_ctx_dead); clearing it
+ * lets new opens succeed again (a reset NIC), but raises no event: on
+ * hardware the old contexts stay dead. */
 int sv_device_set_fatal(struct sv_fabric *f, int dev, int fatal) {
   struct sv_device *d = dev_get(f, dev);
   uint32_t old;
   if (!d) return -1;
   old = atomic_exchange(&d->fatal, fatal ? 1u : 0u);
+  if (fatal && !old) atomic_fetch_add(&d->fatal_gen, 1); /* the contexts open now are dead for good */
   atomic_fetch_add(&f->fault_gen, 1);
   if (fatal && !old) sv_device_post_event(f, dev, IBV_EVENT_DEVICE_FATAL, 0);
   sv_wake_all(f);

@@ -12,6 +12,10 @@
 static struct sv_fabric *fab(void) { return sv_lib.fab; }
 
 SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) {
+  if (sv_ctx_dead(c)) {
+    errno = EIO;
+    return NULL;
+  }
   struct sv_pd *pd = calloc(1, sizeof(*pd));
   if (!pd) {
     errno = ENOMEM;
@@ -128,7 +132,7 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
 
 SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                                           unsigned int access) {
-  int err = access_ok(access);
+  int err = sv_ctx_dead(pd->context) ? EIO : access_ok(access);
   if (!err && !addr && length) err = EINVAL;
   if (err) {
     errno = err;
@@ -148,7 +152,9 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
                                            int access) {
   struct sv_fabric *f = fab();
-  int err = f->devs[sv_ctx_of(pd->context)->dev].dmabuf ? access_ok((unsigned)access) : EOPNOTSUPP;
+  int err = sv_ctx_dead(pd->context)                      ? EIO
+            : f->devs[sv_ctx_of(pd->context)->dev].dmabuf ? access_ok((unsigned)access)
+                                                          : EOPNOTSUPP;
   struct sv_mr shared = {.length = length};
   if (!err) err = sv_window_dmabuf(&shared, fd, offset, length, iova);
   if (err) {
@@ -211,6 +217,10 @@ SV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel) {
 SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
                                        struct ibv_comp_channel *channel, int comp_vector) {
   struct sv_fabric *f = fab();
+  if (sv_ctx_dead(c)) {
+    errno = EIO;
+    return NULL;
+  }
   if (cqe < 1 || cqe >= SV_MAX_CQE || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
     errno = EINVAL;
     return NULL;

@@ -22,6 +22,10 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
     errno = EOPNOTSUPP;
     return NULL;
   }
+  if (sv_ctx_dead(pd->context)) {
+    errno = EIO;
+    return NULL;
+  }
   if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > SV_MAX_WR || cap->max_recv_wr > SV_MAX_WR ||
       cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE || cap->max_inline_data > SV_MAX_INLINE ||
       attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
@@ -234,6 +238,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
   struct sv_qp_local *lq = (struct sv_qp_local *)qp;
   struct sv_qp *q = shared_qp(lq);
   if (!(mask & IBV_QP_STATE)) return EINVAL; /* not modelled: attribute-only changes */
+  if (sv_ctx_dead(qp->context)) return EIO;
   pthread_mutex_lock(&sv_lib.lock);
   pthread_mutex_lock(&lq->exec_lock);
   enum ibv_qp_state from = atomic_load(&q->state), to = a->qp_state;
@@ -320,6 +325,7 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, s
   struct sv_qp_local *lq = (struct sv_qp_local *)qp;
   struct sv_qp *q = shared_qp(lq);
   (void)mask; /* everything is cheap to report */
+  if (sv_ctx_dead(qp->context)) return EIO;
   memset(a, 0, sizeof(*a));
   a->qp_state = a->cur_qp_state = atomic_load(&q->state);
   a->path_mtu = q->path_mtu;

@@ -27,8 +27,15 @@ struct sv_ctx {
   int dev;
   int async_rd, async_wr; /* pipe carrying struct sv_async_record */
   uint64_t event_seq_seen;
+  uint32_t fatal_gen; /* the device's fatal_gen when it was opened */
   struct sv_ctx *next;
 };
+
+/* A context whose device went fatal since it was opened is dead for good,
+ * as rdma-core's disassociated context: every command through the kernel
+ * (create, modify, register, query) fails with EIO, even once the device
+ * recovered; destroys still succeed, so that it can be torn down. */
+int sv_ctx_dead(struct ibv_context *c);
 
 /* What the engine writes into the async pipe (the kernel's format). */
 struct sv_async_record {

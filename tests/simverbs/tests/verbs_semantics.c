@@ -890,7 +890,7 @@ Test(faults, device_fatal_errors_every_qp_and_refuses_new_contexts) {
   cr_assert_eq(expect_async(&A), IBV_EVENT_DEVICE_FATAL);
   cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
   cr_assert_eq(expect_wc(A.cq).status, IBV_WC_WR_FLUSH_ERR);
-  cr_assert_eq(qp_state(&A), IBV_QPS_ERR);
+  cr_assert_eq(A.qp->state, IBV_QPS_ERR);
   struct ibv_device **list = ibv_get_device_list(NULL);
   errno = 0;
   cr_assert_null(ibv_open_device(list[0]));
@@ -898,8 +898,48 @@ Test(faults, device_fatal_errors_every_qp_and_refuses_new_contexts) {
   cr_assert_eq(sv_device_set_fatal(fab, 0, 0), 0);
   struct ibv_context *c = ibv_open_device(list[0]);
   cr_assert_not_null(c, "a recovered device opens again");
+  struct ibv_pd *pd = ibv_alloc_pd(c);
+  cr_assert_not_null(pd, "a context opened after the recovery works");
+  ibv_dealloc_pd(pd);
   ibv_close_device(c);
   ibv_free_device_list(list);
+}
+
+/* A context opened before a device fatal is dead for good, as rdma-core's
+ * disassociated context: every command fails with EIO, also after the
+ * device recovered, and destroys still succeed. */
+Test(faults, a_fatal_devices_old_context_refuses_every_command) {
+  cr_assert_eq(sv_device_set_fatal(fab, 0, 1), 0);
+  cr_assert_eq(expect_async(&A), IBV_EVENT_DEVICE_FATAL);
+  cr_assert_eq(sv_device_set_fatal(fab, 0, 0), 0); /* recovered: the old context stays dead */
+  errno = 0;
+  cr_assert_null(ibv_alloc_pd(A.ctx));
+  cr_assert_eq(errno, EIO);
+  errno = 0;
+  cr_assert_null(ibv_create_cq(A.ctx, 8, NULL, NULL, 0));
+  cr_assert_eq(errno, EIO);
+  errno = 0;
+  cr_assert_null(ibv_reg_mr(A.pd, A.buf, 4096, IBV_ACCESS_LOCAL_WRITE));
+  cr_assert_eq(errno, EIO);
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                .recv_cq = A.cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+  errno = 0;
+  cr_assert_null(ibv_create_qp(A.pd, &ia));
+  cr_assert_eq(errno, EIO);
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, IBV_QP_STATE), EIO);
+  struct ibv_port_attr pa;
+  cr_assert_eq(ibv_query_port(A.ctx, 1, &pa), EIO);
+  struct ibv_device_attr da;
+  cr_assert_eq(ibv_query_device(A.ctx, &da), EIO);
+  cr_assert_eq(ibv_destroy_qp(A.qp), 0, "a dead context's objects are still destroyed");
+  A.qp = NULL;
+  cr_assert_eq(ibv_dereg_mr(A.mr), 0);
+  A.mr = NULL;
+  /* The other NIC's context never went fatal. */
+  cr_assert_eq(ibv_query_port(B.ctx, 1, &pa), 0);
 }
 
 Test(faults, rnr_retry_exceeded_when_nothing_is_posted) {
