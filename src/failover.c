@@ -143,8 +143,12 @@ static int outstanding_requests(struct lp_comm *c) {
 }
 
 /* Stop the old path: once its QPs are in ERR nothing more lands through
- * them, on either side. */
-static void quiesce(struct lp_link *link) {
+ * them, on either side.  A NIC that reported a fatal error stopped them
+ * itself and refuses every command since (EIO): nothing to do, and
+ * nothing to warn about for each of its QPs. */
+static void quiesce(struct lp_comm *c) {
+  struct lp_link *link = &c->link;
+  if (c->health != NULL && lp_health_nic_fatal(c->health, lp_link_dev(link)->nic)) return;
   const struct lp_ibv *ibv = &link->env->ibv;
   for (int q = 0; q < link->nqps; q++) {
     if (link->qps[q] == NULL) continue;
@@ -449,7 +453,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     fo->via_home = 0; /* what the newer offer's path is, it says (open_on) */
   }
   fo->epoch++;
-  quiesce(&c->link);
+  quiesce(c);
   int failback = reason == LP_FO_FAILBACK;
   int avoid = failback ? -1 : c->link.dev;
   int prefer = failback ? fo->primary_dev : -1;
@@ -524,7 +528,7 @@ static ncclResult_t sender_on_moved(struct lp_send_comm *s, const struct lp_fo_a
     if (a->epoch <= fo->epoch) return ncclSuccess; /* older than a move made since */
     begin(c, LP_FO_PEER_NOTICE);
     fo->epoch = a->epoch;
-    quiesce(&c->link);
+    quiesce(c);
     set_state(c, LP_FO_REQUESTED);
   } else if (a->epoch != fo->epoch) {
     return ncclSuccess; /* older than the REQ this end sent since */
@@ -666,7 +670,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
   begin(c, fo->state == LP_FO_NOTICED ? fo->reason : (int)m->reason);
   fo->epoch = m->epoch;
   fo->via_standby = fo->via_home = 0; /* what this request's path is, not what an answer it supersedes took */
-  quiesce(&c->link);
+  quiesce(c);
   ncclResult_t rc = drain(c);
   if (rc != ncclSuccess) return refuse_failed(c, (int)m->reason, rc);
   int failback = m->reason == LP_FO_FAILBACK;
@@ -703,7 +707,7 @@ static ncclResult_t receiver_notice(struct lp_recv_comm *r, int reason) {
   if (c->fo->state != LP_FO_IDLE) return ncclSuccess;
   begin(c, reason);
   set_state(c, LP_FO_NOTICED);
-  quiesce(&c->link);
+  quiesce(c);
   return send_notice(c, reason, c->link.dev);
 }
 
@@ -717,7 +721,7 @@ static ncclResult_t receiver_moves_itself(struct lp_recv_comm *r, int reason) {
   struct lp_fo *fo = c->fo;
   begin(c, reason);
   fo->epoch++;
-  quiesce(&c->link);
+  quiesce(c);
   ncclResult_t rc = drain(c);
   if (rc != ncclSuccess) return refuse_failed(c, reason, rc);
   uint32_t standby = fo->sb.id;

@@ -484,6 +484,10 @@ device_fatal)
   # sees first, moves it: both are right.
   expect_event event=failover dev=mlx5_0
   grep -q "mlx5_0 reported a fatal error" "$tmp/out" || fail "the device-fatal event was not seen"
+  # A fatal NIC refuses every command (EIO, as a disassociated context) and
+  # has stopped its QPs itself: the moves leave them alone, without a
+  # warning for each.
+  ! grep -q "cannot stop queue pair" "$tmp/out" || fail "a move sent commands to a NIC that reported a fatal error"
   ;;
 device_fatal_remote | device_fatal_during_move | device_recover)
   # DEVICE_FATAL on the other host (node1: its ends are what node0's
