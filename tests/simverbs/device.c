@@ -224,9 +224,9 @@ SV_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
   a->max_cqe = SV_MAX_CQE - 1;
   a->max_mr = SV_MAX_MRS;
   a->max_pd = 1 << 20;
-  a->max_qp_rd_atom = 16;
-  a->max_qp_init_rd_atom = 16;
-  a->max_res_rd_atom = 16 * SV_MAX_QPS;
+  a->max_qp_rd_atom = SV_MAX_RD_ATOM;
+  a->max_qp_init_rd_atom = SV_MAX_RD_ATOM;
+  a->max_res_rd_atom = SV_MAX_RD_ATOM * SV_MAX_QPS;
   a->atomic_cap = IBV_ATOMIC_HCA; /* as ConnectX: atomic among the HCA's own atomics */
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 16;

@@ -469,6 +469,13 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
   int is_read = w->opcode == IBV_WR_RDMA_READ;
   out->status = local_iov(q, w, is_read || is_atomic(w->opcode), &x);
   if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL;
+  if ((is_read || is_atomic(w->opcode)) && d->max_dest_rd_atomic == 0) {
+    /* A responder given no resources for READs and atomics (RTR's
+     * max_dest_rd_atomic 0) NAKs one as an invalid request and breaks. */
+    out->responder = SV_QP_FAULT_ERR;
+    out->status = IBV_WC_REM_INV_REQ_ERR;
+    return EXEC_FAIL;
+  }
   if (is_atomic(w->opcode)) return execute_atomic(q, d, w, &x, now, out);
   out->len = (uint32_t)x.len;
   size_t limit = partial ? x.len / 2 : x.len;

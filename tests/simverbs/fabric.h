@@ -33,6 +33,7 @@
 #define SV_MAX_QPS 16384 /* 14 bits of the QP number: sv_make_qpn */
 #define SV_MAX_CQS 16384
 #define SV_MAX_MRS 65536
+#define SV_MAX_RD_ATOM 16 /* READs and atomics a QP may have outstanding, as initiator or responder */
 #define SV_MAX_HEAP_BLOCKS 65536
 #define SV_HEAP_BYTES (1ull << 30) /* sparse: tmpfs only backs touched pages */
 #define SV_NAME_LEN 64

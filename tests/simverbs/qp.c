@@ -204,6 +204,9 @@ static int check_attr_values(struct sv_qp *q, struct ibv_qp_attr *a, int mask) {
   if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) return EINVAL;
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) return EINVAL;
+  /* At most what ibv_query_device reports (max_qp_init_rd_atom, max_qp_rd_atom). */
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > SV_MAX_RD_ATOM) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SV_MAX_RD_ATOM) return EINVAL;
   if ((mask & IBV_QP_AV)) {
     struct sv_port *p = &d->ports[((mask & IBV_QP_PORT) ? a->port_num : q->port) - 1];
     if (p->link_layer == IBV_LINK_LAYER_ETHERNET && !a->ah_attr.is_global) return EINVAL; /* RoCE needs a GRH */

@@ -1129,6 +1129,42 @@ Test(bad_input, send_longer_than_receive_buffer) {
   cr_assert_eq(expect_wc(A.cq).status, IBV_WC_REM_INV_REQ_ERR);
 }
 
+/* A responder connected with max_dest_rd_atomic 0 has no resources for
+ * READs: one is an invalid request, the requester gets REM_INV_REQ_ERR and
+ * the responder breaks; values above what the device reports are refused. */
+Test(bad_input, a_read_to_a_responder_without_read_resources_is_an_invalid_request) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = IBV_MTU_4096,
+                          .dest_qp_num = A.qp->qp_num,
+                          .max_dest_rd_atomic = 17,
+                          .min_rnr_timer = 1,
+                          .ah_attr = {.dlid = A.lid, .port_num = 1}};
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+             IBV_QP_MIN_RNR_TIMER;
+  cr_assert_eq(ibv_modify_qp(B.qp, &a, mask), EINVAL, "17 is above the device's max_qp_rd_atom");
+  a.max_dest_rd_atomic = 0;
+  cr_assert_eq(ibv_modify_qp(B.qp, &a, mask), 0);
+  cr_assert_eq(to_rts(&A, 8, 7), 0);
+  cr_assert_eq(to_rts(&B, 8, 7), 0);
+  struct ibv_sge sge = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
+  struct ibv_send_wr rd = {.wr_id = 7,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_READ,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  rd.wr.rdma.remote_addr = (uintptr_t)B.buf;
+  rd.wr.rdma.rkey = B.mr->rkey;
+  cr_assert_eq(ibv_post_send(A.qp, &rd, &bad), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_REM_INV_REQ_ERR, "status %d", wc.status);
+  uint64_t deadline = sv_now_ns() + WAIT_MS * 1000000ull;
+  while (qp_state(&B) != IBV_QPS_ERR) cr_assert_lt(sv_now_ns(), deadline, "the responder did not break");
+}
+
 Test(bad_input, cq_overrun_raises_cq_err) {
   struct ibv_cq *tiny = ibv_create_cq(A.ctx, 1, NULL, NULL, 0);
   cr_assert_not_null(tiny);
