@@ -248,7 +248,7 @@ static int query_port_full(struct ibv_context *c, uint8_t port_num, struct ibv_p
   int up = atomic_load(&p->state) == IBV_PORT_ACTIVE;
   full.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   full.max_mtu = IBV_MTU_4096;
-  full.active_mtu = ib ? IBV_MTU_4096 : IBV_MTU_1024;
+  full.active_mtu = sv_port_active_mtu(p);
   full.gid_tbl_len = (int)p->ngids;
   full.port_cap_flags = ib ? (IBV_PORT_CM_SUP | IBV_PORT_VENDOR_CLASS_SUP) : IBV_PORT_CM_SUP;
   full.max_msg_sz = 1u << 30;

@@ -657,6 +657,17 @@ static size_t wr_bytes(struct sv_swqe *w) {
   return n;
 }
 
+/* Packets larger than a port's MTU are dropped on the way (the RoCE NIC's
+ * netdev, a switch): a request whose packets, at its path MTU, are larger
+ * than either port's active MTU draws no answer and runs out its retries.
+ * A READ's packets are the responder's, at the responder's path MTU. */
+static int fits_wire_mtu(struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w, struct sv_port *lp) {
+  struct sv_port *rp = &fab()->devs[d->dev].ports[d->port - 1];
+  enum ibv_mtu wire = sv_port_active_mtu(lp) < sv_port_active_mtu(rp) ? sv_port_active_mtu(lp) : sv_port_active_mtu(rp);
+  uint32_t path = w->opcode == IBV_WR_RDMA_READ ? d->path_mtu : q->path_mtu;
+  return path <= (uint32_t)wire || wr_bytes(w) <= (size_t)(128u << wire);
+}
+
 /* A WR that waits for its due time: fetch now, for writing, the first line
  * of its destination and the receive entry it will consume, both last
  * written by the responder's process.  A NIC's DMA stalls no CPU; here the
@@ -780,6 +791,7 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     int loopback = d == q;
     int path_up = d && (loopback ? atomic_load(&lp->state) == IBV_PORT_ACTIVE
                                  : port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]));
+    if (path_up && !loopback && !fits_wire_mtu(q, d, w, lp)) path_up = 0;
     if (!path_up) { /* dropped on the way, or by a responder that is not ready */
       unanswered(lq, q, now, next);
       break;

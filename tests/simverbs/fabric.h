@@ -339,6 +339,12 @@ static inline uint64_t sv_queue_mark(uint32_t qpn, uint64_t freed_to) {
 /* Slots in use, of a queue filled up to `tail`, by its mark. */
 static inline uint32_t sv_queue_used(uint64_t tail, uint64_t mark) { return (uint32_t)tail - (uint32_t)mark; }
 
+/* A port's active MTU: 4096 on InfiniBand, 1024 on RoCE (an Ethernet MTU
+ * of 1500, as most fabrics run). */
+static inline enum ibv_mtu sv_port_active_mtu(const struct sv_port *p) {
+  return p->link_layer == IBV_LINK_LAYER_INFINIBAND ? IBV_MTU_4096 : IBV_MTU_1024;
+}
+
 static inline void *sv_heap_ptr(struct sv_fabric *f, uint64_t off) { return (char *)f + f->heap_off + off; }
 /* Allocate/free heap bytes for proc `owner`; returns offset or UINT64_MAX. */
 uint64_t sv_heap_alloc(struct sv_fabric *f, uint64_t size, int32_t owner);

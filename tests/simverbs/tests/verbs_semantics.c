@@ -39,16 +39,18 @@ static struct sv_fabric *fab;
 static char fabric_name[64];
 static struct end A, B;
 
-static void bring_up_fabric(void) {
+static void bring_up_fabric_of(const char *config) {
   snprintf(fabric_name, sizeof(fabric_name), "vs%d", (int)getpid());
   fab = sv_fabric_create(fabric_name);
   cr_assert_not_null(fab, "cannot create fabric: %s", strerror(errno));
-  cr_assert_eq(sv_config_load(fab, SV_TEST_CONFIG), 0);
+  cr_assert_eq(sv_config_load(fab, config), 0);
   cr_assert_eq(sv_sysfs_create(fab), 0);
   fab->ready = 1;
   setenv("SIMVERBS_FABRIC", fabric_name, 1);
   setenv("SIMVERBS_HOST", "node0", 1);
 }
+
+static void bring_up_fabric(void) { bring_up_fabric_of(SV_TEST_CONFIG); }
 
 static void open_end(struct end *e, const char *name, int cqe) {
   int n = 0;
@@ -1514,4 +1516,67 @@ Test(bad_input, peer_memory_is_a_file_in_the_hosts_tree) {
   fab->hosts[0].peer_memory = 1;
   cr_assert_eq(sv_sysfs_create(fab), 0);
   cr_assert_eq(access(path, R_OK), 0, "%s", path);
+}
+
+/* ---- RoCE: the wire's MTU ------------------------------------------------ */
+
+static void setup_roce(void) {
+  bring_up_fabric_of(SV_ROCE_CONFIG);
+  open_end(&A, "mlx5_0", 256);
+  open_end(&B, "mlx5_1", 256);
+}
+
+TestSuite(roce, .init = setup_roce, .fini = teardown);
+
+/* INIT to RTR with a GRH to the peer's GID 0, at path MTU `mtu`. */
+static int to_rtr_roce(struct end *e, struct end *peer, enum ibv_mtu mtu) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = mtu,
+                          .dest_qp_num = peer->qp->qp_num,
+                          .max_dest_rd_atomic = 1,
+                          .min_rnr_timer = 1,
+                          .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.sgid_index = 0, .hop_limit = 64}}};
+  if (ibv_query_gid(peer->ctx, 1, 0, &a.ah_attr.grh.dgid) != 0) return -1;
+  return ibv_modify_qp(e->qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+/* A RoCE port's active MTU is 1024 (an Ethernet MTU of 1500): a QP
+ * connected at 4096 sends packets the wire drops, so a message of more
+ * than one 1024-byte packet never lands and runs out its retries, while
+ * one that fits a packet goes through.  At the port's MTU both land.  A
+ * NIC does the same: the classic RoCE misconfiguration. */
+Test(roce, packets_above_the_ports_mtu_are_dropped_on_the_wire) {
+  struct ibv_port_attr pa;
+  cr_assert_eq(ibv_query_port(A.ctx, 1, &pa), 0);
+  cr_assert_eq(pa.active_mtu, IBV_MTU_1024);
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr_roce(&A, &B, IBV_MTU_4096), 0);
+  cr_assert_eq(to_rtr_roce(&B, &A, IBV_MTU_4096), 0);
+  cr_assert_eq(to_rts(&A, 8, 7), 0); /* 1 ms a try, 3 retries */
+  cr_assert_eq(to_rts(&B, 8, 7), 0);
+  fill(A.buf, 8192, 5);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 1024, B.mr->rkey), 0);
+  struct ibv_wc wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_SUCCESS, "one packet's worth fits the wire");
+  cr_assert_eq(memcmp(A.buf, B.buf, 1024), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 2, 4096, 4096, B.mr->rkey), 0);
+  wc = expect_wc(A.cq);
+  cr_assert_eq(wc.status, IBV_WC_RETRY_EXC_ERR, "4096-byte packets crossed a 1024-byte wire (status %d)", wc.status);
+  cr_assert_neq(memcmp(A.buf + 4096, B.buf + 4096, 4096), 0, "the dropped packets landed");
+}
+
+Test(roce, at_the_ports_mtu_every_size_lands) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr_roce(&A, &B, IBV_MTU_1024), 0);
+  cr_assert_eq(to_rtr_roce(&B, &A, IBV_MTU_1024), 0);
+  cr_assert_eq(to_rts(&A, 8, 7), 0);
+  cr_assert_eq(to_rts(&B, 8, 7), 0);
+  fill(A.buf, 65536, 6);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 65536, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_eq(memcmp(A.buf, B.buf, 65536), 0);
 }
