@@ -21,6 +21,7 @@
 #include "health.h"
 #include "idle_watch.h"
 #include "progress.h"
+#include "../lib/tcp_pair.h"
 
 static struct ibv_context ctx;
 static struct ibv_pd pd;
@@ -165,29 +166,6 @@ static struct lp_link_info peer_link(void) {
   l.ctrl_rkey = 0x55;
   snprintf(l.dev_name, sizeof(l.dev_name), "mlx5_9");
   return l;
-}
-
-/* A TCP connection over loopback, non-blocking: a control connection the
- * channel can make again (on the address it was accepted on, which a
- * socket pair has not). */
-static void tcp_pair(int sv[2]) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t alen = sizeof(a);
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert(l >= 0);
-  cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-  cr_assert_eq(listen(l, 1), 0);
-  cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-  sv[0] = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_eq(connect(sv[0], (struct sockaddr *)&a, sizeof(a)), 0);
-  sv[1] = accept(l, NULL, NULL);
-  cr_assert(sv[1] >= 0);
-  close(l);
-  int one = 1;
-  for (int i = 0; i < 2; i++) {
-    setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    fcntl(sv[i], F_SETFL, O_NONBLOCK);
-  }
 }
 
 /* Comm `c` of `kind`, set up on device `dev` with failover on, its control

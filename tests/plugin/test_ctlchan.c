@@ -16,6 +16,7 @@
 
 #include "ctlchan.h"
 #include "fo_wire.h"
+#include "../lib/tcp_pair.h"
 
 /* recv() on the fd watched here is counted (the others pass through
  * uncounted): what a message costs in system calls. */
@@ -34,26 +35,6 @@ struct ends {
   struct lp_ctl tx, rx;
   int far[LP_CTL_PATHS]; /* the sender's fds, also kept here to cut them */
 };
-
-/* A TCP connection over loopback: unlike a socket pair, it can be reset. */
-static void tcp_pair(int sv[2]) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t alen = sizeof(a);
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert(l >= 0);
-  cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-  cr_assert_eq(listen(l, 1), 0);
-  cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-  sv[0] = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_eq(connect(sv[0], (struct sockaddr *)&a, sizeof(a)), 0);
-  sv[1] = accept(l, NULL, NULL);
-  cr_assert(sv[1] >= 0);
-  close(l);
-  /* As the plugin's (sock.c): small messages go out at once, not after a
-   * delayed ACK. */
-  int one = 1;
-  for (int i = 0; i < 2; i++) setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
 
 /* Close with a reset, as a host whose TCP gave the connection up. */
 static void reset(int *fd) {
