@@ -145,7 +145,8 @@ static int outstanding_requests(struct lp_comm *c) {
 /* Stop the old path: once its QPs are in ERR nothing more lands through
  * them, on either side.  A NIC that reported a fatal error stopped them
  * itself and refuses every command since (EIO): nothing to do, and
- * nothing to warn about for each of its QPs. */
+ * nothing to warn about for each of its QPs, also when the move came from
+ * its flushed completions before its DEVICE_FATAL event was read. */
 static void quiesce(struct lp_comm *c) {
   struct lp_link *link = &c->link;
   if (c->health != NULL && lp_health_nic_fatal(c->health, lp_link_dev(link)->nic)) return;
@@ -159,6 +160,7 @@ static void quiesce(struct lp_comm *c) {
      * broken NIC writes nothing more either; said, since a QP left in RTS
      * would break the premise. */
     int err = ibv->modify_qp(link->qps[q], &a, IBV_QP_STATE);
+    if (err == EIO) return; /* a fatal NIC, its event still on the way */
     if (err != 0)
       LP_WARN(
           "cannot stop queue pair %u on %s (ibv_modify_qp to ERR: %s): the move goes on, counting on its NIC to "
