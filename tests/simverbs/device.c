@@ -121,6 +121,10 @@ static int query_port_full(struct ibv_context *c, uint8_t port_num, struct ibv_p
 
 SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   struct sv_device *d = fab_dev(device);
+  /* Before the look at `fatal`: a fatal error injected between the two
+   * leaves a context that counts itself dead, not one that counts itself
+   * alive on a fatal device. */
+  uint32_t fatal_gen = atomic_load(&d->fatal_gen);
   if (atomic_load(&d->fatal)) {
     errno = EIO; /* a device in fatal error refuses new contexts until recovered */
     return NULL;
@@ -134,7 +138,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   /* The engine must never block on a full pipe nobody reads. */
   fcntl(ctx->async_wr, F_SETFL, O_NONBLOCK);
   ctx->event_seq_seen = atomic_load(&d->event_seq);
-  ctx->fatal_gen = atomic_load(&d->fatal_gen);
+  ctx->fatal_gen = fatal_gen;
   struct ibv_context *c = &ctx->vctx.context;
   ctx->vctx.sz = sizeof(struct verbs_context);
   ctx->vctx.query_port = query_port_full;
@@ -275,6 +279,10 @@ SV_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port_num, struct _co
 
 SV_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port_num, int index, union ibv_gid *gid) {
   struct sv_port *p = ctx_port(c, port_num);
+  if (sv_ctx_dead(c)) {
+    errno = EIO;
+    return -1;
+  }
   if (!p || index < 0 || index >= (int)SV_NGIDS) {
     errno = EINVAL;
     return -1;
@@ -299,6 +307,7 @@ static void fill_gid_entry(struct sv_port *p, uint32_t port_num, uint32_t index,
 SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port_num, uint32_t gid_index,
                                 struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size) {
   struct sv_port *p = ctx_port(c, port_num);
+  if (sv_ctx_dead(c)) return EIO;
   if (!p || flags || entry_size < sizeof(*entry)) return EINVAL;
   if (gid_index >= p->ngids) return ENODATA;
   fill_gid_entry(p, port_num, gid_index, entry);
@@ -308,6 +317,7 @@ SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port_num, uint32
 SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries, size_t max_entries,
                                        uint32_t flags, size_t entry_size) {
   struct sv_device *d = &sv_lib.fab->devs[sv_ctx_of(c)->dev];
+  if (sv_ctx_dead(c)) return -EIO;
   if (flags || entry_size < sizeof(*entries)) return -EINVAL;
   size_t n = 0;
   for (uint32_t port = 1; port <= d->nports; port++)
@@ -320,6 +330,10 @@ SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
 }
 
 SV_EXPORT int ibv_query_pkey(struct ibv_context *c, uint8_t port_num, int index, __be16 *pkey) {
+  if (sv_ctx_dead(c)) {
+    errno = EIO;
+    return -1;
+  }
   if (!ctx_port(c, port_num) || index != 0) {
     errno = EINVAL;
     return -1;

@@ -189,6 +189,10 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
 /* ---- completion channels ---- */
 
 SV_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) {
+  if (sv_ctx_dead(c)) {
+    errno = EIO;
+    return NULL;
+  }
   struct sv_channel *ch = calloc(1, sizeof(*ch));
   int fds[2];
   if (!ch || pipe2(fds, O_CLOEXEC) != 0) {

@@ -936,6 +936,12 @@ Test(faults, a_fatal_devices_old_context_refuses_every_command) {
   cr_assert_eq(ibv_query_port(A.ctx, 1, &pa), EIO);
   struct ibv_device_attr da;
   cr_assert_eq(ibv_query_device(A.ctx, &da), EIO);
+  union ibv_gid gid;
+  cr_assert_eq(ibv_query_gid(A.ctx, 1, 0, &gid), -1);
+  cr_assert_eq(errno, EIO);
+  errno = 0;
+  cr_assert_null(ibv_create_comp_channel(A.ctx));
+  cr_assert_eq(errno, EIO);
   cr_assert_eq(ibv_destroy_qp(A.qp), 0, "a dead context's objects are still destroyed");
   A.qp = NULL;
   cr_assert_eq(ibv_dereg_mr(A.mr), 0);
