@@ -144,13 +144,16 @@ static int outstanding_requests(struct lp_comm *c) {
 
 /* Stop the old path: once its QPs are in ERR nothing more lands through
  * them, on either side.  A NIC that reported a fatal error stopped them
- * itself and refuses every command since (EIO): nothing to do, and
- * nothing to warn about for each of its QPs, also when the move came from
- * its flushed completions before its DEVICE_FATAL event was read. */
+ * itself and refuses every command since: nothing to do.  When the move
+ * came from its flushed completions before its DEVICE_FATAL event was
+ * read, its QPs answer EIO: said once, at INFO, not warned about one by
+ * one (thousands on a busy node); EIO from a NIC not in fatal error is a
+ * failing firmware command, and the other QPs are still asked. */
 static void quiesce(struct lp_comm *c) {
   struct lp_link *link = &c->link;
   if (c->health != NULL && lp_health_nic_fatal(c->health, lp_link_dev(link)->nic)) return;
   const struct lp_ibv *ibv = &link->env->ibv;
+  int refused = 0;
   for (int q = 0; q < link->nqps; q++) {
     if (link->qps[q] == NULL) continue;
     struct ibv_qp_attr a;
@@ -160,13 +163,19 @@ static void quiesce(struct lp_comm *c) {
      * broken NIC writes nothing more either; said, since a QP left in RTS
      * would break the premise. */
     int err = ibv->modify_qp(link->qps[q], &a, IBV_QP_STATE);
-    if (err == EIO) return; /* a fatal NIC, its event still on the way */
-    if (err != 0)
+    if (err == EIO)
+      refused++;
+    else if (err != 0)
       LP_WARN(
           "cannot stop queue pair %u on %s (ibv_modify_qp to ERR: %s): the move goes on, counting on its NIC to "
           "write nothing more",
           link->qps[q]->qp_num, link->local.dev_name, strerror(err));
   }
+  if (refused > 0)
+    LP_INFO(NCCL_NET,
+            "%s refused to stop %d queue pair(s) of connection 0x%llx (EIO: a NIC in fatal error, or a failing "
+            "firmware command): the move goes on, counting on it to write nothing more",
+            link->local.dev_name, refused, (unsigned long long)c->conn_id);
 }
 
 /* Errors a path causes, which another NIC may not have.  Protection and
