@@ -59,6 +59,7 @@ struct dev {
 struct proc {
   char file[4096];
   int pid;
+  char host[128]; /* its host label: the host name, with the pid what names the process ("": none) */
   int ndevs;
   struct dev devs[MAX_DEVS];
   double v[P_COUNT];
@@ -283,6 +284,7 @@ static int read_file(const char *path, struct proc *p, int pipe_ok, const char *
       continue;
     }
     if (has_pid == 0) p->pid = n;
+    if (p->host[0] == '\0' && label(labels, "host", p->host, sizeof(p->host)) != 0) p->host[0] = '\0';
     ours = 1;
     int k = series_index(line, dev_series, D_COUNT);
     if (k >= 0) {
@@ -340,10 +342,16 @@ static double written_key(const struct proc *p) {
  * its pid runs, but the file is not rewritten any more, so that process is
  * another (a pid in another container, or one reused) or linkpass there is
  * stuck; its figures are not live either. */
-static void judge(struct proc *p, double now) {
+/* A process of another host, or of a container with a host name of its
+ * own, has its pid in another PID namespace: kill() here says nothing of
+ * it (a rank that is pid 1 in its container would always be "running"),
+ * so only its file's age does. */
+static void judge(struct proc *p, double now, const char *local_host) {
   p->age_s = now - written_at(p);
   if (p->have[P_UP] && p->v[P_UP] == 0) {
     p->state = "exited";
+  } else if (p->host[0] != '\0' && strcmp(p->host, local_host) != 0) {
+    p->state = p->age_s > STALE_S ? "gone" : "running";
   } else if (p->pid > 0 && (kill(p->pid, 0) == 0 || errno == EPERM)) {
     p->state = p->age_s > STALE_S ? "stale" : "running";
   } else {
@@ -522,7 +530,9 @@ static void print_json(void) {
   printf("{\"processes\": [");
   for (int i = 0; i < nprocs; i++) {
     const struct proc *p = &procs[i];
-    printf("%s\n  {\"pid\": %d, \"file\": ", i ? "," : "", p->pid);
+    printf("%s\n  {\"pid\": %d, \"host\": ", i ? "," : "", p->pid);
+    json_str(p->host);
+    printf(", \"file\": ");
     json_str(p->file);
     printf(", \"state\": \"%s\"", p->state);
     json_num("updated_age_seconds", p->age_s, 3);
@@ -575,9 +585,10 @@ static void print_table(const char *where, int from_dir) {
   for (int i = 0; i < nprocs; i++) {
     const struct proc *p = &procs[i];
     printf(
-        "\npid %d  %s, written %.1f s ago  replayed %.0f messages (%.1f MiB), paths lost %.0f, last failover %.2f ms\n",
-        p->pid, p->state, p->age_s, p->v[P_REPLAYED], p->v[P_REPLAYED_BYTES] / 1048576.0, p->v[P_LOST],
-        p->v[P_LAST_FAILOVER] * 1e3);
+        "\npid %d%s%s  %s, written %.1f s ago  replayed %.0f messages (%.1f MiB), paths lost %.0f, last failover "
+        "%.2f ms\n",
+        p->pid, p->host[0] ? " on " : "", p->host, p->state, p->age_s, p->v[P_REPLAYED],
+        p->v[P_REPLAYED_BYTES] / 1048576.0, p->v[P_LOST], p->v[P_LAST_FAILOVER] * 1e3);
     if (strcmp(p->state, "gone") == 0)
       printf("  (the process is gone without a last write: these figures are its last, and count for nothing now)\n");
     if (strcmp(p->state, "stale") == 0)
@@ -730,7 +741,9 @@ int main(int argc, char **argv) {
   if (rc != 0) return rc;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  for (int i = 0; i < nprocs; i++) judge(&procs[i], (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  char local_host[256] = "?";
+  if (gethostname(local_host, sizeof(local_host) - 1) != 0) snprintf(local_host, sizeof(local_host), "?");
+  for (int i = 0; i < nprocs; i++) judge(&procs[i], (double)now.tv_sec + (double)now.tv_nsec / 1e9, local_host);
   qsort(procs, (size_t)nprocs, sizeof(procs[0]), by_pid);
   if (json)
     print_json();

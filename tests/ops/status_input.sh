@@ -180,6 +180,24 @@ printf 'linkpass_up{pid="%d"} 1\nlinkpass_metrics_updated_timestamp_seconds{pid=
 run --log /dev/null --json "$tmp/live.prom"
 jq -e ".processes[0].state == \"running\"" "$tmp/out" >/dev/null || fail "a file written now is not running: $(cat "$tmp/out")"
 
+# A rank in a container of its own, pid 1 there (and pid 1 always runs
+# here): its host label is not this host's, so kill() says nothing of it
+# and only its file's age does.  Not rewritten for 100 s: gone (it was
+# "stale" when the pid was taken for one of this host's); written now:
+# running.  The host is in the table and the JSON.
+other="not-$(hostname)"
+printf 'linkpass_up{pid="1",host="%s"} 1\nlinkpass_metrics_updated_timestamp_seconds{pid="1",host="%s"} %d\n' \
+  "$other" "$other" $((now - 100)) >"$tmp/pod.prom"
+run --log /dev/null --json "$tmp/pod.prom"
+jq -e --arg h "$other" '.processes[0] | .state == "gone" and .host == $h' "$tmp/out" >/dev/null ||
+  fail "another host's rank not rewritten for 100 s is not gone: $(cat "$tmp/out")"
+run --log /dev/null "$tmp/pod.prom"
+grep -q "^pid 1 on $other  gone" "$tmp/out" || fail "the table does not name the rank's host: $(cat "$tmp/out")"
+printf 'linkpass_up{pid="1",host="%s"} 1\nlinkpass_metrics_updated_timestamp_seconds{pid="1",host="%s"} %d\n' \
+  "$other" "$other" "$now" >"$tmp/pod.prom"
+run --log /dev/null --json "$tmp/pod.prom"
+jq -e '.processes[0].state == "running"' "$tmp/out" >/dev/null || fail "another host's rank written now is not running: $(cat "$tmp/out")"
+
 # A directory of more files than the command holds keeps those written
 # last: the live processes of a node whose old files were not removed.
 mkdir "$tmp/many"
