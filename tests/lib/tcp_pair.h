@@ -2,15 +2,15 @@
  * A connected pair of loopback TCP sockets, for the unit tests of what
  * runs over a control connection (the control channel, the moves).  Unlike
  * a socket pair it can be reset, and it is set up as the plugin sets up its
- * own (sock.c): TCP_NODELAY, so that small messages go out at once, not
- * after a delayed ACK, and blocking (the plugin reads and writes with
- * MSG_DONTWAIT).
+ * own (sock.c): non-blocking, and TCP_NODELAY, so that small messages go
+ * out at once, not after a delayed ACK.
  */
 #ifndef LP_TEST_TCP_PAIR_H
 #define LP_TEST_TCP_PAIR_H
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -30,7 +30,10 @@ static inline void tcp_pair(int sv[2]) {
   cr_assert(sv[1] >= 0);
   close(l);
   int one = 1;
-  for (int i = 0; i < 2; i++) setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  for (int i = 0; i < 2; i++) {
+    setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(sv[i], F_SETFL, O_NONBLOCK);
+  }
 }
 
 #endif
