@@ -108,8 +108,7 @@ static int flush_queues(struct sv_qp_local *lq) {
   for (struct sv_rwqe *w; (w = sv_rq_head(f, q));) {
     struct ibv_wc wc = {
         .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV, .qp_num = q->qpn, .vendor_err = 0xf9};
-    uint64_t pos = atomic_load_explicit(&q->rq_head, memory_order_relaxed);
-    sv_rq_pop(q);
+    uint64_t pos = sv_rq_pop(q);
     push_completion(q, q->recv_cq, &wc, sv_frees(1, pos));
     progress = 1;
   }
@@ -508,8 +507,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
         /* The receiver completes its WQE in error and breaks; we see a NAK. */
         struct ibv_wc wc = {
             .wr_id = r->wr_id, .status = rs, .opcode = IBV_WC_RECV, .qp_num = d->qpn, .vendor_err = 0x81};
-        uint64_t pos = atomic_load_explicit(&d->rq_head, memory_order_relaxed);
-        sv_rq_pop(d);
+        uint64_t pos = sv_rq_pop(d);
         push_completion(d, d->recv_cq, &wc, sv_frees(1, pos));
         sv_unlock(&d->rq_lock);
         fail_responder(d, SV_QP_FAULT_ERR);
@@ -555,8 +553,7 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
     /* Pushed under the receive queue's lock, as a flush pushes: the
      * completions of one receive queue reach the CQ in its order, and none
      * of this incarnation lands after a RESET emptied the queue. */
-    uint64_t pos = atomic_load_explicit(&d->rq_head, memory_order_relaxed);
-    sv_rq_pop(d);
+    uint64_t pos = sv_rq_pop(d);
     push_completion(d, d->recv_cq, &wc, sv_frees(1, pos));
     sv_unlock(&d->rq_lock);
   }
@@ -662,8 +659,8 @@ static size_t wr_bytes(struct sv_swqe *w) {
  * than either port's active MTU draws no answer and runs out its retries.
  * A READ's packets are the responder's, at the responder's path MTU. */
 static int fits_wire_mtu(struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w, struct sv_port *lp) {
-  struct sv_port *rp = &fab()->devs[d->dev].ports[d->port - 1];
-  enum ibv_mtu wire = sv_port_active_mtu(lp) < sv_port_active_mtu(rp) ? sv_port_active_mtu(lp) : sv_port_active_mtu(rp);
+  enum ibv_mtu mine = sv_port_active_mtu(lp), theirs = sv_port_active_mtu(&fab()->devs[d->dev].ports[d->port - 1]);
+  enum ibv_mtu wire = mine < theirs ? mine : theirs;
   uint32_t path = w->opcode == IBV_WR_RDMA_READ ? d->path_mtu : q->path_mtu;
   return path <= (uint32_t)wire || wr_bytes(w) <= (size_t)(128u << wire);
 }

@@ -319,9 +319,12 @@ static inline struct sv_rwqe *sv_rq_head(struct sv_fabric *f, struct sv_qp *q) {
   return atomic_load_explicit(&w->seq, memory_order_acquire) == h + 1 ? w : NULL;
 }
 /* Consume the head (its fields read); rq_lock held.  Release: the owner
- * reuses the entry only after seeing the head pass it. */
-static inline void sv_rq_pop(struct sv_qp *q) {
-  atomic_store_explicit(&q->rq_head, atomic_load_explicit(&q->rq_head, memory_order_relaxed) + 1, memory_order_release);
+ * reuses the entry only after seeing the head pass it.  Returns the
+ * position consumed (what its completion frees: sv_frees). */
+static inline uint64_t sv_rq_pop(struct sv_qp *q) {
+  uint64_t h = atomic_load_explicit(&q->rq_head, memory_order_relaxed);
+  atomic_store_explicit(&q->rq_head, h + 1, memory_order_release);
+  return h;
 }
 
 /* Queue slots: what a completion frees when it is polled (its sv_cqe.frees),
