@@ -72,15 +72,16 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
   /* Every series names its process by pid and host: ranks in containers
    * of one node, each in its own PID namespace, may have the same pid, and
    * node_exporter refuses a series that two files both hold. */
-  char host[2 * 64 + 1];
-  label_value(m->host != NULL ? m->host : "", host, sizeof(host));
+  char host[2 * 64 + 1], proc[sizeof(host) + 32];
+  snprintf(proc, sizeof(proc), "pid=\"%d\",host=\"%s\"", m->pid,
+           label_value(m->host != NULL ? m->host : "", host, sizeof(host)));
   for (size_t f = 0; f < sizeof(per_dev) / sizeof(per_dev[0]); f++) {
     family(&o, per_dev[f].name, per_dev[f].type, per_dev[f].help);
     for (int i = 0; i < m->ndevs; i++) {
       const struct lp_metrics_dev *d = &m->devs[i];
       char name[2 * 64 + 1];
-      put(&o, "%s{device=\"%s\",port=\"%d\",pid=\"%d\",host=\"%s\"} ", per_dev[f].name,
-          label_value(d->name, name, sizeof(name)), d->port, m->pid, host);
+      put(&o, "%s{device=\"%s\",port=\"%d\",%s} ", per_dev[f].name, label_value(d->name, name, sizeof(name)), d->port,
+          proc);
       switch (f) {
       case 0: put(&o, "%d\n", d->up); break;
       case 1: put(&o, "%d\n", d->connections); break;
@@ -96,26 +97,21 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
     }
   }
   family(&o, "linkpass_replayed_requests_total", "counter", "Messages written again on a new path after a move.");
-  put(&o, "linkpass_replayed_requests_total{pid=\"%d\",host=\"%s\"} %llu\n", m->pid, host,
-      (unsigned long long)m->replayed_requests);
+  put(&o, "linkpass_replayed_requests_total{%s} %llu\n", proc, (unsigned long long)m->replayed_requests);
   family(&o, "linkpass_replayed_bytes_total", "counter", "Bytes written again on a new path after a move.");
-  put(&o, "linkpass_replayed_bytes_total{pid=\"%d\",host=\"%s\"} %llu\n", m->pid, host,
-      (unsigned long long)m->replayed_bytes);
+  put(&o, "linkpass_replayed_bytes_total{%s} %llu\n", proc, (unsigned long long)m->replayed_bytes);
   family(&o, "linkpass_paths_lost_total", "counter", "Connections that failed because no healthy path remained.");
-  put(&o, "linkpass_paths_lost_total{pid=\"%d\",host=\"%s\"} %llu\n", m->pid, host, (unsigned long long)m->paths_lost);
+  put(&o, "linkpass_paths_lost_total{%s} %llu\n", proc, (unsigned long long)m->paths_lost);
   family(&o, "linkpass_last_failover_duration_seconds", "gauge",
          "From the fault being seen to traffic flowing on the new path, for the latest move.");
-  put(&o, "linkpass_last_failover_duration_seconds{pid=\"%d\",host=\"%s\"} %.6f\n", m->pid, host,
-      m->last_failover_seconds);
+  put(&o, "linkpass_last_failover_duration_seconds{%s} %.6f\n", proc, m->last_failover_seconds);
   family(&o, "linkpass_up", "gauge", "1 while the process runs; 0 once it has exited (its file stays behind).");
-  put(&o, "linkpass_up{pid=\"%d\",host=\"%s\"} %d\n", m->pid, host, m->running);
+  put(&o, "linkpass_up{%s} %d\n", proc, m->running);
   family(&o, "linkpass_metrics_updated_timestamp_seconds", "gauge",
          "When this file was last written (Unix time): a file not rewritten for long belongs to a dead process.");
-  put(&o, "linkpass_metrics_updated_timestamp_seconds{pid=\"%d\",host=\"%s\"} %.3f\n", m->pid, host,
-      m->updated_seconds);
+  put(&o, "linkpass_metrics_updated_timestamp_seconds{%s} %.3f\n", proc, m->updated_seconds);
   family(&o, "linkpass_event_ring_overflows_total", "counter", "Control events lost because the ring was full.");
-  put(&o, "linkpass_event_ring_overflows_total{pid=\"%d\",host=\"%s\"} %llu\n", m->pid, host,
-      (unsigned long long)m->ring_overflows);
+  put(&o, "linkpass_event_ring_overflows_total{%s} %llu\n", proc, (unsigned long long)m->ring_overflows);
   return o.overflow ? -1 : (int)o.off;
 }
 
