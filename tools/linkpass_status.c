@@ -341,11 +341,10 @@ static double written_key(const struct proc *p) {
  * killed, crashed; its file counts for nothing) or stale: a process with
  * its pid runs, but the file is not rewritten any more, so that process is
  * another (a pid in another container, or one reused) or linkpass there is
- * stuck; its figures are not live either. */
-/* A process of another host, or of a container with a host name of its
- * own, has its pid in another PID namespace: kill() here says nothing of
- * it (a rank that is pid 1 in its container would always be "running"),
- * so only its file's age does. */
+ * stuck; its figures are not live either.  A process of another host, or of
+ * a container with a host name of its own, has its pid in another PID
+ * namespace: kill() here says nothing of it (a rank that is pid 1 in its
+ * container would always be "running"), so only its file's age does. */
 static void judge(struct proc *p, double now, const char *local_host) {
   p->age_s = now - written_at(p);
   if (p->have[P_UP] && p->v[P_UP] == 0) {
@@ -659,12 +658,18 @@ static void usage(FILE *out) {
           "2 on a bad option\n");
 }
 
+/* This host's name, as the plugin puts it in %h and the host label. */
+static void local_host_name(char *out, size_t len) {
+  if (gethostname(out, len - 1) != 0) snprintf(out, len, "?");
+  out[len - 1] = '\0';
+}
+
 /* The directory of the plugin's LINKPASS_METRICS_FILE pattern, as the
  * plugin expands it on this host: %h is the host name.  0, or -1 after
  * saying why (a directory that depends on the pid, or too long). */
 static int pattern_dir(const char *pattern, char *out, size_t len) {
-  char dir[4096], host[256] = "?";
-  if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
+  char dir[4096], host[256] = "";
+  local_host_name(host, sizeof(host));
   /* "/linkpass-%p.prom" is in "/", not in "". */
   int dlen = (int)(strrchr(pattern, '/') - pattern);
   snprintf(dir, sizeof(dir), "%.*s", dlen > 0 ? dlen : 1, pattern);
@@ -741,8 +746,8 @@ int main(int argc, char **argv) {
   if (rc != 0) return rc;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  char local_host[256] = "?";
-  if (gethostname(local_host, sizeof(local_host) - 1) != 0) snprintf(local_host, sizeof(local_host), "?");
+  char local_host[256] = "";
+  local_host_name(local_host, sizeof(local_host));
   for (int i = 0; i < nprocs; i++) judge(&procs[i], (double)now.tv_sec + (double)now.tv_nsec / 1e9, local_host);
   qsort(procs, (size_t)nprocs, sizeof(procs[0]), by_pid);
   if (json)
