@@ -86,16 +86,23 @@ static int to_init(struct end *e) {
   return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+#define RTR_MASK                                                                                              \
+  (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | \
+   IBV_QP_MIN_RNR_TIMER)
+
+/* INIT to RTR toward `peer` over InfiniBand (RTR_MASK's attributes). */
+static struct ibv_qp_attr rtr_attr(struct end *peer, uint8_t min_rnr_timer) {
+  return (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR,
+                              .path_mtu = IBV_MTU_4096,
+                              .dest_qp_num = peer->qp->qp_num,
+                              .max_dest_rd_atomic = 1,
+                              .min_rnr_timer = min_rnr_timer,
+                              .ah_attr = {.dlid = peer->lid, .port_num = 1}};
+}
+
 static int to_rtr_rnr(struct end *e, struct end *peer, uint8_t min_rnr_timer) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
-                          .path_mtu = IBV_MTU_4096,
-                          .dest_qp_num = peer->qp->qp_num,
-                          .max_dest_rd_atomic = 1,
-                          .min_rnr_timer = min_rnr_timer,
-                          .ah_attr = {.dlid = peer->lid, .port_num = 1}};
-  return ibv_modify_qp(e->qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  struct ibv_qp_attr a = rtr_attr(peer, min_rnr_timer);
+  return ibv_modify_qp(e->qp, &a, RTR_MASK);
 }
 
 static int to_rtr(struct end *e, struct end *peer) { return to_rtr_rnr(e, peer, 1); }
@@ -1144,17 +1151,11 @@ Test(bad_input, a_read_to_a_responder_without_read_resources_is_an_invalid_reque
   cr_assert_eq(to_init(&A), 0);
   cr_assert_eq(to_init(&B), 0);
   cr_assert_eq(to_rtr(&A, &B), 0);
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
-                          .path_mtu = IBV_MTU_4096,
-                          .dest_qp_num = A.qp->qp_num,
-                          .max_dest_rd_atomic = 17,
-                          .min_rnr_timer = 1,
-                          .ah_attr = {.dlid = A.lid, .port_num = 1}};
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-             IBV_QP_MIN_RNR_TIMER;
-  cr_assert_eq(ibv_modify_qp(B.qp, &a, mask), EINVAL, "17 is above the device's max_qp_rd_atom");
+  struct ibv_qp_attr a = rtr_attr(&A, 1);
+  a.max_dest_rd_atomic = 17;
+  cr_assert_eq(ibv_modify_qp(B.qp, &a, RTR_MASK), EINVAL, "17 is above the device's max_qp_rd_atom");
   a.max_dest_rd_atomic = 0;
-  cr_assert_eq(ibv_modify_qp(B.qp, &a, mask), 0);
+  cr_assert_eq(ibv_modify_qp(B.qp, &a, RTR_MASK), 0);
   cr_assert_eq(to_rts(&A, 8, 7), 0);
   cr_assert_eq(to_rts(&B, 8, 7), 0);
   struct ibv_sge sge = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
@@ -1536,16 +1537,11 @@ TestSuite(roce, .init = setup_roce, .fini = teardown);
 
 /* INIT to RTR with a GRH to the peer's GID 0, at path MTU `mtu`. */
 static int to_rtr_roce(struct end *e, struct end *peer, enum ibv_mtu mtu) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
-                          .path_mtu = mtu,
-                          .dest_qp_num = peer->qp->qp_num,
-                          .max_dest_rd_atomic = 1,
-                          .min_rnr_timer = 1,
-                          .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.sgid_index = 0, .hop_limit = 64}}};
+  struct ibv_qp_attr a = rtr_attr(peer, 1);
+  a.path_mtu = mtu;
+  a.ah_attr = (struct ibv_ah_attr){.is_global = 1, .port_num = 1, .grh = {.sgid_index = 0, .hop_limit = 64}};
   if (ibv_query_gid(peer->ctx, 1, 0, &a.ah_attr.grh.dgid) != 0) return -1;
-  return ibv_modify_qp(e->qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  return ibv_modify_qp(e->qp, &a, RTR_MASK);
 }
 
 /* A RoCE port's active MTU is 1024 (an Ethernet MTU of 1500): a QP
