@@ -218,6 +218,18 @@ static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle
 }
 /* The connection uses this buffer: it may only move where it is registered. */
 static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_nics &= lp_mr_nics(mhandle); }
+/* An isend or irecv whose buffer has no key on the comm's NIC, because that
+ * NIC was dead when NCCL registered it (mr.c leaves a dead NIC out): 1 when
+ * the call is to wait for the move the NIC's death calls for, the comm from
+ * now on going only where the buffer is registered; 0 when the handle is
+ * simply not valid here. */
+static inline int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
+  if (comm->health == NULL || lp_mr_nics(mhandle) == 0 ||
+      !lp_health_nic_fatal(comm->health, comm->env->devs[comm->link.dev].nic))
+    return 0;
+  lp_comm_uses(comm, mhandle);
+  return 1;
+}
 /* Every buffer the connection has used is registered on `dev`'s NIC. */
 static inline int lp_comm_may_use(const struct lp_comm *comm, int dev) {
   return comm->mr_nics >> comm->env->devs[dev].nic & 1u;

@@ -115,17 +115,23 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
       return NULL;
     }
     struct ibv_mr *mr = env->ibv.reg_dmabuf_mr(on->pd, w->offset, w->len, w->addr, w->fd, access);
-    if (mr == NULL)
+    if (mr == NULL) {
+      int err = errno;
       LP_WARN("ibv_reg_dmabuf_mr(%s, fd %d, offset %llu, %zu bytes at %p) failed: %s", on->name, w->fd,
-              (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(errno));
+              (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(err));
+      errno = err;
+    }
     return mr;
   }
   struct ibv_mr *mr = env->relaxed_ordering
                           ? env->ibv.reg_mr_iova2(on->pd, (void *)w->addr, w->len, w->addr, (unsigned)access)
                           : env->ibv.reg_mr(on->pd, (void *)w->addr, w->len, access);
-  if (mr == NULL)
+  if (mr == NULL) {
+    int err = errno; /* create() reads it after the logger */
     LP_WARN("ibv_reg_mr(%s, %s memory %p, %zu bytes) failed: %s", on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
-            (void *)w->addr, w->len, strerror(errno));
+            (void *)w->addr, w->len, strerror(err));
+    errno = err;
+  }
   return mr;
 }
 
@@ -135,7 +141,14 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
  * which keeps the connections that use it from moving there.  With subnet
  * routing, every NIC too: a connection NCCL made for one device may run on
  * another NIC (connect.c), and NCCL hands it the registration it made for
- * that device (regIsGlobal). */
+ * that device (regIsGlobal).
+ *
+ * With failover on, a dead home NIC (DEVICE_FATAL, or EIO, which is what
+ * every command of a dead device's context answers before its event is
+ * read) is left out as the others are: the connection is about to move,
+ * and its isend or irecv waits for that move (lp_comm_awaits_move).
+ * Failing the registration ended the job on a fault failover is there to
+ * survive. */
 static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, int home, const struct want *w) {
   int everywhere = health != NULL || env->cfg.subnet_routing;
   struct lp_mr *m = calloc(1, sizeof(*m));
@@ -146,11 +159,12 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
   m->len = w->len;
   m->type = w->type;
   for (int n = 0; n < env->nnics; n++) {
-    if (n != home && (!everywhere || (health != NULL && lp_health_nic_fatal(health, n)))) continue;
+    if (health != NULL && lp_health_nic_fatal(health, n)) continue;
+    if (n != home && !everywhere) continue;
     m->mr[n] = register_on(env, &env->nics[n], w);
     if (m->mr[n] != NULL) {
       m->nics |= 1u << n;
-    } else if (n == home) {
+    } else if (n == home && !(health != NULL && errno == EIO)) {
       if (w->fd >= 0 && !env->nics[n].dmabuf)
         LP_WARN(
             "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing, or the kernel or the "
@@ -161,6 +175,12 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
     } else if (w->fd < 0 || env->nics[n].dmabuf) { /* a NIC without dma-bufs was named once, at init */
       LP_WARN("connections that use %p+%zu cannot move to %s", (void *)w->addr, w->len, env->nics[n].name);
     }
+  }
+  if (m->nics == 0) {
+    LP_WARN("regMr: %p+%zu could be registered on no NIC: %s is dead, and no other NIC took it", (void *)w->addr,
+            w->len, env->nics[home].name);
+    destroy(m);
+    return NULL;
   }
   return m;
 }

@@ -89,6 +89,7 @@ ncclResult_t lp_recv_post(struct lp_recv_comm *r, int n, void **data, size_t *si
     if (sizes[i] > 0) {
       struct ibv_mr *mr = lp_mr_for(c, mhandles ? mhandles[i] : NULL);
       if (mr == NULL) {
+        if (lp_comm_awaits_move(c, mhandles ? mhandles[i] : NULL)) return ncclSuccess;
         LP_WARN("irecv: memory handle %p is not registered on %s", mhandles ? mhandles[i] : NULL, link->local.dev_name);
         return ncclInvalidArgument;
       }

@@ -242,6 +242,10 @@ ncclResult_t lp_send_match(struct lp_send_comm *s, void *data, size_t size, int 
   if (size > 0) {
     struct ibv_mr *mr = lp_mr_for(c, mhandle);
     if (mr == NULL) {
+      if (lp_comm_awaits_move(c, mhandle)) {
+        *progress = 1;
+        return ncclSuccess;
+      }
       LP_WARN("isend: memory handle %p is not registered on %s", mhandle, c->link.local.dev_name);
       return ncclInvalidArgument;
     }

@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -976,6 +977,83 @@ static void run_idle_down(void) {
   if (is_recv) link_set("node0:mlx5_0", "up");
 }
 
+/* ---- registrations while the connection's NIC dies ----------------------- */
+
+/* A thread registers and deregisters a buffer on the comm, over and over
+ * (each time a new registration: the cache keeps none between). */
+struct reg_loop {
+  void *comm;
+  uint8_t *buf;
+  _Atomic int stop, n;
+  ncclResult_t rc;
+};
+
+static void *reg_loop_main(void *arg) {
+  struct reg_loop *l = arg;
+  while (!atomic_load(&l->stop)) {
+    void *mh = NULL;
+    l->rc = hnet_regmr(&net, l->comm, l->buf, 4096, &mh);
+    if (l->rc == ncclSuccess) l->rc = hnet_deregmr(&net, l->comm, mh);
+    if (l->rc != ncclSuccess) return NULL;
+    atomic_fetch_add(&l->n, 1);
+  }
+  return NULL;
+}
+
+/* NCCL registers buffers on a connection whose NIC has just died (a
+ * DEVICE_FATAL on node0's mlx5_0, which carries it at both ends) and has
+ * not moved yet: every command of the dead device's context answers EIO.
+ * A thread of the receiver, node0, registers on the comm while the fault
+ * is injected; while it does, the idle watch cannot take the comm, so the
+ * connection stays on the dead NIC.  Then, as NCCL would, the receiver
+ * registers a buffer and receives a message into it: the irecv waits for
+ * the move (the buffer has no key on the dead NIC) and the message comes
+ * through, checked.  Every registration must succeed; before, one on the
+ * dead NIC failed (ncclSystemError: the job ended on a fault failover is
+ * there to survive), and an irecv with a buffer lacking its key failed. */
+static void run_fatal_regmr(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  int all = ndev;
+  ndev = 1; /* on mlx5_0 at both ends */
+  bring_up(c, 1);
+  ndev = all;
+  one_message(c, 0, 64 << 10, NULL);
+  signal_peer('i');
+  wait_peer();
+  if (is_recv) {
+    struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
+    pthread_t t;
+    if (pthread_create(&t, NULL, reg_loop_main, &l) != 0) die("pthread_create");
+    for (double until = mono_s() + 10; atomic_load(&l.n) < 100 && l.rc == ncclSuccess;) {
+      if (mono_s() > until) die("100 registrations took more than 10 s");
+      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    }
+    const char *sv = getenv("LP_HARNESS_SIMVERBS");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s' fault node0:mlx5_0 device-fatal >/dev/null", sv ? sv : "simverbs");
+    int at_fault = atomic_load(&l.n);
+    if (system(cmd) != 0) die("%s failed", cmd);
+    /* 100 more after the fault, all on the dead NIC's connection. */
+    while (atomic_load(&l.n) < at_fault + 100 && l.rc == ncclSuccess)
+      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    atomic_store(&l.stop, 1);
+    pthread_join(t, NULL);
+    if (l.rc != ncclSuccess)
+      die("registration %d failed (%d) after the connection's NIC died (at registration %d)", atomic_load(&l.n) + 1,
+          l.rc, at_fault);
+    free(l.buf);
+    signal_peer('m');
+  } else {
+    wait_peer();
+  }
+  one_message(c, 1, 64 << 10, NULL);
+  await_failover_line("the connection did not leave the dead NIC");
+  signal_peer('d');
+  wait_peer();
+  tear_down(c, 1);
+}
+
 /* Under AddressSanitizer, exit() runs LeakSanitizer's check, which locks
  * the allocator; in a child forked while another thread held that lock it
  * waits for good (seen in CI: a known limit of fork in a threaded process
@@ -1115,6 +1193,8 @@ int main(int argc, char **argv) {
     run_down_setup();
   } else if (strcmp(scenario, "churn") == 0) {
     run_churn();
+  } else if (strcmp(scenario, "fatal_regmr") == 0) {
+    run_fatal_regmr();
   } else if (strcmp(scenario, "fork_exit") == 0) {
     run_fork_exit(board);
   } else {

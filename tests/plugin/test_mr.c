@@ -1,18 +1,30 @@
 /* The registration cache (mr.c): on which NICs a registration is made,
  * against a fake verbs table that records each ibv_reg_mr. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "env.h"
+#include "health.h"
 #include "mr.h"
+#include "recv.h"
+#include "send.h"
 
 static struct ibv_pd fake_pd[2];
 static struct ibv_mr fake_mr[8];
-static int nreg;
+static int nreg, nreg_on[2];
+static int eio_on; /* 1 + the NIC whose context answers EIO (dead); 0: none */
 
 static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   (void)access;
+  nreg_on[pd - fake_pd]++;
+  if (eio_on == 1 + (pd - fake_pd)) {
+    errno = EIO;
+    return NULL;
+  }
   struct ibv_mr *mr = &fake_mr[nreg++ % 8];
   memset(mr, 0, sizeof(*mr));
   mr->pd = pd;
@@ -33,6 +45,8 @@ static struct lp_mr_cache cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static void two_nics(void) {
   memset(&env, 0, sizeof(env));
   nreg = 0;
+  nreg_on[0] = nreg_on[1] = 0;
+  eio_on = 0;
   env.nnics = 2;
   env.page_size = 4096;
   for (int n = 0; n < 2; n++) {
@@ -79,4 +93,109 @@ Test(mr, covers_checks_the_handles_own_range) {
   cr_assert_not(lp_mr_covers(&m, (void *)0xffff, 1));
   cr_assert_not(lp_mr_covers(&m, (void *)0x11000, 1));
   cr_assert_not(lp_mr_covers(&m, (void *)0x10800, SIZE_MAX)); /* at + size wraps */
+}
+
+/* Failover on (a control plane), and NIC 0, the home, died: before its
+ * DEVICE_FATAL was read (every command of its context answers EIO), or
+ * after (health knows; the NIC is not asked).  The registration is made on
+ * NIC 1, where the connection is about to move; failing it ended the job
+ * on a fault failover is there to survive. */
+static struct lp_health health;
+
+Test(mr, a_dead_home_nic_is_left_out_with_failover_on, .init = two_nics) {
+  static char buf[8192];
+  void *h;
+  memset(&health, 0, sizeof(health));
+  eio_on = 1;
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSuccess,
+               "NIC 0 answered EIO");
+  cr_expect_eq(lp_mr_nics(h), 2u, "NIC 1 only");
+  cr_assert_eq(lp_mr_deregister(h), ncclSuccess);
+
+  eio_on = 0;
+  nreg_on[0] = nreg_on[1] = 0;
+  atomic_store(&health.fatal[0], 1);
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSuccess,
+               "NIC 0 reported DEVICE_FATAL");
+  cr_expect_eq(lp_mr_nics(h), 2u, "NIC 1 only");
+  cr_expect_eq(nreg_on[0], 0, "a fatal NIC is not asked");
+  cr_assert_eq(lp_mr_deregister(h), ncclSuccess);
+
+  /* Dead, and the only other NIC dead too: nothing to register on. */
+  atomic_store(&health.fatal[1], 1);
+  h = &h;
+  cr_expect_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSystemError);
+  cr_expect_null(h);
+}
+
+/* Without failover nothing moves: a home NIC that answers EIO fails the
+ * registration, as before. */
+Test(mr, a_dead_home_nic_fails_the_registration_without_failover, .init = two_nics) {
+  static char buf[8192];
+  void *h;
+  eio_on = 1;
+  cr_expect_eq(lp_mr_register(&cache, &env, NULL, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSystemError);
+  cr_expect_null(h);
+}
+
+/* A comm on NIC 0, which died, and a buffer registered on NIC 1 only (as
+ * above): irecv and isend take no request and ask for a progress call (the
+ * move), and the comm may from now on go only where the buffer is.  Before,
+ * both failed with ncclInvalidArgument ("not registered on mlx5_0").  A
+ * handle without a key on a live NIC is still refused. */
+static void comm_on_dead_nic(struct lp_comm *c, int kind) {
+  memset(&health, 0, sizeof(health));
+  atomic_store(&health.fatal[0], 1);
+  env.ndevs = 2;
+  env.devs[1].nic = 1;
+  c->magic = LP_COMM_MAGIC;
+  c->kind = kind;
+  c->env = &env;
+  c->health = &health;
+  c->mr_nics = 3u;
+  c->link.dev = 0;
+  c->link.nqps = 1;
+  c->link.sq_free[0] = LP_SQ_DEPTH;
+}
+
+Test(mr, irecv_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
+  struct lp_recv_comm *r = calloc(1, sizeof(*r));
+  cr_assert_not_null(r);
+  comm_on_dead_nic(&r->base, LP_COMM_RECV);
+  r->tail = 1;
+  struct lp_mr m = {.magic = LP_MR_MAGIC, .addr = 0x10000, .len = 4096, .nics = 2u, .mr = {NULL, &fake_mr[0]}};
+  void *data = (void *)0x10000, *mh = &m;
+  size_t size = 4096;
+  int tag = 1;
+  struct lp_req *req = (void *)&req;
+  cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess);
+  cr_expect_null(req, "no request until the comm has moved");
+  cr_expect_eq(r->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
+  atomic_store(&health.fatal[0], 0);
+  cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "NIC 0 alive: a bad handle");
+  free(r);
+}
+
+Test(mr, isend_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
+  struct lp_send_comm *s = calloc(1, sizeof(*s));
+  struct lp_cts *fifo = calloc(LP_FIFO_DEPTH * LP_MAX_RECVS, sizeof(*fifo));
+  cr_assert(s != NULL && fifo != NULL);
+  comm_on_dead_nic(&s->base, LP_COMM_SEND);
+  s->fifo = fifo;
+  s->head = 1;
+  /* The receiver's clear-to-send for message 1: one 4 KiB receive, tag 1. */
+  fifo[lp_fifo_slot(1) * LP_MAX_RECVS] =
+      (struct lp_cts){.addr = 0x20000, .size = 4096, .rkey = 7, .tag = 1, .idx = 0, .nreqs = 1, .seq = 1};
+  struct lp_mr m = {.magic = LP_MR_MAGIC, .addr = 0x10000, .len = 4096, .nics = 2u, .mr = {NULL, &fake_mr[0]}};
+  struct lp_req *req = (void *)&req;
+  int progress = 0;
+  cr_assert_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclSuccess);
+  cr_expect_null(req, "no request until the comm has moved");
+  cr_expect_eq(progress, 1, "a progress call moves it");
+  cr_expect_eq(s->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
+  atomic_store(&health.fatal[0], 0);
+  cr_expect_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclInvalidArgument,
+               "NIC 0 alive: a bad handle");
+  free(fifo);
+  free(s);
 }
