@@ -2,6 +2,7 @@
 #include "health.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,13 @@ static void *async_main(void *arg) {
   const struct lp_nic *nic = &env->nics[nic_index];
   struct pollfd fds[2] = {{.fd = nic->ctx->async_fd, .events = POLLIN}, {.fd = h->stop_fd, .events = POLLIN}};
   int failures = 0;
+  /* Non-blocking, as rdma-core advises for poll(): the kernel drops the
+   * unread events of a QP destroyed meanwhile, and a blocking read after
+   * poll() said "readable" would then wait for the next event, out of
+   * reach of the stop fd (the library's unload would wait for it). */
+  int fl = fcntl(nic->ctx->async_fd, F_GETFL);
+  if (fl < 0 || fcntl(nic->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) != 0)
+    LP_INFO(NCCL_NET, "%s: its async event fd stays blocking (%s)", nic->name, strerror(errno));
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
     if (fds[1].revents) break;
@@ -82,6 +90,7 @@ static void *async_main(void *arg) {
     struct ibv_async_event ev;
     if (!broken && !(fds[0].revents & POLLIN)) continue;
     if (!broken && env->ibv.get_async_event(nic->ctx, &ev) != 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) continue; /* its QP was destroyed before it was read */
       if (++failures < LP_ASYNC_MAX_FAILURES) continue;
       broken = 1;
     }
@@ -92,6 +101,13 @@ static void *async_main(void *arg) {
       continue;
     }
     failures = 0;
+    /* A QP that took its first packet in RTR, before its own RTS (a move's
+     * peer may write that early): nothing to act on, and at a thousand
+     * connections a burst that would fill the ring the port events share. */
+    if (ev.event_type == IBV_EVENT_COMM_EST) {
+      env->ibv.ack_async_event(&ev);
+      continue;
+    }
     /* Set before the event is queued: a full ring may lose the event, never the fact. */
     if (ev.event_type == IBV_EVENT_DEVICE_FATAL) atomic_store(&h->fatal[nic_index], 1);
     int port = 0;

@@ -12,6 +12,8 @@
 struct sv_lib sv_lib = {.lock = PTHREAD_MUTEX_INITIALIZER,
                         .window_lock = PTHREAD_MUTEX_INITIALIZER,
                         .active_lock = PTHREAD_MUTEX_INITIALIZER,
+                        .ack_lock = PTHREAD_MUTEX_INITIALIZER,
+                        .ack_cond = PTHREAD_COND_INITIALIZER,
                         .proc = -1,
                         .host = -1,
                         .deferred_due_ns = UINT64_MAX};

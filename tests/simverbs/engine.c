@@ -45,8 +45,8 @@ void sv_engine_kick(void) {
     syscall(SYS_futex, &f->procs[sv_lib.proc].doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element) {
-  struct sv_async_record r = {.element = element, .type = type};
+void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element, uint32_t serial) {
+  struct sv_async_record r = {.element = element, .type = type, .serial = serial};
   /* A full pipe means nobody reads events: dropping is what a full kernel
    * event queue does too. */
   if (write(ctx->async_wr, &r, sizeof(r)) < 0) return;
@@ -460,11 +460,24 @@ static enum exec_result execute_atomic(struct sv_qp *q, struct sv_qp *d, struct 
   return EXEC_DONE;
 }
 
+/* A request reached responder d while it is in RTR: a ConnectX raises
+ * IBV_EVENT_COMM_EST on d once (IB spec 11.6.3.1, an affiliated event), which
+ * its owner's engine posts, as it does a fault's. */
+static void comm_established(struct sv_qp *d) {
+  uint32_t none = 0;
+  if (atomic_load(&d->state) != IBV_QPS_RTR || atomic_load(&d->comm_est) != 0 ||
+      !atomic_compare_exchange_strong(&d->comm_est, &none, 1))
+    return;
+  atomic_fetch_add(&fab()->fault_gen, 1);
+  sv_proc_wake(fab(), d->owner);
+}
+
 /* Execute the head WR now; the path was found up. */
 static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct sv_qp *d, struct sv_swqe *w,
                                 int partial, uint64_t now, struct exec_out *out) {
   struct sv_fabric *f = fab();
   struct xfer x;
+  comm_established(d);
   int is_read = w->opcode == IBV_WR_RDMA_READ;
   out->status = local_iov(q, w, is_read || is_atomic(w->opcode), &x);
   if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL;
@@ -763,9 +776,12 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
       atomic_load(&q->fault) == SV_QP_FAULT_NONE ? SV_QP_FAULT_NONE : atomic_exchange(&q->fault, SV_QP_FAULT_NONE);
   if (fault != SV_QP_FAULT_NONE && atomic_load(&q->state) != IBV_QPS_RESET) {
     sv_qp_to_error(lq);
-    if (fault == SV_QP_FAULT_FATAL) sv_async_post(lq->ctx, IBV_EVENT_QP_FATAL, (uintptr_t)&lq->qp);
-    if (fault == SV_QP_FAULT_ACCESS) sv_async_post(lq->ctx, IBV_EVENT_QP_ACCESS_ERR, (uintptr_t)&lq->qp);
+    if (fault == SV_QP_FAULT_FATAL) sv_async_post(lq->ctx, IBV_EVENT_QP_FATAL, (uintptr_t)&lq->qp, lq->serial);
+    if (fault == SV_QP_FAULT_ACCESS) sv_async_post(lq->ctx, IBV_EVENT_QP_ACCESS_ERR, (uintptr_t)&lq->qp, lq->serial);
   }
+  uint32_t est = 1;
+  if (atomic_load(&q->comm_est) == 1 && atomic_compare_exchange_strong(&q->comm_est, &est, 2))
+    sv_async_post(lq->ctx, IBV_EVENT_COMM_EST, (uintptr_t)&lq->qp, lq->serial);
   if (atomic_load(&f->devs[q->dev].fatal) && atomic_load(&q->state) != IBV_QPS_RESET) sv_qp_to_error(lq);
   enum ibv_qp_state st = atomic_load(&q->state);
   if (st == IBV_QPS_ERR) return flush_queues(lq);
@@ -872,7 +888,7 @@ static int qp_idle(struct sv_qp_local *lq) {
   struct sv_fabric *f = fab();
   struct sv_qp *q = &f->qps[lq->index];
   enum ibv_qp_state st = atomic_load(&q->state);
-  if (atomic_load(&q->fault) != SV_QP_FAULT_NONE) return 0;
+  if (atomic_load(&q->fault) != SV_QP_FAULT_NONE || atomic_load(&q->comm_est) == 1) return 0;
   if (atomic_load(&f->devs[q->dev].fatal) && st != IBV_QPS_RESET && st != IBV_QPS_ERR) return 0;
   if (atomic_load(&lq->sq_head) != atomic_load_explicit(&lq->sq_tail, memory_order_acquire)) return 0;
   return st != IBV_QPS_ERR || sv_rq_head(f, q) == NULL;
@@ -1027,7 +1043,7 @@ static int deliver_device_events(struct sv_ctx *ctx) {
     uint32_t type = __atomic_load_n(&d->events[slot].type, __ATOMIC_ACQUIRE);
     uint32_t element = __atomic_load_n(&d->events[slot].element, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&d->events[slot].seq, __ATOMIC_RELAXED) != want) continue;
-    sv_async_post(ctx, type, element);
+    sv_async_post(ctx, type, element, 0);
     progress = 1;
   }
   return progress;
@@ -1047,7 +1063,7 @@ static int deliver_cq_events(void) {
   for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next) {
     struct sv_cq *q = &f->cqs[lc->index];
     if (atomic_exchange(&q->overrun, 0)) {
-      sv_async_post(sv_ctx_of(lc->cq.context), IBV_EVENT_CQ_ERR, (uintptr_t)&lc->cq);
+      sv_async_post(sv_ctx_of(lc->cq.context), IBV_EVENT_CQ_ERR, (uintptr_t)&lc->cq, lc->serial);
       progress = 1;
     }
     if (!atomic_load(&q->notify_pending) || !lc->cq.channel) continue;

@@ -24,7 +24,7 @@
 
 #define SV_MAGIC 0x3156534d56495353ull /* "SSIVMSV1" */
 #define SV_VERSION \
-  17 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail; 17: queue slots freed at the polled completion (sv_qp.sq_freed, rq_freed, sv_cqe.frees), sv_cq.broken, sv_device.fatal_gen */
+  18 /* 2: struct sv_fabric gained `netns`; 3, 4: hot fields on their own cache lines; 5: atomics; 6: the access-error fault; 7: adaptive routing, ECE, inline and out-of-order counters; 8: rate and loss faults, port counters; 9: dma-buf and peer memory; 10: fault_gen; 11: resends_written ; 12: recv_post_fail; 13: sv_proc.cq_events; 14: sv_mr.seq; 15: sv_mr.win_lo, win_hi; 16: query_fail, create_qp_fail, rtr_fail; 17: queue slots freed at the polled completion (sv_qp.sq_freed, rq_freed, sv_cqe.frees), sv_cq.broken, sv_device.fatal_gen; 18: sv_qp.comm_est */
 
 #define SV_MAX_HOSTS 16
 #define SV_MAX_DEVS 64
@@ -176,6 +176,10 @@ struct sv_qp {
   int32_t recv_cq; /* CQ table index */
   int32_t send_cq;
   _Atomic uint32_t fault; /* enum sv_qp_fault */
+  /* IBV_EVENT_COMM_EST: 1 once a request reached the QP while it was in
+   * RTR (its owner's engine raises the event), 2 once raised; 0 again at
+   * RESET. */
+  _Atomic uint32_t comm_est;
   /* Attributes kept for ibv_query_qp and the transport rules. */
   uint32_t rq_psn, sq_psn, path_mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer;
   uint32_t max_rd_atomic, max_dest_rd_atomic, pkey_index;

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -234,6 +236,7 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
     errno = ENOMEM;
     return NULL;
   }
+  lc->serial = sv_new_serial();
   uint32_t size = 1;
   while (size < (uint32_t)cqe + 1) size <<= 1;                                          /* hardware rounds up too */
   uint64_t off = sv_heap_alloc(f, (uint64_t)size * sizeof(struct sv_cqe), sv_lib.proc); /* zeroed */
@@ -305,6 +308,7 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   sv_unlock(&q->lock);
   sv_heap_free(f, ring_off);
   if (cq->channel) atomic_fetch_sub((_Atomic int *)&cq->channel->refcnt, 1);
+  sv_await_acks(&lc->events_taken, &lc->events_acked, "ibv_destroy_cq", (uint32_t)lc->index);
   free(lc);
   return 0;
 }
@@ -429,10 +433,46 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents) {
 
 /* ---- async events ---- */
 
+/* The live QP or CQ of this process an affiliated event names, with the
+ * count of its events taken; NULL when it was destroyed since (or the
+ * event is not affiliated).  sv_lib.lock held. */
+static _Atomic uint32_t *taken_count(const struct sv_async_record *r) {
+  switch (r->type) {
+  case IBV_EVENT_CQ_ERR:
+    for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next)
+      if ((uintptr_t)&lc->cq == r->element && lc->serial == r->serial) return &lc->events_taken;
+    return NULL;
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+  case IBV_EVENT_COMM_EST:
+  case IBV_EVENT_SQ_DRAINED:
+  case IBV_EVENT_PATH_MIG:
+  case IBV_EVENT_PATH_MIG_ERR:
+  case IBV_EVENT_QP_LAST_WQE_REACHED:
+    for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next)
+      if ((uintptr_t)&lq->qp == r->element && lq->serial == r->serial) return &lq->events_taken;
+    return NULL;
+  default: return NULL;
+  }
+}
+
+/* As the kernel hands them out: an event of a QP or CQ destroyed before it
+ * was read is discarded with its object (the next one is read, and a
+ * non-blocking fd with nothing left says EAGAIN); one that is read counts
+ * against its object, whose destroy waits for its ack. */
 SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *event) {
   struct sv_async_record r;
-  ssize_t n = read(c->async_fd, &r, sizeof(r));
-  if (n != (ssize_t)sizeof(r)) return -1;
+  for (;;) {
+    ssize_t n = read(c->async_fd, &r, sizeof(r));
+    if (n != (ssize_t)sizeof(r)) return -1;
+    if (r.serial == 0) break;
+    pthread_mutex_lock(&sv_lib.lock);
+    _Atomic uint32_t *taken = taken_count(&r);
+    if (taken != NULL) atomic_fetch_add(taken, 1);
+    pthread_mutex_unlock(&sv_lib.lock);
+    if (taken != NULL) break;
+  }
   memset(event, 0, sizeof(*event));
   event->event_type = (enum ibv_event_type)r.type;
   switch (r.type) {
@@ -451,4 +491,50 @@ SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
   return 0;
 }
 
-SV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) { (void)event; }
+uint32_t sv_new_serial(void) {
+  uint32_t s;
+  while ((s = atomic_fetch_add(&sv_lib.next_serial, 1) + 1) == 0) continue; /* 0 names no object */
+  return s;
+}
+
+/* rdma-core counts the affiliated events the kernel hands it and
+ * ibv_destroy_qp or ibv_destroy_cq waits until each one read is acked (the
+ * event names the object: it must outlive its reader).  A consumer that
+ * destroys a QP while holding its event unacked hangs there on hardware;
+ * here too, with a word on stderr after SV_ACK_SAY_S. */
+SV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) {
+  _Atomic uint32_t *acked;
+  switch (event->event_type) {
+  case IBV_EVENT_CQ_ERR: acked = &((struct sv_cq_local *)event->element.cq)->events_acked; break;
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+  case IBV_EVENT_COMM_EST:
+  case IBV_EVENT_SQ_DRAINED:
+  case IBV_EVENT_PATH_MIG:
+  case IBV_EVENT_PATH_MIG_ERR:
+  case IBV_EVENT_QP_LAST_WQE_REACHED: acked = &((struct sv_qp_local *)event->element.qp)->events_acked; break;
+  default: return; /* a device's or a port's: nothing waits for it */
+  }
+  pthread_mutex_lock(&sv_lib.ack_lock);
+  atomic_fetch_add(acked, 1);
+  pthread_cond_broadcast(&sv_lib.ack_cond);
+  pthread_mutex_unlock(&sv_lib.ack_lock);
+}
+
+#define SV_ACK_SAY_S 5
+
+void sv_await_acks(_Atomic uint32_t *taken, _Atomic uint32_t *acked, const char *call, uint32_t num) {
+  pthread_mutex_lock(&sv_lib.ack_lock);
+  for (int waited_s = 0; atomic_load(acked) != atomic_load(taken);) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    if (pthread_cond_timedwait(&sv_lib.ack_cond, &sv_lib.ack_lock, &until) == ETIMEDOUT && ++waited_s == SV_ACK_SAY_S)
+      fprintf(stderr,
+              "simverbs: %s(0x%x) has waited %d s for ibv_ack_async_event of %u async event(s) of it that were "
+              "read: rdma-core waits until they are acked (forever, if nobody will)\n",
+              call, num, SV_ACK_SAY_S, atomic_load(taken) - atomic_load(acked));
+  }
+  pthread_mutex_unlock(&sv_lib.ack_lock);
+}

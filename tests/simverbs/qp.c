@@ -41,6 +41,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
     }
   struct sv_qp_local *lq = calloc(1, sizeof(*lq));
   if (!lq) goto nomem;
+  lq->serial = sv_new_serial();
   /* Like hardware, round queue sizes up; report what was granted. */
   lq->sq_size = 1;
   while (lq->sq_size < cap->max_send_wr) lq->sq_size <<= 1;
@@ -76,6 +77,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
       q->send_cq = ((struct sv_cq_local *)attr->send_cq)->index;
       q->recv_cq = ((struct sv_cq_local *)attr->recv_cq)->index;
       atomic_store(&q->fault, SV_QP_FAULT_NONE);
+      atomic_store(&q->comm_est, 0);
       atomic_store(&q->requests, 0);
       atomic_store(&q->inline_wrs, 0);
       atomic_store(&q->ooo_writes, 0);
@@ -151,12 +153,17 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
   /* Read before the slot is given up: from then on another thread's
    * create_qp may take the slot and write its own receive queue's offset. */
   uint64_t rq_off = q->rq_off;
+  uint32_t qpn = q->qpn;
   sv_lock(&q->rq_lock);
   atomic_store(&q->state, IBV_QPS_RESET);
   atomic_store(&q->in_use, 0); /* peers now see an unreachable QP */
   sv_unlock(&q->rq_lock);
   pthread_mutex_unlock(&sv_lib.lock);
   sv_heap_free(fab(), rq_off);
+  /* Off this process's list: an event of it not read yet is discarded
+   * (ibv_get_async_event), and each one read must be acked before it is
+   * gone. */
+  sv_await_acks(&lq->events_taken, &lq->events_acked, "ibv_destroy_qp", qpn);
   free(lq->sq);
   free(lq);
   return 0;
@@ -208,7 +215,14 @@ static int check_attr_values(struct sv_qp *q, struct ibv_qp_attr *a, int mask) {
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > SV_MAX_RD_ATOM) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SV_MAX_RD_ATOM) return EINVAL;
   if ((mask & IBV_QP_AV)) {
-    struct sv_port *p = &d->ports[((mask & IBV_QP_PORT) ? a->port_num : q->port) - 1];
+    /* As the kernel's uverbs checks it: a port of the device, and at RTR
+     * the port the QP was bound to at INIT (an AV whose port is another,
+     * a consumer's mix-up of two ports, is refused rather than routed). */
+    uint8_t av_port = a->ah_attr.port_num;
+    if (av_port < 1 || av_port > d->nports) return EINVAL;
+    if (a->qp_state == IBV_QPS_RTR && av_port != q->port) return EINVAL;
+    if ((mask & IBV_QP_PORT) && a->port_num != av_port) return EINVAL;
+    struct sv_port *p = &d->ports[av_port - 1];
     if (p->link_layer == IBV_LINK_LAYER_ETHERNET && !a->ah_attr.is_global) return EINVAL; /* RoCE needs a GRH */
     if (a->ah_attr.is_global && a->ah_attr.grh.sgid_index >= p->ngids) return EINVAL;
   }
@@ -271,6 +285,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
     lq->ece_pending = 0;
   }
   if (to == IBV_QPS_RESET) {
+    atomic_store(&q->comm_est, 0); /* a QP connected again raises it again */
     /* Reset discards both queues without completions: every slot is free. */
     uint32_t tail = atomic_load(&lq->sq_tail);
     atomic_store(&lq->sq_head, tail);

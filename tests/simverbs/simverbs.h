@@ -41,7 +41,7 @@ int sv_ctx_dead(struct ibv_context *c);
 struct sv_async_record {
   uint64_t element;
   uint32_t type;
-  uint32_t reserved;
+  uint32_t serial; /* the QP's or CQ's (never 0), or 0 */
 };
 
 struct sv_pd {
@@ -65,6 +65,11 @@ struct sv_cq_local {
   struct sv_cqe *ring;
   pthread_mutex_t poll_lock; /* pollers of this process among themselves */
   int users;                 /* QPs completing into it, once per queue (sv_lib.lock): destroy_cq's EBUSY */
+  /* Names it in its events (sv_async_record.serial); its CQ_ERR events its
+   * reader took, and those acked: ibv_destroy_cq waits for the acks
+   * (sv_await_acks). */
+  uint32_t serial;
+  _Atomic uint32_t events_taken, events_acked;
   struct sv_cq_local *next;
 };
 
@@ -125,6 +130,11 @@ struct sv_qp_local {
   uint64_t due_ns, resend_ns;    /* resend_ns: when it goes (went) out again; UINT64_MAX: never (timeout 0) */
   uint32_t retries, rnr_retries; /* retransmissions so far, after timeouts / after RNR NAKs */
   _Atomic int listed;            /* in sv_lib.active (engine.c: sv_qp_active) */
+  /* Names it in its events (sv_async_record.serial); its affiliated events
+   * its reader took, and those acked: ibv_destroy_qp waits for the acks
+   * (sv_await_acks). */
+  uint32_t serial;
+  _Atomic uint32_t events_taken, events_acked;
   struct sv_qp_local *next;
 };
 
@@ -170,11 +180,14 @@ struct sv_lib {
   int nactive, active_cap, nactive_spare, active_spare_cap;
   int scan_all; /* a QP could not be listed (out of memory): the next pass looks at every QP */
   uint64_t last_full_scan_ns;
-  uint64_t seen_fault_gen;     /* the fabric's fault_gen at the last pass */
-  uint32_t seen_cq_events;     /* our sv_proc.cq_events when the engine last looked at the CQs */
-  unsigned pass_turn;          /* where the next pass over the active QPs starts (engine.c) */
-  pthread_mutex_t window_lock; /* the tables below */
-  struct sv_window **windows;  /* our registered memory, shared with peers, by address (they never overlap) */
+  uint64_t seen_fault_gen;  /* the fabric's fault_gen at the last pass */
+  uint32_t seen_cq_events;  /* our sv_proc.cq_events when the engine last looked at the CQs */
+  unsigned pass_turn;       /* where the next pass over the active QPs starts (engine.c) */
+  pthread_mutex_t ack_lock; /* ibv_ack_async_event's signal to a destroy waiting for it */
+  pthread_cond_t ack_cond;
+  _Atomic uint32_t next_serial; /* the last QP's or CQ's serial */
+  pthread_mutex_t window_lock;  /* the tables below */
+  struct sv_window **windows;   /* our registered memory, shared with peers, by address (they never overlap) */
   int nwindows, windows_cap;
   struct sv_span *spans; /* the pages under each live registration of ours, shared or not */
   int nspans, spans_cap;
@@ -223,7 +236,11 @@ int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 int sv_engine_start(void);
 void sv_engine_stop(void);
 void sv_engine_kick(void);
-void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element);
+/* `serial`: the QP's or CQ's an affiliated event names (sv_qp_local.serial), 0 for a device's or a port's. */
+void sv_async_post(struct sv_ctx *ctx, uint32_t type, uint64_t element, uint32_t serial);
+/* Wait until every event of the object its reader took is acked (objects.c). */
+uint32_t sv_new_serial(void); /* for a new QP or CQ: never 0 */
+void sv_await_acks(_Atomic uint32_t *taken, _Atomic uint32_t *acked, const char *call, uint32_t num);
 void sv_qp_to_error(struct sv_qp_local *lq);
 /* Forget everything the engine knew of the head WR (it left, or the queue was reset). */
 void sv_head_reset(struct sv_qp_local *lq);

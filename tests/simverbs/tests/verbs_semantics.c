@@ -782,6 +782,96 @@ Test(flap, write_to_an_init_qp_is_dropped_and_lands_one_ack_timeout_after_rtr) {
                (unsigned long long)took / 1000);
 }
 
+static int async_pending(struct end *e, int ms) {
+  struct pollfd p = {.fd = e->ctx->async_fd, .events = POLLIN};
+  return poll(&p, 1, ms) == 1;
+}
+
+/* The first request that reaches a QP in RTR raises IBV_EVENT_COMM_EST on
+ * it, once, as a ConnectX does; one that finds it in RTS raises nothing.
+ * A consumer that posts toward a peer not yet in RTS sees it, and must read
+ * and ack it (rdma-core's destroy waits for the ack). */
+Test(flap, a_request_to_a_qp_in_rtr_raises_comm_est_once) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rtr(&B, &A), 0);
+  cr_assert_eq(to_rts(&A, 16, 7), 0);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+    cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  }
+  struct pollfd p = {.fd = B.ctx->async_fd, .events = POLLIN};
+  cr_assert_eq(poll(&p, 1, WAIT_MS), 1, "no COMM_EST within %d ms", WAIT_MS);
+  struct ibv_async_event ev;
+  cr_assert_eq(ibv_get_async_event(B.ctx, &ev), 0);
+  cr_assert_eq(ev.event_type, IBV_EVENT_COMM_EST, "got %s", ibv_event_type_str(ev.event_type));
+  cr_assert_eq(ev.element.qp, B.qp);
+  ibv_ack_async_event(&ev);
+  cr_assert_not(async_pending(&B, 20), "raised once, not per request");
+  cr_assert_not(async_pending(&A, 0), "the requester raises nothing");
+  /* In RTS: nothing more. */
+  cr_assert_eq(to_rts(&B, 16, 7), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert_not(async_pending(&B, 20), "a QP in RTS raises no COMM_EST");
+}
+
+static void *destroy_qp_main(void *arg) {
+  struct ibv_qp *qp = arg;
+  return (void *)(intptr_t)ibv_destroy_qp(qp);
+}
+
+/* B, in RTR, takes a write: its COMM_EST is waiting to be read. */
+static void comm_est_pending_on_b(void) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  cr_assert_eq(to_rtr(&A, &B), 0);
+  cr_assert_eq(to_rtr(&B, &A), 0);
+  cr_assert_eq(to_rts(&A, 16, 7), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  cr_assert(async_pending(&B, WAIT_MS), "no COMM_EST within %d ms", WAIT_MS);
+}
+
+/* As the kernel and rdma-core do it: an event that was read names its QP,
+ * so ibv_destroy_qp returns only once it is acked.  Before, the destroy
+ * returned at once, and a consumer that destroys a QP whose event another
+ * thread holds would have met the wait only on hardware. */
+Test(flap, destroying_a_qp_waits_for_the_ack_of_an_event_that_was_read) {
+  comm_est_pending_on_b();
+  struct ibv_async_event ev;
+  cr_assert_eq(ibv_get_async_event(B.ctx, &ev), 0);
+  cr_assert_eq(ev.event_type, IBV_EVENT_COMM_EST);
+  cr_assert_eq(ev.element.qp, B.qp);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, destroy_qp_main, B.qp), 0);
+  /* Still waiting 50 ms on: the event is not acked. */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += 50 * 1000 * 1000;
+  if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+  cr_assert_eq(pthread_timedjoin_np(t, NULL, &until), ETIMEDOUT, "ibv_destroy_qp returned with its event unacked");
+  ibv_ack_async_event(&ev);
+  void *rc;
+  cr_assert_eq(pthread_join(t, &rc), 0);
+  cr_assert_eq((intptr_t)rc, 0);
+}
+
+/* An event not read when its QP is destroyed goes with the QP, as the
+ * kernel drops it: the destroy does not wait, and the reader never gets
+ * an event naming a QP that is gone (a non-blocking fd says EAGAIN).
+ * Before, the event was handed out afterwards, naming freed memory. */
+Test(flap, an_event_of_a_qp_destroyed_before_it_was_read_is_dropped) {
+  comm_est_pending_on_b();
+  cr_assert_eq(ibv_destroy_qp(B.qp), 0);
+  cr_assert_eq(fcntl(B.ctx->async_fd, F_SETFL, fcntl(B.ctx->async_fd, F_GETFL) | O_NONBLOCK), 0);
+  struct ibv_async_event ev;
+  errno = 0;
+  cr_assert_eq(ibv_get_async_event(B.ctx, &ev), -1, "an event of a destroyed QP was handed out");
+  cr_assert_eq(errno, EAGAIN);
+}
+
 /* An RC responder answers the QP it was connected to, not whoever writes
  * to it: A writes to B, but B is connected to C, so A hears nothing, lands
  * nothing and ends in RETRY_EXC, as a move that reconnected one end only
@@ -1056,6 +1146,22 @@ Test(bad_input, wrong_attribute_masks_are_einval) {
   struct ibv_qp_attr bad_port = {.qp_state = IBV_QPS_INIT, .port_num = 9};
   cr_assert_eq(ibv_modify_qp(B.qp, &bad_port, IBV_QP_STATE | IBV_QP_PORT), EINVAL);
   cr_assert_eq(qp_state(&A), IBV_QPS_RTR);
+}
+
+/* The address vector's port, as the kernel's uverbs checks it at INIT to
+ * RTR: a port of the device, and the one the QP was bound to at INIT (on
+ * these one-port NICs, port 1).  Before, any value was taken. */
+Test(bad_input, an_address_vector_on_no_port_of_the_qp_is_einval) {
+  cr_assert_eq(to_init(&A), 0);
+  cr_assert_eq(to_init(&B), 0);
+  struct ibv_qp_attr a = rtr_attr(&B, 1);
+  a.ah_attr.port_num = 0;
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, RTR_MASK), EINVAL, "port 0");
+  a.ah_attr.port_num = 2;
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, RTR_MASK), EINVAL, "port 2 of a one-port NIC");
+  cr_assert_eq(qp_state(&A), IBV_QPS_INIT, "a refused transition leaves the QP as it was");
+  a.ah_attr.port_num = 1;
+  cr_assert_eq(ibv_modify_qp(A.qp, &a, RTR_MASK), 0);
 }
 
 Test(bad_input, posting_before_rts_is_refused) {
