@@ -570,6 +570,8 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
   const struct lp_env *env = h->env;
   uint32_t threshold = (uint32_t)env->cfg.gray_ppm;
   int closed[LP_MAX_DEVS];
+  char why[768];
+  if (!lp_rateboard_intact(&h->board, why, sizeof(why))) LP_WARN("%s", why);
   for (int d = 0; d < env->ndevs; d++) {
     struct lp_port_counters port;
     int ok = lp_port_counters(lp_env_nic_of(env, d), env->devs[d].port, &port) == 0;

@@ -116,6 +116,20 @@ fail:
   return -1;
 }
 
+int lp_rateboard_intact(struct lp_rateboard *b, char *why, size_t why_len) {
+  struct stat st;
+  if (b->t == NULL || fstat(b->fd, &st) != 0 || (size_t)st.st_size >= sizeof(*b->t)) return 1;
+  snprintf(why, why_len,
+           "the rate board %s was cut to %lld bytes while in use (another program truncated or rewrote it): this "
+           "process compares its own ports only from now on",
+           b->path, (long long)st.st_size);
+  munmap(b->t, sizeof(*b->t));
+  b->t = NULL; /* its slots go with the file */
+  close(b->fd);
+  b->fd = -1;
+  return 0;
+}
+
 static uint64_t owner_word(int pid, uint64_t now_ns) {
   return (uint64_t)(uint32_t)pid << 32 | (uint32_t)(now_ns / 1000000u);
 }

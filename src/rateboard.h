@@ -67,6 +67,13 @@ struct lp_rateboard {
 int lp_rateboard_open(struct lp_rateboard *b, const char *path, int pid, char *why, size_t why_len);
 void lp_rateboard_close(struct lp_rateboard *b);
 
+/* 1 while the board's file still holds the whole table; 0, with the board
+ * given up and the reason in `why`, when another program cut it short: a
+ * read or a write of the mapping past the file's end would raise SIGBUS.
+ * Call it before each tick's posts and reads; a cut in the middle of one
+ * tick is not caught. */
+int lp_rateboard_intact(struct lp_rateboard *b, char *why, size_t why_len);
+
 /* Post device `dev`'s port (guid, port): its last window's rate (-1: none
  * yet) and when it closed, and when this process last left the port for a
  * fault (0: never); also the holder's heartbeat, so call it every tick for

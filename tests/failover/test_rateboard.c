@@ -310,3 +310,29 @@ Test(rateboard, a_board_of_another_version_is_started_afresh_only_when_nobody_ha
   lp_rateboard_close(&b);
   cr_expect_neq(access(path, F_OK), 0);
 }
+
+/* Another program cuts the board's file short while it is mapped (an
+ * operator's `truncate`, a stray rewrite): a read or a post of the mapping
+ * past the file's end raised SIGBUS, and every process of the host died at
+ * its next tick.  The check each tick makes first gives the board up, says
+ * why, and the process goes on comparing its own ports. */
+Test(rateboard, a_board_cut_short_under_its_readers_is_given_up_not_a_crash) {
+  fresh_path();
+  struct lp_rateboard a;
+  open_as(&a, (int)getpid());
+  uint64_t now = lp_now_ns();
+  char why[768];
+  lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now, 0, now);
+  cr_assert_eq(lp_rateboard_intact(&a, why, sizeof(why)), 1, "a whole board is kept");
+  cr_assert_eq(truncate(path, 0), 0);
+  cr_assert_eq(lp_rateboard_intact(&a, why, sizeof(why)), 0, "a board cut to nothing is kept");
+  cr_expect_not_null(strstr(why, "cut to 0 bytes"), "%s", why);
+  cr_expect_not_null(strstr(why, path), "%s", why);
+  /* What a tick does next: no SIGBUS. */
+  lp_rateboard_post(&a, 0, 0x1234, 1, 1180, now, 0, now);
+  cr_expect_eq(lp_rateboard_read(&a, 0x1234, 1, 0, now), -1);
+  cr_expect_eq(lp_rateboard_fault(&a, 0x1234, 1, now), 0);
+  cr_expect_eq(lp_rateboard_intact(&a, why, sizeof(why)), 1, "given up once");
+  lp_rateboard_close(&a);
+  unlink(path);
+}
