@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "ctlchan.h"
 #include "env.h"
 #include "fifo.h"
@@ -20,6 +21,7 @@
 #include "health.h"
 #include "link.h"
 #include "linkpass/nccl_net.h"
+#include "log.h"
 #include "mr.h"
 #include "watchdog.h"
 #include "wire.h"
@@ -219,14 +221,23 @@ static inline struct ibv_mr *lp_mr_for(const struct lp_comm *comm, void *mhandle
 /* The connection uses this buffer: it may only move where it is registered. */
 static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_nics &= lp_mr_nics(mhandle); }
 /* An isend or irecv whose buffer has no key on the comm's NIC, because that
- * NIC was dead when NCCL registered it (mr.c leaves a dead NIC out): 1 when
- * the call is to wait for the move the NIC's death calls for, the comm from
- * now on going only where the buffer is registered; 0 when the handle is
- * simply not valid here. */
+ * NIC was dead when NCCL registered it (mr.c, dead_nics): 1 when the call
+ * is to wait for the move the NIC's death calls for, the comm from now on
+ * going only where the buffer is registered; 0 when the handle is not
+ * valid here.  An EIO that no fatal error confirms within
+ * LP_MR_DEAD_WAIT_NS of the registration stops the wait: nothing would
+ * move the connection. */
 static inline int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
-  if (comm->health == NULL || lp_mr_nics(mhandle) == 0 ||
-      !lp_health_nic_fatal(comm->health, comm->env->devs[comm->link.dev].nic))
+  const struct lp_mr *m = mhandle;
+  int nic = comm->env->devs[comm->link.dev].nic;
+  if (comm->fo == NULL || m == NULL || m->magic != LP_MR_MAGIC || m->nics == 0 || !(m->dead_nics >> nic & 1u)) return 0;
+  if (!lp_health_nic_fatal(comm->health, nic) && lp_now_ns() - m->made_ns > LP_MR_DEAD_WAIT_NS) {
+    LP_WARN(
+        "%s answered EIO when %p+%zu was registered, and has reported no fatal error in the %llu s since: the "
+        "connection to %s does not move, and cannot use the buffer",
+        comm->link.local.dev_name, (void *)m->addr, m->len, LP_MR_DEAD_WAIT_NS / 1000000000ull, comm->peer);
     return 0;
+  }
   lp_comm_uses(comm, mhandle);
   return 1;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mr.h"
+#include "clock.h"
 #include "log.h"
 
 #define LP_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
@@ -128,8 +129,11 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
                           : env->ibv.reg_mr(on->pd, (void *)w->addr, w->len, access);
   if (mr == NULL) {
     int err = errno; /* create() reads it after the logger */
-    LP_WARN("ibv_reg_mr(%s, %s memory %p, %zu bytes) failed: %s", on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
-            (void *)w->addr, w->len, strerror(err));
+    if (err == EIO)  /* a dead device's context: create() says what follows */
+      LP_INFO(NCCL_NET, "ibv_reg_mr(%s, %p, %zu bytes): %s", on->name, (void *)w->addr, w->len, strerror(err));
+    else
+      LP_WARN("ibv_reg_mr(%s, %s memory %p, %zu bytes) failed: %s", on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
+              (void *)w->addr, w->len, strerror(err));
     errno = err;
   }
   return mr;
@@ -143,12 +147,12 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
  * another NIC (connect.c), and NCCL hands it the registration it made for
  * that device (regIsGlobal).
  *
- * With failover on, a dead home NIC (DEVICE_FATAL, or EIO, which is what
- * every command of a dead device's context answers before its event is
- * read) is left out as the others are: the connection is about to move,
- * and its isend or irecv waits for that move (lp_comm_awaits_move).
- * Failing the registration ended the job on a fault failover is there to
- * survive. */
+ * With failover on, a dead NIC (DEVICE_FATAL, or EIO, which is what every
+ * command of a dead device's context answers before its event is read) is
+ * left out and named in `dead_nics`, the home NIC too: a connection there
+ * is about to move, and its isend or irecv waits for that move
+ * (lp_comm_awaits_move).  Failing the registration ended the job on a
+ * fault failover is there to survive. */
 static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, int home, const struct want *w) {
   int everywhere = health != NULL || env->cfg.subnet_routing;
   struct lp_mr *m = calloc(1, sizeof(*m));
@@ -158,13 +162,19 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
   m->addr = w->addr;
   m->len = w->len;
   m->type = w->type;
+  m->made_ns = lp_now_ns();
   for (int n = 0; n < env->nnics; n++) {
-    if (health != NULL && lp_health_nic_fatal(health, n)) continue;
+    if (health != NULL && lp_health_nic_fatal(health, n)) {
+      m->dead_nics |= 1u << n;
+      continue;
+    }
     if (n != home && !everywhere) continue;
     m->mr[n] = register_on(env, &env->nics[n], w);
     if (m->mr[n] != NULL) {
       m->nics |= 1u << n;
-    } else if (n == home && !(health != NULL && errno == EIO)) {
+    } else if (health != NULL && errno == EIO) {
+      m->dead_nics |= 1u << n;
+    } else if (n == home) {
       if (w->fd >= 0 && !env->nics[n].dmabuf)
         LP_WARN(
             "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing, or the kernel or the "

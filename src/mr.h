@@ -29,9 +29,17 @@ struct lp_mr {
   int type;      /* NCCL_PTR_HOST or NCCL_PTR_CUDA (a dma-buf is GPU memory) */
   int refs;      /* handles NCCL holds (under the cache's lock) */
   uint32_t nics; /* bit n: registered on NIC n (mr[n] != NULL) */
+  /* Bit n: NIC n was left out as dead (DEVICE_FATAL, or it answered EIO),
+   * with failover on: a connection still there waits for its move
+   * (lp_comm_awaits_move), at most LP_MR_DEAD_WAIT_NS after made_ns unless
+   * the NIC's fatal error is confirmed. */
+  uint32_t dead_nics;
+  uint64_t made_ns;
   struct lp_mr *next;
   struct ibv_mr *mr[LP_MAX_NICS]; /* per NIC: every NIC when failover is on, so a move never waits */
 };
+
+#define LP_MR_DEAD_WAIT_NS (5ull * 1000 * 1000 * 1000)
 
 /* The process's registrations, owned by the plugin context: sorted by
  * start address, so that a lookup among thousands (a comm per peer and

@@ -43,7 +43,7 @@ static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
 static _Atomic int warns, rejected;
-static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off;
+static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off, dead_regs;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -69,6 +69,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (strstr(msg, "ibv_reg_mr(mlx5_0") && strstr(msg, "Input/output error")) dead_regs++;
   if (level == NCCL_LOG_WARN) {
     warns++;
     if (strstr(msg, "rejected connection")) rejected++;
@@ -984,17 +985,17 @@ static void run_idle_down(void) {
 struct reg_loop {
   void *comm;
   uint8_t *buf;
-  _Atomic int stop, n;
-  ncclResult_t rc;
+  _Atomic int stop, n, rc;
 };
 
 static void *reg_loop_main(void *arg) {
   struct reg_loop *l = arg;
   while (!atomic_load(&l->stop)) {
     void *mh = NULL;
-    l->rc = hnet_regmr(&net, l->comm, l->buf, 4096, &mh);
-    if (l->rc == ncclSuccess) l->rc = hnet_deregmr(&net, l->comm, mh);
-    if (l->rc != ncclSuccess) return NULL;
+    ncclResult_t rc = hnet_regmr(&net, l->comm, l->buf, 4096, &mh);
+    if (rc == ncclSuccess) rc = hnet_deregmr(&net, l->comm, mh);
+    atomic_store(&l->rc, rc);
+    if (rc != ncclSuccess) return NULL;
     atomic_fetch_add(&l->n, 1);
   }
   return NULL;
@@ -1003,14 +1004,14 @@ static void *reg_loop_main(void *arg) {
 /* NCCL registers buffers on a connection whose NIC has just died (a
  * DEVICE_FATAL on node0's mlx5_0, which carries it at both ends) and has
  * not moved yet: every command of the dead device's context answers EIO.
- * A thread of the receiver, node0, registers on the comm while the fault
- * is injected; while it does, the idle watch cannot take the comm, so the
- * connection stays on the dead NIC.  Then, as NCCL would, the receiver
- * registers a buffer and receives a message into it: the irecv waits for
- * the move (the buffer has no key on the dead NIC) and the message comes
- * through, checked.  Every registration must succeed; before, one on the
- * dead NIC failed (ncclSystemError: the job ended on a fault failover is
- * there to survive), and an irecv with a buffer lacking its key failed. */
+ * A thread of the receiver, node0, registers on the comm over and over
+ * while the fault is injected and for 100 registrations after it; each
+ * holds the comm for a moment, and some of them come before the idle
+ * watch moves it: those meet the dead NIC as their home (counted from the
+ * plugin's log and printed).  Every registration must succeed;
+ * before, each of those failed (ncclSystemError: the job ended on a fault
+ * failover is there to survive; 5 runs of 5 failed so).  Then a message
+ * goes through, checked, after the move. */
 static void run_fatal_regmr(void) {
   struct conn c[1];
   memset(c, 0, sizeof(c));
@@ -1025,7 +1026,7 @@ static void run_fatal_regmr(void) {
     struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
     pthread_t t;
     if (pthread_create(&t, NULL, reg_loop_main, &l) != 0) die("pthread_create");
-    for (double until = mono_s() + 10; atomic_load(&l.n) < 100 && l.rc == ncclSuccess;) {
+    for (double until = mono_s() + 10; atomic_load(&l.n) < 100 && atomic_load(&l.rc) == ncclSuccess;) {
       if (mono_s() > until) die("100 registrations took more than 10 s");
       nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
     }
@@ -1034,14 +1035,20 @@ static void run_fatal_regmr(void) {
     snprintf(cmd, sizeof(cmd), "'%s' fault node0:mlx5_0 device-fatal >/dev/null", sv ? sv : "simverbs");
     int at_fault = atomic_load(&l.n);
     if (system(cmd) != 0) die("%s failed", cmd);
-    /* 100 more after the fault, all on the dead NIC's connection. */
-    while (atomic_load(&l.n) < at_fault + 100 && l.rc == ncclSuccess)
+    /* 100 more after the fault. */
+    for (double until = mono_s() + 10; atomic_load(&l.n) < at_fault + 100 && atomic_load(&l.rc) == ncclSuccess;) {
+      if (mono_s() > until) die("100 registrations after the fault took more than 10 s");
       nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    }
     atomic_store(&l.stop, 1);
     pthread_join(t, NULL);
-    if (l.rc != ncclSuccess)
+    if (atomic_load(&l.rc) != ncclSuccess)
       die("registration %d failed (%d) after the connection's NIC died (at registration %d)", atomic_load(&l.n) + 1,
-          l.rc, at_fault);
+          atomic_load(&l.rc), at_fault);
+    /* How many fell in the window before the move depends on the run (2 to
+     * 26 of some 300 seen); the unit tests (test_mr.c) cover the rule
+     * itself whatever the timing. */
+    fprintf(stderr, "%d registrations, %d of them met mlx5_0 dead\n", atomic_load(&l.n), atomic_load(&dead_regs));
     free(l.buf);
     signal_peer('m');
   } else {

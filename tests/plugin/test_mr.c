@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "env.h"
 #include "health.h"
@@ -110,6 +111,7 @@ Test(mr, a_dead_home_nic_is_left_out_with_failover_on, .init = two_nics) {
   cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSuccess,
                "NIC 0 answered EIO");
   cr_expect_eq(lp_mr_nics(h), 2u, "NIC 1 only");
+  cr_expect_eq(((struct lp_mr *)h)->dead_nics, 1u, "NIC 0 named dead");
   cr_assert_eq(lp_mr_deregister(h), ncclSuccess);
 
   eio_on = 0;
@@ -119,6 +121,7 @@ Test(mr, a_dead_home_nic_is_left_out_with_failover_on, .init = two_nics) {
                "NIC 0 reported DEVICE_FATAL");
   cr_expect_eq(lp_mr_nics(h), 2u, "NIC 1 only");
   cr_expect_eq(nreg_on[0], 0, "a fatal NIC is not asked");
+  cr_expect_eq(((struct lp_mr *)h)->dead_nics, 1u, "NIC 0 named dead");
   cr_assert_eq(lp_mr_deregister(h), ncclSuccess);
 
   /* Dead, and the only other NIC dead too: nothing to register on. */
@@ -143,8 +146,11 @@ Test(mr, a_dead_home_nic_fails_the_registration_without_failover, .init = two_ni
  * move), and the comm may from now on go only where the buffer is.  Before,
  * both failed with ncclInvalidArgument ("not registered on mlx5_0").  A
  * handle without a key on a live NIC is still refused. */
+static char some_fo; /* the comm has failover state (opaque here) */
+
 static void comm_on_dead_nic(struct lp_comm *c, int kind) {
   memset(&health, 0, sizeof(health));
+  c->fo = (struct lp_fo *)&some_fo;
   atomic_store(&health.fatal[0], 1);
   env.ndevs = 2;
   env.devs[1].nic = 1;
@@ -163,7 +169,13 @@ Test(mr, irecv_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   cr_assert_not_null(r);
   comm_on_dead_nic(&r->base, LP_COMM_RECV);
   r->tail = 1;
-  struct lp_mr m = {.magic = LP_MR_MAGIC, .addr = 0x10000, .len = 4096, .nics = 2u, .mr = {NULL, &fake_mr[0]}};
+  struct lp_mr m = {.magic = LP_MR_MAGIC,
+                    .addr = 0x10000,
+                    .len = 4096,
+                    .nics = 2u,
+                    .dead_nics = 1u,
+                    .made_ns = lp_now_ns(),
+                    .mr = {NULL, &fake_mr[0]}};
   void *data = (void *)0x10000, *mh = &m;
   size_t size = 4096;
   int tag = 1;
@@ -171,8 +183,20 @@ Test(mr, irecv_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess);
   cr_expect_null(req, "no request until the comm has moved");
   cr_expect_eq(r->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
+  /* NIC 0 answered EIO at the registration; its fatal error is not read yet. */
   atomic_store(&health.fatal[0], 0);
+  cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess);
+  cr_expect_null(req, "waits for the fatal error that EIO announces");
+  /* ... but not for ever: nothing would move the comm. */
+  m.made_ns -= LP_MR_DEAD_WAIT_NS + 1;
+  cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "an EIO never confirmed");
+  m.dead_nics = 0;
   cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "NIC 0 alive: a bad handle");
+  /* A comm without failover state never moves: it does not wait. */
+  m.dead_nics = 1u;
+  m.made_ns = lp_now_ns();
+  r->base.fo = NULL;
+  cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "no failover state");
   free(r);
 }
 
@@ -186,13 +210,20 @@ Test(mr, isend_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   /* The receiver's clear-to-send for message 1: one 4 KiB receive, tag 1. */
   fifo[lp_fifo_slot(1) * LP_MAX_RECVS] =
       (struct lp_cts){.addr = 0x20000, .size = 4096, .rkey = 7, .tag = 1, .idx = 0, .nreqs = 1, .seq = 1};
-  struct lp_mr m = {.magic = LP_MR_MAGIC, .addr = 0x10000, .len = 4096, .nics = 2u, .mr = {NULL, &fake_mr[0]}};
+  struct lp_mr m = {.magic = LP_MR_MAGIC,
+                    .addr = 0x10000,
+                    .len = 4096,
+                    .nics = 2u,
+                    .dead_nics = 1u,
+                    .made_ns = lp_now_ns(),
+                    .mr = {NULL, &fake_mr[0]}};
   struct lp_req *req = (void *)&req;
   int progress = 0;
   cr_assert_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclSuccess);
   cr_expect_null(req, "no request until the comm has moved");
   cr_expect_eq(progress, 1, "a progress call moves it");
   cr_expect_eq(s->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
+  m.dead_nics = 0;
   atomic_store(&health.fatal[0], 0);
   cr_expect_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclInvalidArgument,
                "NIC 0 alive: a bad handle");

@@ -477,10 +477,10 @@ static enum exec_result execute(struct sv_qp_local *lq, struct sv_qp *q, struct 
                                 int partial, uint64_t now, struct exec_out *out) {
   struct sv_fabric *f = fab();
   struct xfer x;
-  comm_established(d);
   int is_read = w->opcode == IBV_WR_RDMA_READ;
   out->status = local_iov(q, w, is_read || is_atomic(w->opcode), &x);
-  if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL;
+  if (out->status != IBV_WC_SUCCESS) return EXEC_FAIL; /* a local error: nothing left the NIC */
+  comm_established(d);
   if ((is_read || is_atomic(w->opcode)) && d->max_dest_rd_atomic == 0) {
     /* A responder given no resources for READs and atomics (RTR's
      * max_dest_rd_atomic 0) NAKs one as an invalid request and breaks. */
