@@ -224,14 +224,17 @@ static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_
  * NIC was dead when NCCL registered it (mr.c, dead_nics): 1 when the call
  * is to wait for the move the NIC's death calls for, the comm from now on
  * going only where the buffer is registered; 0 when the handle is not
- * valid here.  An EIO that no fatal error confirms within
- * LP_MR_DEAD_WAIT_NS of the registration stops the wait: nothing would
- * move the connection. */
+ * valid here.  An EIO that neither a fatal error nor the port's health
+ * confirms within LP_MR_DEAD_WAIT_NS of the registration stops the wait:
+ * nothing would move the connection. */
 static inline int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
   const struct lp_mr *m = mhandle;
   int nic = comm->env->devs[comm->link.dev].nic;
   if (comm->fo == NULL || m == NULL || m->magic != LP_MR_MAGIC || m->nics == 0 || !(m->dead_nics >> nic & 1u)) return 0;
-  if (!lp_health_nic_fatal(comm->health, nic) && lp_now_ns() - m->made_ns > LP_MR_DEAD_WAIT_NS) {
+  /* Confirmed: the NIC's fatal error was read, or its port is no longer
+   * healthy (a NIC whose events cannot be read is found by polling). */
+  int confirmed = lp_health_nic_fatal(comm->health, nic) || !lp_health_ok(comm->health, comm->link.dev);
+  if (!confirmed && lp_now_ns() - m->made_ns > LP_MR_DEAD_WAIT_NS) {
     LP_WARN(
         "%s answered EIO when %p+%zu was registered, and has reported no fatal error in the %llu s since: the "
         "connection to %s does not move, and cannot use the buffer",

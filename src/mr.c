@@ -118,8 +118,11 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
     struct ibv_mr *mr = env->ibv.reg_dmabuf_mr(on->pd, w->offset, w->len, w->addr, w->fd, access);
     if (mr == NULL) {
       int err = errno;
-      LP_WARN("ibv_reg_dmabuf_mr(%s, fd %d, offset %llu, %zu bytes at %p) failed: %s", on->name, w->fd,
-              (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(err));
+      if (err == EIO) /* a dead device's context, as for ibv_reg_mr below */
+        LP_INFO(NCCL_NET, "ibv_reg_dmabuf_mr(%s, fd %d, %zu bytes): %s", on->name, w->fd, w->len, strerror(err));
+      else
+        LP_WARN("ibv_reg_dmabuf_mr(%s, fd %d, offset %llu, %zu bytes at %p) failed: %s", on->name, w->fd,
+                (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(err));
       errno = err;
     }
     return mr;

@@ -2,6 +2,7 @@
  * against a fake verbs table that records each ibv_reg_mr. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,7 @@ Test(mr, a_dead_home_nic_fails_the_registration_without_failover, .init = two_ni
  * move), and the comm may from now on go only where the buffer is.  Before,
  * both failed with ncclInvalidArgument ("not registered on mlx5_0").  A
  * handle without a key on a live NIC is still refused. */
-static char some_fo; /* the comm has failover state (opaque here) */
+static _Alignas(max_align_t) char some_fo; /* the comm has failover state (opaque here) */
 
 static void comm_on_dead_nic(struct lp_comm *c, int kind) {
   memset(&health, 0, sizeof(health));
@@ -183,13 +184,19 @@ Test(mr, irecv_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess);
   cr_expect_null(req, "no request until the comm has moved");
   cr_expect_eq(r->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
-  /* NIC 0 answered EIO at the registration; its fatal error is not read yet. */
+  /* NIC 0 answered EIO at the registration; its fatal error is not read
+   * yet, and its port still looks healthy. */
   atomic_store(&health.fatal[0], 0);
+  atomic_store(&health.healthy[0], 1);
   cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess);
   cr_expect_null(req, "waits for the fatal error that EIO announces");
   /* ... but not for ever: nothing would move the comm. */
   m.made_ns -= LP_MR_DEAD_WAIT_NS + 1;
   cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "an EIO never confirmed");
+  atomic_store(&health.healthy[0], 0);
+  cr_assert_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclSuccess, "its port's health confirms it");
+  cr_expect_null(req);
+  atomic_store(&health.healthy[0], 1);
   m.dead_nics = 0;
   cr_expect_eq(lp_recv_post(r, 1, &data, &size, &tag, &mh, &req), ncclInvalidArgument, "NIC 0 alive: a bad handle");
   /* A comm without failover state never moves: it does not wait. */
@@ -223,8 +230,13 @@ Test(mr, isend_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   cr_expect_null(req, "no request until the comm has moved");
   cr_expect_eq(progress, 1, "a progress call moves it");
   cr_expect_eq(s->base.mr_nics, 2u, "the comm may go only where the buffer is registered");
+  s->base.fo = NULL;
+  cr_expect_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclInvalidArgument,
+               "no failover state: nothing to wait for");
+  s->base.fo = (struct lp_fo *)&some_fo;
   m.dead_nics = 0;
   atomic_store(&health.fatal[0], 0);
+  atomic_store(&health.healthy[0], 1);
   cr_expect_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclInvalidArgument,
                "NIC 0 alive: a bad handle");
   free(fifo);
