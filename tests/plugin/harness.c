@@ -942,6 +942,19 @@ static void run_down_setup(void) {
   if (is_recv) link_set("node0:mlx5_0", "up");
 }
 
+/* One connection on mlx5_0 at both ends, one 64 KiB message through it,
+ * and both ends idle from here. */
+static void one_idle_comm_on_mlx5_0(struct conn *c) {
+  memset(c, 0, sizeof(*c));
+  int all = ndev;
+  ndev = 1;
+  bring_up(c, 1);
+  ndev = all;
+  one_message(c, 0, 64 << 10, NULL);
+  signal_peer('i');
+  wait_peer();
+}
+
 /* The port under a connection fails while neither end is called (NCCL
  * computes): the receiver, node0, pulls mlx5_0, which carries it, and
  * then neither process calls the plugin.  The idle watches alone must
@@ -951,14 +964,7 @@ static void run_down_setup(void) {
  * connection moved only at the next call. */
 static void run_idle_down(void) {
   struct conn c[1];
-  memset(c, 0, sizeof(c));
-  int all = ndev;
-  ndev = 1; /* on mlx5_0 at both ends */
-  bring_up(c, 1);
-  ndev = all;
-  one_message(c, 0, 64 << 10, NULL);
-  signal_peer('i');
-  wait_peer(); /* both idle from here */
+  one_idle_comm_on_mlx5_0(c);
   if (is_recv) {
     link_set("node0:mlx5_0", "down");
     signal_peer('p');
@@ -1014,14 +1020,7 @@ static void *reg_loop_main(void *arg) {
  * goes through, checked, after the move. */
 static void run_fatal_regmr(void) {
   struct conn c[1];
-  memset(c, 0, sizeof(c));
-  int all = ndev;
-  ndev = 1; /* on mlx5_0 at both ends */
-  bring_up(c, 1);
-  ndev = all;
-  one_message(c, 0, 64 << 10, NULL);
-  signal_peer('i');
-  wait_peer();
+  one_idle_comm_on_mlx5_0(c);
   if (is_recv) {
     struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
     pthread_t t;

@@ -165,18 +165,23 @@ static void comm_on_dead_nic(struct lp_comm *c, int kind) {
   c->link.sq_free[0] = LP_SQ_DEPTH;
 }
 
+/* 4 KiB at 0x10000, registered on NIC 1 just now: NIC 0 was dead. */
+static struct lp_mr registered_while_nic0_died(void) {
+  return (struct lp_mr){.magic = LP_MR_MAGIC,
+                        .addr = 0x10000,
+                        .len = 4096,
+                        .nics = 2u,
+                        .dead_nics = 1u,
+                        .made_ns = lp_now_ns(),
+                        .mr = {NULL, &fake_mr[0]}};
+}
+
 Test(mr, irecv_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   struct lp_recv_comm *r = calloc(1, sizeof(*r));
   cr_assert_not_null(r);
   comm_on_dead_nic(&r->base, LP_COMM_RECV);
   r->tail = 1;
-  struct lp_mr m = {.magic = LP_MR_MAGIC,
-                    .addr = 0x10000,
-                    .len = 4096,
-                    .nics = 2u,
-                    .dead_nics = 1u,
-                    .made_ns = lp_now_ns(),
-                    .mr = {NULL, &fake_mr[0]}};
+  struct lp_mr m = registered_while_nic0_died();
   void *data = (void *)0x10000, *mh = &m;
   size_t size = 4096;
   int tag = 1;
@@ -217,13 +222,7 @@ Test(mr, isend_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
   /* The receiver's clear-to-send for message 1: one 4 KiB receive, tag 1. */
   fifo[lp_fifo_slot(1) * LP_MAX_RECVS] =
       (struct lp_cts){.addr = 0x20000, .size = 4096, .rkey = 7, .tag = 1, .idx = 0, .nreqs = 1, .seq = 1};
-  struct lp_mr m = {.magic = LP_MR_MAGIC,
-                    .addr = 0x10000,
-                    .len = 4096,
-                    .nics = 2u,
-                    .dead_nics = 1u,
-                    .made_ns = lp_now_ns(),
-                    .mr = {NULL, &fake_mr[0]}};
+  struct lp_mr m = registered_while_nic0_died();
   struct lp_req *req = (void *)&req;
   int progress = 0;
   cr_assert_eq(lp_send_match(s, (void *)0x10000, 4096, 1, &m, &req, &progress), ncclSuccess);

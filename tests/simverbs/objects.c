@@ -433,15 +433,9 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents) {
 
 /* ---- async events ---- */
 
-/* The live QP or CQ of this process an affiliated event names, with the
- * count of its events taken; NULL when it was destroyed since (or the
- * event is not affiliated).  sv_lib.lock held. */
-static _Atomic uint32_t *taken_count(const struct sv_async_record *r) {
-  switch (r->type) {
-  case IBV_EVENT_CQ_ERR:
-    for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next)
-      if ((uintptr_t)&lc->cq == r->element && lc->serial == r->serial) return &lc->events_taken;
-    return NULL;
+/* An event that names a QP (element.qp). */
+static int qp_event(uint32_t type) {
+  switch (type) {
   case IBV_EVENT_QP_FATAL:
   case IBV_EVENT_QP_REQ_ERR:
   case IBV_EVENT_QP_ACCESS_ERR:
@@ -449,12 +443,23 @@ static _Atomic uint32_t *taken_count(const struct sv_async_record *r) {
   case IBV_EVENT_SQ_DRAINED:
   case IBV_EVENT_PATH_MIG:
   case IBV_EVENT_PATH_MIG_ERR:
-  case IBV_EVENT_QP_LAST_WQE_REACHED:
+  case IBV_EVENT_QP_LAST_WQE_REACHED: return 1;
+  default: return 0;
+  }
+}
+
+/* The live QP or CQ of this process an affiliated event names, with the
+ * count of its events taken; NULL when it was destroyed since (or the
+ * event is not affiliated).  sv_lib.lock held. */
+static _Atomic uint32_t *taken_count(const struct sv_async_record *r) {
+  if (r->type == IBV_EVENT_CQ_ERR) {
+    for (struct sv_cq_local *lc = sv_lib.cqs; lc; lc = lc->next)
+      if ((uintptr_t)&lc->cq == r->element && lc->serial == r->serial) return &lc->events_taken;
+  } else if (qp_event(r->type)) {
     for (struct sv_qp_local *lq = sv_lib.qps; lq; lq = lq->next)
       if ((uintptr_t)&lq->qp == r->element && lq->serial == r->serial) return &lq->events_taken;
-    return NULL;
-  default: return NULL;
   }
+  return NULL;
 }
 
 /* As the kernel hands them out: an event of a QP or CQ destroyed before it
@@ -475,19 +480,12 @@ SV_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
   }
   memset(event, 0, sizeof(*event));
   event->event_type = (enum ibv_event_type)r.type;
-  switch (r.type) {
-  case IBV_EVENT_CQ_ERR: event->element.cq = (struct ibv_cq *)(uintptr_t)r.element; break;
-  case IBV_EVENT_QP_FATAL:
-  case IBV_EVENT_QP_REQ_ERR:
-  case IBV_EVENT_QP_ACCESS_ERR:
-  case IBV_EVENT_COMM_EST:
-  case IBV_EVENT_SQ_DRAINED:
-  case IBV_EVENT_PATH_MIG:
-  case IBV_EVENT_PATH_MIG_ERR:
-  case IBV_EVENT_QP_LAST_WQE_REACHED: event->element.qp = (struct ibv_qp *)(uintptr_t)r.element; break;
-  case IBV_EVENT_DEVICE_FATAL: event->element.port_num = 0; break;
-  default: event->element.port_num = (int)r.element;
-  }
+  if (r.type == IBV_EVENT_CQ_ERR)
+    event->element.cq = (struct ibv_cq *)(uintptr_t)r.element;
+  else if (qp_event(r.type))
+    event->element.qp = (struct ibv_qp *)(uintptr_t)r.element;
+  else
+    event->element.port_num = r.type == IBV_EVENT_DEVICE_FATAL ? 0 : (int)r.element;
   return 0;
 }
 
@@ -504,18 +502,12 @@ uint32_t sv_new_serial(void) {
  * here too, with a word on stderr after SV_ACK_SAY_S. */
 SV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) {
   _Atomic uint32_t *acked;
-  switch (event->event_type) {
-  case IBV_EVENT_CQ_ERR: acked = &((struct sv_cq_local *)event->element.cq)->events_acked; break;
-  case IBV_EVENT_QP_FATAL:
-  case IBV_EVENT_QP_REQ_ERR:
-  case IBV_EVENT_QP_ACCESS_ERR:
-  case IBV_EVENT_COMM_EST:
-  case IBV_EVENT_SQ_DRAINED:
-  case IBV_EVENT_PATH_MIG:
-  case IBV_EVENT_PATH_MIG_ERR:
-  case IBV_EVENT_QP_LAST_WQE_REACHED: acked = &((struct sv_qp_local *)event->element.qp)->events_acked; break;
-  default: return; /* a device's or a port's: nothing waits for it */
-  }
+  if (event->event_type == IBV_EVENT_CQ_ERR)
+    acked = &((struct sv_cq_local *)event->element.cq)->events_acked;
+  else if (qp_event(event->event_type))
+    acked = &((struct sv_qp_local *)event->element.qp)->events_acked;
+  else
+    return; /* a device's or a port's: nothing waits for it */
   pthread_mutex_lock(&sv_lib.ack_lock);
   atomic_fetch_add(acked, 1);
   pthread_cond_broadcast(&sv_lib.ack_cond);
