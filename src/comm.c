@@ -68,6 +68,24 @@ void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished)
   ((struct lp_send_comm *)c)->metered--;
 }
 
+int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
+  const struct lp_mr *m = mhandle;
+  int nic = comm->env->devs[comm->link.dev].nic;
+  if (comm->fo == NULL || m == NULL || m->magic != LP_MR_MAGIC || m->nics == 0 || !(m->dead_nics >> nic & 1u)) return 0;
+  /* Confirmed: the NIC's fatal error was read, or its port is no longer
+   * healthy (a NIC whose events cannot be read is found by polling). */
+  int confirmed = lp_health_nic_fatal(comm->health, nic) || !lp_health_ok(comm->health, comm->link.dev);
+  if (!confirmed && lp_now_ns() - m->made_ns > LP_MR_DEAD_WAIT_NS) {
+    LP_WARN(
+        "%s answered EIO when %p+%zu was registered, and has reported no fatal error in the %llu s since: the "
+        "connection to %s does not move, and cannot use the buffer",
+        comm->link.local.dev_name, (void *)m->addr, m->len, LP_MR_DEAD_WAIT_NS / 1000000000ull, comm->peer);
+    return 0;
+  }
+  lp_comm_uses(comm, mhandle);
+  return 1;
+}
+
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
   if (comm->kind == LP_COMM_SEND) /* messages NCCL left in flight: their NIC is not busy with them any more */

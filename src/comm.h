@@ -13,7 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "clock.h"
 #include "ctlchan.h"
 #include "env.h"
 #include "fifo.h"
@@ -21,7 +20,6 @@
 #include "health.h"
 #include "link.h"
 #include "linkpass/nccl_net.h"
-#include "log.h"
 #include "mr.h"
 #include "watchdog.h"
 #include "wire.h"
@@ -227,23 +225,7 @@ static inline void lp_comm_uses(struct lp_comm *comm, void *mhandle) { comm->mr_
  * valid here.  An EIO that neither a fatal error nor the port's health
  * confirms within LP_MR_DEAD_WAIT_NS of the registration stops the wait:
  * nothing would move the connection. */
-static inline int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
-  const struct lp_mr *m = mhandle;
-  int nic = comm->env->devs[comm->link.dev].nic;
-  if (comm->fo == NULL || m == NULL || m->magic != LP_MR_MAGIC || m->nics == 0 || !(m->dead_nics >> nic & 1u)) return 0;
-  /* Confirmed: the NIC's fatal error was read, or its port is no longer
-   * healthy (a NIC whose events cannot be read is found by polling). */
-  int confirmed = lp_health_nic_fatal(comm->health, nic) || !lp_health_ok(comm->health, comm->link.dev);
-  if (!confirmed && lp_now_ns() - m->made_ns > LP_MR_DEAD_WAIT_NS) {
-    LP_WARN(
-        "%s answered EIO when %p+%zu was registered, and has reported no fatal error in the %llu s since: the "
-        "connection to %s does not move, and cannot use the buffer",
-        comm->link.local.dev_name, (void *)m->addr, m->len, LP_MR_DEAD_WAIT_NS / 1000000000ull, comm->peer);
-    return 0;
-  }
-  lp_comm_uses(comm, mhandle);
-  return 1;
-}
+int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle);
 /* Every buffer the connection has used is registered on `dev`'s NIC. */
 static inline int lp_comm_may_use(const struct lp_comm *comm, int dev) {
   return comm->mr_nics >> comm->env->devs[dev].nic & 1u;

@@ -1,6 +1,7 @@
 /* The control channel over two connections (ctlchan.h): every message is
  * delivered once and in order, whichever connection brings it, and the
  * channel goes on when one connection fails. */
+#define _GNU_SOURCE /* RTLD_NEXT */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <dlfcn.h>

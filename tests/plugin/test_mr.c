@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* clock_gettime, for clock.h */
 /* The registration cache (mr.c): on which NICs a registration is made,
  * against a fake verbs table that records each ibv_reg_mr. */
 #include <criterion/criterion.h>

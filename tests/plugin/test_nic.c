@@ -1,4 +1,5 @@
 /* Port speed, automatic GID selection, device order and the NICs' interfaces. */
+#define _GNU_SOURCE /* mkdtemp */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
