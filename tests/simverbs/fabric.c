@@ -285,9 +285,7 @@ static uint64_t proc_start_time(pid_t pid) {
   return strtoull(p, NULL, 10);
 }
 
-int sv_proc_register(struct sv_fabric *f, uint32_t host) {
-  pid_t pid = getpid();
-  uint64_t start = proc_start_time(pid);
+static int take_proc_slot(struct sv_fabric *f, uint32_t host, pid_t pid, uint64_t start) {
   int slot = -1;
   sv_lock(&f->lock);
   for (int i = 0; i < SV_MAX_PROCS; i++) {
@@ -301,6 +299,21 @@ int sv_proc_register(struct sv_fabric *f, uint32_t host) {
     }
   }
   sv_unlock(&f->lock);
+  return slot;
+}
+
+/* A full table is first cleared of processes that are gone, as the kernel
+ * frees a process's contexts when it exits: the engines reap only once a
+ * second (SV_REAP_PERIOD_NS), and a string of runs shorter than that, each
+ * exiting without closing its devices, filled the table (EMFILE). */
+int sv_proc_register(struct sv_fabric *f, uint32_t host) {
+  pid_t pid = getpid();
+  uint64_t start = proc_start_time(pid);
+  int slot = take_proc_slot(f, host, pid, start);
+  if (slot < 0) {
+    sv_reap_dead(f);
+    slot = take_proc_slot(f, host, pid, start);
+  }
   return slot;
 }
 
