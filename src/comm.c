@@ -65,7 +65,7 @@ void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished)
   for (int i = 0; finished && dev == c->link.dev && i < m->nreqs; i++) bytes += m->sub[i].size;
   lp_health_tx_end(c->health, dev, bytes, lp_now_ns());
   m->metered = 0;
-  ((struct lp_send_comm *)c)->metered--;
+  c->metered--;
 }
 
 int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ctlchan.h"
 #include "env.h"
@@ -80,11 +81,13 @@ struct lp_comm {
   size_t ctrl_len;
   ncclResult_t error;       /* sticky: once a comm fails every call reports it */
   char peer[160];           /* "host addr dev:port" for messages */
-  uint64_t peer_check_ns;   /* when the control sockets were last looked at for a vanished peer */
+  uint64_t peer_check_ns;   /* when the control sockets were last looked at for a vanished peer (0: look at once) */
+  uint64_t peer_next_ns;    /* before then, lp_comm_check_peer does not even consider a look (progress.h) */
   uint64_t progress_ns;     /* when the last progress call that read the clock began (progress.c) */
   int calls_unclocked;      /* progress calls since then */
   int fed_unclocked;        /* and whether they took completions (the watchdog's) */
   uint64_t progress_end_ns; /* the transmit meter's last look, while a timed message is out (progress.c) */
+  int metered;              /* send comm: messages out that the transmit meter times (lp_send_msg.metered) */
   char peer_id[160];        /* `peer` without blanks, for key=value event lines */
   struct lp_watchdog wd;    /* fed here, consulted by failover */
   /* Set by failover while a move is agreed (failover.h): nothing new goes
@@ -136,14 +139,14 @@ struct lp_send_msg {
   size_t q_off[LP_MAX_QPS];
 };
 
-/* Message m is posted from its first byte on each of the connection's
- * `nqps` QPs (a new message, or one written again after a move). */
-static inline void lp_send_msg_rewind(struct lp_send_msg *m, int nqps) {
-  for (int q = 0; q < nqps; q++) {
-    m->q_sub[q] = 0;
-    m->q_done[q] = 0;
-    m->q_off[q] = 0;
-  }
+/* Message m is posted from its first byte on each of its QPs (a new
+ * message, or one written again after a move).  Every QP's cursor, of a
+ * constant size: a loop over the connection's QPs became three calls of
+ * memset, on the path of every message. */
+static inline void lp_send_msg_rewind(struct lp_send_msg *m) {
+  memset(m->q_sub, 0, sizeof(m->q_sub));
+  memset(m->q_done, 0, sizeof(m->q_done));
+  memset(m->q_off, 0, sizeof(m->q_off));
 }
 
 struct lp_send_comm {
@@ -153,7 +156,6 @@ struct lp_send_comm {
   uint64_t head;               /* next message to match (first is 1) */
   uint64_t post_seq;           /* next matched message to post */
   size_t max_wr_bytes;
-  int metered; /* messages out that the transmit meter times (lp_send_msg.metered) */
   struct lp_send_msg msgs[LP_FIFO_DEPTH];
   struct lp_req reqs[LP_MAX_SEND_REQS];
 };

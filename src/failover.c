@@ -271,6 +271,7 @@ static void retire(struct lp_fo *fo, struct lp_link *l) {
   }
   fo->retired[i] = *l;
   memset(l, 0, sizeof(*l));
+  fo->chores = 1;
 }
 
 /* The standby goes with the path it stood by: destroyed later, as it. */
@@ -989,6 +990,7 @@ int lp_fo_hears_peer(const struct lp_comm *c) {
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return ncclSuccess;
+  fo->chores = lp_fo_chore_waits(c);
   /* Between moves, with no port's health changed since the last look,
    * nothing below is due before the next look at the sockets: test() is
    * NCCL's spin loop, and this is on its path (docs/PERFORMANCE.md, "8-byte

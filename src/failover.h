@@ -89,6 +89,11 @@ struct lp_fo {
   /* The path a move left on the primary NIC, stopped (QPs in ERR) and kept
    * for the failback to revive (lp_link_revive) instead of building one. */
   struct lp_link home;
+  /* lp_fo_chore_waits as the last progress call that read the clock found
+   * it, or 1 since a move retired a link: what lp_fo_due reads on every
+   * call (a chore that comes up otherwise waits for a look, a millisecond
+   * at most). */
+  int chores;
   /* The idle watch's own (idle_watch.h), under its lock. */
   struct lp_idle_watch *watch; /* the watch this receive comm is on; NULL: none */
   uint64_t watch_skip_until_ns;
@@ -154,7 +159,7 @@ static inline int lp_fo_chore_waits(const struct lp_comm *c) {
 static inline int lp_fo_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
   return fo != NULL && (fo->state != LP_FO_IDLE || atomic_load_explicit(&fo->rx_ready, memory_order_relaxed) ||
-                        lp_health_gen(c->health) != fo->seen_gen || lp_fo_chore_waits(c));
+                        lp_health_gen(c->health) != fo->seen_gen || fo->chores);
 }
 
 #endif

@@ -8,46 +8,7 @@
 #include "transport.h"
 #include "watchdog.h"
 
-/* test() is NCCL's spin loop, and a clock read there is not free: at 8
- * bytes, the read on every call was most of what linkpass added to the
- * reference plugin's latency (docs/PERFORMANCE.md, "The clock in
- * test()").  A call reads it only when it has timed work: a timed
- * message out (the transmit meter must see every gap), a move, news or a
- * chore (lp_fo_due), or every LP_CLOCK_EVERY_CALLS-th call for the looks
- * between moves, which are a millisecond apart and so come at most that
- * many calls late. */
-#define LP_CLOCK_EVERY_CALLS 16
-
-static int clock_due(struct lp_comm *c) {
-  if (c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0) return 1;
-  if (lp_fo_due(c) || ++c->calls_unclocked >= LP_CLOCK_EVERY_CALLS) return 1;
-  return 0;
-}
-
-/* Completions, and what the sender can post: nothing timed.  Completions
- * taken here feed the watchdog at the next call that reads the clock, at
- * most LP_CLOCK_EVERY_CALLS calls later: the completion that ends a wait
- * is on the critical path, and its limit is seconds. */
-static ncclResult_t progress_unclocked(struct lp_comm *c) {
-  int got, drained;
-  ncclResult_t rc = lp_transport_poll(c, lp_fo_on_error, &got, &drained);
-  c->fed_unclocked |= got > 0;
-  if (rc == ncclSuccess) rc = lp_transport_advance(c, 0);
-  return rc;
-}
-
-static ncclResult_t progress(struct lp_comm *c);
-
-/* A failure found anywhere in the call (a completion, a post, failover's
- * own steps) may end a move: lp_fo_settle says so to the peer. */
-ncclResult_t lp_comm_progress(struct lp_comm *c) {
-  ncclResult_t rc = progress(c);
-  return rc == ncclSuccess ? rc : lp_fo_settle(c, rc);
-}
-
-static ncclResult_t progress(struct lp_comm *c) {
-  if (c->error != ncclSuccess) return c->error;
-  if (!clock_due(c)) return progress_unclocked(c);
+static ncclResult_t progress_clocked(struct lp_comm *c) {
   c->calls_unclocked = 0;
   uint64_t now = c->progress_ns = lp_now_ns();
   /* The NIC before the peer: a request the peer refused completes here
@@ -65,17 +26,21 @@ static ncclResult_t progress(struct lp_comm *c) {
    * more, the port was at work on it all along: the gap is the port's
    * time, as the time inside a call is. */
   if (c->kind == LP_COMM_SEND && c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS &&
-      (((struct lp_send_comm *)c)->metered == 0 || !drained))
+      (c->metered == 0 || !drained))
     lp_health_tx_unwatched(c->health, dev, c->progress_end_ns, now);
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
   if (rc == ncclSuccess) rc = lp_transport_advance(c, now);
   /* A call that took no completion took well under a microsecond, against
    * the meter's LP_METER_GAP_NS: its start stands for its end. */
-  c->progress_end_ns =
-      c->kind == LP_COMM_SEND && ((struct lp_send_comm *)c)->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
+  c->progress_end_ns = c->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
   if (c->progress_end_ns != 0 && c->health != NULL) lp_health_tx_looked(c->health, dev, c->progress_end_ns);
   return rc;
+}
+
+ncclResult_t lp_comm_progress_clocked(struct lp_comm *c) {
+  ncclResult_t rc = progress_clocked(c);
+  return rc == ncclSuccess ? rc : lp_fo_settle(c, rc);
 }
 
 /* A peek at each control connection for a peer that is gone, while NCCL
@@ -88,16 +53,21 @@ static ncclResult_t progress(struct lp_comm *c) {
 #define LP_PEER_LOOK_NS 100000000ull        /* 100 ms */
 #define LP_PEER_LOOK_HEARD_NS 1000000000ull /* 1 s */
 
-ncclResult_t lp_comm_check_peer(struct lp_comm *c) {
-  if (c->error != ncclSuccess) return c->error;
-  /* NCCL's spin loop comes here on every test() of a request not done:
-   * between looks that costs a subtraction (failover is asked only past
-   * LP_PEER_LOOK_NS). */
+ncclResult_t lp_comm_look_for_peer(struct lp_comm *c) {
+  /* Where the comm's own reads would hear the peer go, the look waits for
+   * LP_PEER_LOOK_HEARD_NS; whether they still would is asked again every
+   * LP_PEER_LOOK_NS, not on every call (a connection given up leaves the
+   * set, and the looks go back to LP_PEER_LOOK_NS). */
   uint64_t since = c->progress_ns - c->peer_check_ns;
-  if (c->peer_check_ns != 0 && (since < LP_PEER_LOOK_NS || (since < LP_PEER_LOOK_HEARD_NS && lp_fo_hears_peer(c))))
+  if (c->peer_check_ns != 0 && since < LP_PEER_LOOK_HEARD_NS && lp_fo_hears_peer(c)) {
+    uint64_t ask = c->progress_ns + LP_PEER_LOOK_NS, look = c->peer_check_ns + LP_PEER_LOOK_HEARD_NS;
+    c->peer_next_ns = ask < look ? ask : look;
     return ncclSuccess;
+  }
   int err;
-  if (!lp_comm_peer_gone(c, &err)) return ncclSuccess;
+  int gone = lp_comm_peer_gone(c, &err);
+  c->peer_next_ns = c->peer_check_ns + LP_PEER_LOOK_NS;
+  if (!gone) return ncclSuccess;
   ncclResult_t rc = lp_comm_progress(c);
   if (rc != ncclSuccess) return rc;
   return lp_comm_fail(c, ncclRemoteError, "the peer closed the connection (%s)",

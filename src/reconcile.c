@@ -64,7 +64,7 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
       if (matched) *bytes += m->sub[k].size;
     }
     if (!matched) continue;
-    lp_send_msg_rewind(m, LP_MAX_QPS); /* every cursor: a move is rare */
+    lp_send_msg_rewind(m);
     m->events = c->link.nqps;
     (*replayed)++;
   }

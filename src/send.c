@@ -145,7 +145,7 @@ static void meter(struct lp_send_comm *s, struct lp_send_msg *m) {
     lp_health_tx_unwatched(c->health, c->link.dev, c->progress_end_ns, now);
   c->progress_end_ns = now;
   m->metered = c->link.dev + 1;
-  s->metered++;
+  c->metered++;
   lp_health_tx_begin(c->health, c->link.dev, now);
 }
 
@@ -216,7 +216,7 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
   m->taken = 0;
   m->events = 0;
   m->metered = 0;
-  lp_send_msg_rewind(m, s->base.link.nqps);
+  lp_send_msg_rewind(m);
   *out = m;
   return ncclSuccess;
 }

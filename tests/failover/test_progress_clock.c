@@ -92,7 +92,7 @@ Test(progress_clock, a_comm_with_nothing_timed_reads_the_clock_once_in_16_calls)
 }
 
 Test(progress_clock, a_sender_with_a_timed_message_out_reads_it_on_every_call) {
-  s.metered = 1; /* a message of 64 KiB or more out: the meter sees every gap */
+  s.base.metered = 1; /* a message of 64 KiB or more out: the meter sees every gap */
   for (int i = 0; i < 50; i++) cr_assert_eq(progress(&s.base), ncclSuccess);
   /* one read a call: the end of a call that took no completion is its start */
   cr_assert_eq(reads, 50, "50 calls read the clock %d times, not 50", reads);
@@ -110,13 +110,13 @@ Test(progress_clock, a_timed_message_completed_after_a_gap_leaves_the_gap_out_at
   m->seq = 1;
   m->events = 1;
   m->metered = 1; /* device 0, + 1 */
-  s.metered = 1;
+  s.base.metered = 1;
   s.head = s.post_seq = 2;                          /* posted */
   s.base.progress_end_ns = fake_ns - 1000000000ull; /* the post, a second ago */
   cqe_kind = LP_WR_FINAL;
   cqe_at = 1;
   cr_assert_eq(progress(&s.base), ncclSuccess);
-  cr_assert_eq(s.metered, 0, "the message completed");
+  cr_assert_eq(s.base.metered, 0, "the message completed");
   /* one read by the call's start, one by the meter's end of the message */
   cr_assert_eq(reads, 2, "the call read the clock %d times, not 2", reads);
   cr_assert_geq(atomic_load(&health.tx[0].unwatched_ns), 1000000000ull, "the gap was left out at this call");
@@ -146,6 +146,7 @@ Test(progress_clock, a_sender_with_a_standby_to_build_reads_it_on_every_call) {
   memset(&health, 0, sizeof(health));
   memset(&fo, 0, sizeof(fo));
   env.cfg.standby = 1;
+  fo.chores = 1;                                   /* as the first look finds it */
   fo.next_read_ns = fo.next_watch_ns = UINT64_MAX; /* no look due: only the cadence is tested */
   s.base.env = &env;
   s.base.health = &health;

@@ -179,7 +179,7 @@ Test(send_meter, an_isend_after_an_absence_leaves_the_gap_out) {
   s.base.health = &health;
   s.base.mr_nics = 1;
   /* message 1 is out and timed; the process last looked a second ago */
-  s.metered = 1;
+  s.base.metered = 1;
   s.msgs[lp_fifo_slot(1)].metered = 1;
   s.post_seq = s.head = 2;
   s.base.progress_end_ns = lp_now_ns() - 1000000000ull;
@@ -194,7 +194,7 @@ Test(send_meter, an_isend_after_an_absence_leaves_the_gap_out) {
   int progress;
   cr_assert_eq(lp_send_match(&s, (void *)0x100000, 64 << 10, 3, &mh, &req, &progress), ncclSuccess);
   cr_assert_not_null(req, "the isend matched message 2");
-  cr_assert_eq(s.metered, 2, "message 2 is timed too");
+  cr_assert_eq(s.base.metered, 2, "message 2 is timed too");
   cr_assert_geq(atomic_load(&health.tx[0].unwatched_ns), 1000000000ull,
                 "the second without a look was not left out (%llu ns)",
                 (unsigned long long)atomic_load(&health.tx[0].unwatched_ns));
