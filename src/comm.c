@@ -58,12 +58,12 @@ ncclResult_t lp_comm_fail(struct lp_comm *comm, ncclResult_t err, const char *fm
   return err;
 }
 
-void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished) {
+void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished, uint64_t now) {
   if (!m->metered) return;
   int dev = m->metered - 1;
   uint64_t bytes = 0;
   for (int i = 0; finished && dev == c->link.dev && i < m->nreqs; i++) bytes += m->sub[i].size;
-  lp_health_tx_end(c->health, dev, bytes, lp_now_ns());
+  lp_health_tx_end(c->health, dev, bytes, now);
   m->metered = 0;
   c->metered--;
 }
@@ -89,7 +89,8 @@ int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
   if (comm->kind == LP_COMM_SEND) /* messages NCCL left in flight: their NIC is not busy with them any more */
-    for (int i = 0; i < LP_FIFO_DEPTH; i++) lp_send_msg_unmeter(comm, &((struct lp_send_comm *)comm)->msgs[i], 0);
+    for (int i = 0; i < LP_FIFO_DEPTH; i++)
+      lp_send_msg_unmeter(comm, &((struct lp_send_comm *)comm)->msgs[i], 0, lp_now_ns());
   if (comm->kind == LP_COMM_RECV) lp_flush_close(&((struct lp_recv_comm *)comm)->flush);
   lp_link_close(&comm->link);
   free(comm->ctrl);

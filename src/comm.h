@@ -169,10 +169,10 @@ struct lp_send_comm {
  * back within microseconds. */
 #define LP_METER_GAP_NS (100u * 1000)
 
-/* Message m leaves its NIC's transmit meter: with the bytes it moved when
- * it `finished` on the NIC it started on, without them otherwise (written
- * again elsewhere after a move, or dropped by a close). */
-void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished);
+/* Message m leaves its NIC's transmit meter at `now`: with the bytes it
+ * moved when it `finished` on the NIC it started on, without them otherwise
+ * (written again elsewhere after a move, or dropped by a close). */
+void lp_send_msg_unmeter(struct lp_comm *c, struct lp_send_msg *m, int finished, uint64_t now);
 
 struct lp_recv_comm {
   struct lp_comm base;

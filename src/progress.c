@@ -31,9 +31,11 @@ static ncclResult_t progress_clocked(struct lp_comm *c) {
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
   if (rc == ncclSuccess) rc = lp_transport_advance(c, now);
-  /* A call that took no completion took well under a microsecond, against
-   * the meter's LP_METER_GAP_NS: its start stands for its end. */
-  c->progress_end_ns = c->metered > 0 ? (got > 0 ? lp_now_ns() : now) : 0;
+  /* A call takes a microsecond or two, against the meter's
+   * LP_METER_GAP_NS: its start stands for its end, as it does for the
+   * messages whose end its poll found (lp_send_completion): no second
+   * read of the clock on the path of every large message. */
+  c->progress_end_ns = c->metered > 0 ? now : 0;
   if (c->progress_end_ns != 0 && c->health != NULL) lp_health_tx_looked(c->health, dev, c->progress_end_ns);
   return rc;
 }

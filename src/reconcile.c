@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 
 /* Everything below resume_seq was delivered; the rest is written again. */
@@ -42,8 +43,8 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
     struct lp_send_msg *m = &s->msgs[i];
     int matched = m->events > 0, partial = m->seq == s->head && m->taken;
     if (!matched && !partial) continue;
-    lp_send_msg_unmeter(c, m, 0);     /* its time on the old path measured the fault, not the port's rate */
-    if (matched && m->seq < resume) { /* landed; only the acknowledgement was lost */
+    lp_send_msg_unmeter(c, m, 0, lp_now_ns()); /* its time on the old path measured the fault, not the port's rate */
+    if (matched && m->seq < resume) {          /* landed; only the acknowledgement was lost */
       m->events = 0;
       for (int k = 0; k < m->nreqs; k++) m->reqs[k]->done = 1;
       continue;

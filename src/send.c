@@ -185,7 +185,9 @@ ncclResult_t lp_send_completion(struct lp_send_comm *s, const struct ibv_wc *wc)
     return lp_comm_fail(&s->base, ncclInternalError, "completion for unknown message %u", low);
   if (--m->events == 0) {
     for (int i = 0; i < m->nreqs; i++) m->reqs[i]->done = 1;
-    lp_send_msg_unmeter(&s->base, m, 1);
+    /* A timed message out makes every progress call read the clock
+     * (progress.h): the call's start is when its poll found the end. */
+    lp_send_msg_unmeter(&s->base, m, 1, s->base.progress_ns);
   }
   return ncclSuccess;
 }
