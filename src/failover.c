@@ -389,12 +389,19 @@ static ncclResult_t path_lost(struct lp_comm *c, const char *why) {
 }
 
 /* A move found nowhere to go on this side: the peer hears why (NICs that
- * failed this move are more than "none healthy"), and the path is lost. */
-static ncclResult_t nowhere_left(struct lp_comm *c, int reason) {
+ * failed this move are more than "none healthy"), and the path is lost.
+ * A healthy NIC left out only because the connection's buffers are not
+ * registered there (mr_nics) is said as such: "no healthy NIC" would send
+ * the operator looking for a hardware fault that is not there. */
+static ncclResult_t nowhere_left(struct lp_comm *c, int reason, int avoid) {
   int failed = c->fo->failed_nics != 0;
   send_nack(c, reason, failed ? LP_NACK_FAILED : LP_NACK_NO_NIC);
-  return path_lost(c, failed ? "no NIC on this side could take the connection (the WARNs before say why)"
-                             : "no healthy NIC on this side");
+  if (failed) return path_lost(c, "no NIC on this side could take the connection (the WARNs before say why)");
+  if (lp_health_choose(c->health, lp_comm_dir(c), c->fo->primary_dev, -1, avoid, ~c->mr_nics) >= 0)
+    return path_lost(c,
+                     "the healthy NICs left on this side hold no registration of buffers the connection has used: "
+                     "NCCL registered them where those NICs could not take them, the WARNs at registration say why");
+  return path_lost(c, "no healthy NIC on this side");
 }
 
 /* A fault its port did not report: the device becomes suspect, so that
@@ -481,7 +488,7 @@ static ncclResult_t sender_start(struct lp_send_comm *s, int reason, int avoid_r
     prefer = -1;
     nic_failed(c, dev); /* could not build there: try the next one */
   }
-  return nowhere_left(c, reason);
+  return nowhere_left(c, reason, avoid);
 }
 
 static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack *a) {
@@ -709,7 +716,7 @@ static ncclResult_t receiver_on_req(struct lp_recv_comm *r, const struct lp_fo_r
     nic_failed(c, dev);
     dev = -1;
   }
-  if (dev < 0) return nowhere_left(c, (int)m->reason);
+  if (dev < 0) return nowhere_left(c, (int)m->reason, avoid);
   return answer_onto(r, &next, LP_MSG_FO_ACK, m->standby, (int)m->reason);
 }
 

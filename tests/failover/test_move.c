@@ -6,6 +6,7 @@
  * it keeps on the primary for the failback. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "fo_wire.h"
 #include "health.h"
 #include "idle_watch.h"
+#include "log.h"
 #include "progress.h"
 #include "../lib/tcp_pair.h"
 
@@ -420,5 +422,63 @@ Test(move, a_connection_given_up_in_nccls_call_is_made_again_while_idle) {
   cr_expect_eq(live, 2, "the comm has %d control connection(s), not 2 made again", live);
   lp_idle_watch_remove(&w, c);
   lp_idle_watch_free(&w);
+  leave(c);
+}
+
+/* NCCL's log, as the plugin's logger sees it: the last WARN. */
+static char last_warn[1024];
+static void warn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
+                        ...) {
+  (void)flags, (void)file, (void)line;
+  if (level != NCCL_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+  va_end(ap);
+}
+
+/* The port fails, and the other NICs are healthy but hold none of the
+ * connection's buffers (NCCL registered them as dma-bufs, which those NICs
+ * take none of, say): the path is lost, and the line says why.  It said
+ * "no healthy NIC on this side", which sends an operator after hardware
+ * that is fine. */
+Test(move, a_path_lost_because_no_healthy_nic_holds_the_buffers_says_so) {
+  static struct lp_send_comm s;
+  memset(&s, 0, sizeof(s));
+  struct lp_comm *c = &s.base;
+  join(c, LP_COMM_SEND, 0);
+  c->mr_nics = 1u; /* its buffers are registered on NIC 0 alone */
+  atomic_store(&h.healthy[0], 0);
+  atomic_store(&h.link_up[0], 0);
+  atomic_store(&h.down_reason[0], LP_FO_PORT_DOWN);
+  atomic_fetch_add(&h.gen, 1);
+  last_warn[0] = '\0';
+  lp_log_set_logger(warn_logger);
+  ncclResult_t rc = lp_fo_progress(c, lp_now_ns());
+  lp_log_set_logger(NULL);
+  cr_assert_eq(rc, ncclRemoteError, "the path is lost");
+  cr_expect_not_null(strstr(last_warn, "hold no registration of buffers"), "the line said: %s", last_warn);
+  cr_expect_null(strstr(last_warn, "no healthy NIC"), "the line said: %s", last_warn);
+  leave(c);
+}
+
+/* The same with every other NIC down too: that is no healthy NIC. */
+Test(move, a_path_lost_with_every_nic_down_says_no_healthy_nic) {
+  static struct lp_send_comm s;
+  memset(&s, 0, sizeof(s));
+  struct lp_comm *c = &s.base;
+  join(c, LP_COMM_SEND, 0);
+  for (int d = 0; d < 3; d++) {
+    atomic_store(&h.healthy[d], 0);
+    atomic_store(&h.link_up[d], 0);
+    atomic_store(&h.down_reason[d], LP_FO_PORT_DOWN);
+  }
+  atomic_fetch_add(&h.gen, 1);
+  last_warn[0] = '\0';
+  lp_log_set_logger(warn_logger);
+  ncclResult_t rc = lp_fo_progress(c, lp_now_ns());
+  lp_log_set_logger(NULL);
+  cr_assert_eq(rc, ncclRemoteError, "the path is lost");
+  cr_expect_not_null(strstr(last_warn, "no healthy NIC on this side"), "the line said: %s", last_warn);
   leave(c);
 }
