@@ -1,5 +1,6 @@
 /* Memory registration (mr.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +107,22 @@ static ncclResult_t destroy(struct lp_mr *m) {
 
 /* One NIC's registration of the range; NULL (errno set) if refused, WARNed
  * unless the NIC takes no dma-bufs at all (said at init, or by create()). */
+/* `call` refused the registration on `on`: said, errno kept for create().
+ * EIO is what every command of a dead device's context answers: INFO, as
+ * create() says what follows. */
+static struct ibv_mr *refused(const char *call, const struct lp_nic *on, const struct want *w) {
+  int err = errno;
+  char via[64] = "";
+  if (w->fd >= 0) snprintf(via, sizeof(via), ", dma-buf fd %d at offset %llu", w->fd, (unsigned long long)w->offset);
+  if (err == EIO)
+    LP_INFO(NCCL_NET, "%s(%s, %p, %zu bytes%s): %s", call, on->name, (void *)w->addr, w->len, via, strerror(err));
+  else
+    LP_WARN("%s(%s, %s memory %p, %zu bytes%s) failed: %s", call, on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
+            (void *)w->addr, w->len, via, strerror(err));
+  errno = err;
+  return NULL;
+}
+
 static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic *on, const struct want *w) {
   /* Payload only: the receiver reads it after the completion, which the NIC
    * orders behind every write of the message. */
@@ -116,30 +133,12 @@ static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic 
       return NULL;
     }
     struct ibv_mr *mr = env->ibv.reg_dmabuf_mr(on->pd, w->offset, w->len, w->addr, w->fd, access);
-    if (mr == NULL) {
-      int err = errno;
-      if (err == EIO) /* a dead device's context, as for ibv_reg_mr below */
-        LP_INFO(NCCL_NET, "ibv_reg_dmabuf_mr(%s, fd %d, %zu bytes): %s", on->name, w->fd, w->len, strerror(err));
-      else
-        LP_WARN("ibv_reg_dmabuf_mr(%s, fd %d, offset %llu, %zu bytes at %p) failed: %s", on->name, w->fd,
-                (unsigned long long)w->offset, w->len, (void *)w->addr, strerror(err));
-      errno = err;
-    }
-    return mr;
+    return mr != NULL ? mr : refused("ibv_reg_dmabuf_mr", on, w);
   }
   struct ibv_mr *mr = env->relaxed_ordering
                           ? env->ibv.reg_mr_iova2(on->pd, (void *)w->addr, w->len, w->addr, (unsigned)access)
                           : env->ibv.reg_mr(on->pd, (void *)w->addr, w->len, access);
-  if (mr == NULL) {
-    int err = errno; /* create() reads it after the logger */
-    if (err == EIO)  /* a dead device's context: create() says what follows */
-      LP_INFO(NCCL_NET, "ibv_reg_mr(%s, %p, %zu bytes): %s", on->name, (void *)w->addr, w->len, strerror(err));
-    else
-      LP_WARN("ibv_reg_mr(%s, %s memory %p, %zu bytes) failed: %s", on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
-              (void *)w->addr, w->len, strerror(err));
-    errno = err;
-  }
-  return mr;
+  return mr != NULL ? mr : refused("ibv_reg_mr", on, w);
 }
 
 /* Register the range on `home` and, with failover on, every other live NIC:
