@@ -6,7 +6,6 @@
  * it keeps on the primary for the failback. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "log.h"
 #include "progress.h"
 #include "../lib/tcp_pair.h"
+#include "../lib/warn_capture.h"
 
 static struct ibv_context ctx;
 static struct ibv_pd pd;
@@ -248,6 +248,21 @@ static struct lp_comm *receiver(struct lp_recv_comm *r, int two) {
   return &r->base;
 }
 
+/* A send comm on device 0, its control channel joined to `peer`. */
+static struct lp_comm *sender(struct lp_send_comm *s) {
+  memset(s, 0, sizeof(*s));
+  join(&s->base, LP_COMM_SEND, 0);
+  return &s->base;
+}
+
+/* Device d's port goes down, as the control thread records it; the
+ * connections see it at the generation's next change. */
+static void port_down(int d) {
+  atomic_store(&h.healthy[d], 0);
+  atomic_store(&h.link_up[d], 0);
+  atomic_store(&h.down_reason[d], LP_FO_PORT_DOWN);
+}
+
 /* The peer, a sender NCCL is calling, reads and ticks while comm c is left
  * to the watch, until c's second control connection is made again or 6 s
  * pass.  Returns c's live connections once the peer offered one again (0
@@ -285,9 +300,7 @@ Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
   fo->sb.id = 7;
   fo->sb.state = LP_SB_READY;
 
-  atomic_store(&h.healthy[0], 0);
-  atomic_store(&h.link_up[0], 0);
-  atomic_store(&h.down_reason[0], LP_FO_PORT_DOWN);
+  port_down(0);
   atomic_fetch_add(&h.gen, 1);
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
   static struct lp_fo_ack a;
@@ -315,9 +328,7 @@ Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
  * failback too. */
 Test(move, a_retried_failback_revives_the_kept_path_again) {
   static struct lp_send_comm s;
-  memset(&s, 0, sizeof(s));
-  struct lp_comm *c = &s.base;
-  join(c, LP_COMM_SEND, 0);
+  struct lp_comm *c = sender(&s);
   struct lp_fo *fo = c->fo;
   /* Where an earlier failover left it: on device 1, its path on the
    * primary stopped and kept (swap_link). */
@@ -425,16 +436,13 @@ Test(move, a_connection_given_up_in_nccls_call_is_made_again_while_idle) {
   leave(c);
 }
 
-/* NCCL's log, as the plugin's logger sees it: the last WARN. */
-static char last_warn[1024];
-static void warn_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
-                        ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
-  va_end(ap);
+/* One look of comm c's, the last WARN it logged in lp_test_warned. */
+static ncclResult_t look_capturing(struct lp_comm *c) {
+  lp_test_warned[0] = '\0';
+  lp_log_set_logger(lp_test_capture_warn);
+  ncclResult_t rc = lp_fo_progress(c, lp_now_ns());
+  lp_log_set_logger(NULL);
+  return rc;
 }
 
 /* The port fails, and the other NICs are healthy but hold none of the
@@ -444,41 +452,23 @@ static void warn_logger(ncclDebugLogLevel level, unsigned long flags, const char
  * that is fine. */
 Test(move, a_path_lost_because_no_healthy_nic_holds_the_buffers_says_so) {
   static struct lp_send_comm s;
-  memset(&s, 0, sizeof(s));
-  struct lp_comm *c = &s.base;
-  join(c, LP_COMM_SEND, 0);
+  struct lp_comm *c = sender(&s);
   c->mr_nics = 1u; /* its buffers are registered on NIC 0 alone */
-  atomic_store(&h.healthy[0], 0);
-  atomic_store(&h.link_up[0], 0);
-  atomic_store(&h.down_reason[0], LP_FO_PORT_DOWN);
+  port_down(0);
   atomic_fetch_add(&h.gen, 1);
-  last_warn[0] = '\0';
-  lp_log_set_logger(warn_logger);
-  ncclResult_t rc = lp_fo_progress(c, lp_now_ns());
-  lp_log_set_logger(NULL);
-  cr_assert_eq(rc, ncclRemoteError, "the path is lost");
-  cr_expect_not_null(strstr(last_warn, "hold no registration of buffers"), "the line said: %s", last_warn);
-  cr_expect_null(strstr(last_warn, "no healthy NIC"), "the line said: %s", last_warn);
+  cr_assert_eq(look_capturing(c), ncclRemoteError, "the path is lost");
+  cr_expect_not_null(strstr(lp_test_warned, "hold no registration of buffers"), "the line said: %s", lp_test_warned);
+  cr_expect_null(strstr(lp_test_warned, "no healthy NIC"), "the line said: %s", lp_test_warned);
   leave(c);
 }
 
 /* The same with every other NIC down too: that is no healthy NIC. */
 Test(move, a_path_lost_with_every_nic_down_says_no_healthy_nic) {
   static struct lp_send_comm s;
-  memset(&s, 0, sizeof(s));
-  struct lp_comm *c = &s.base;
-  join(c, LP_COMM_SEND, 0);
-  for (int d = 0; d < 3; d++) {
-    atomic_store(&h.healthy[d], 0);
-    atomic_store(&h.link_up[d], 0);
-    atomic_store(&h.down_reason[d], LP_FO_PORT_DOWN);
-  }
+  struct lp_comm *c = sender(&s);
+  for (int d = 0; d < 3; d++) port_down(d);
   atomic_fetch_add(&h.gen, 1);
-  last_warn[0] = '\0';
-  lp_log_set_logger(warn_logger);
-  ncclResult_t rc = lp_fo_progress(c, lp_now_ns());
-  lp_log_set_logger(NULL);
-  cr_assert_eq(rc, ncclRemoteError, "the path is lost");
-  cr_expect_not_null(strstr(last_warn, "no healthy NIC on this side"), "the line said: %s", last_warn);
+  cr_assert_eq(look_capturing(c), ncclRemoteError, "the path is lost");
+  cr_expect_not_null(strstr(lp_test_warned, "no healthy NIC on this side"), "the line said: %s", lp_test_warned);
   leave(c);
 }

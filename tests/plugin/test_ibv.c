@@ -5,7 +5,7 @@
 
 #include "ibv.h"
 #include "log.h"
-#include "warn_capture.h"
+#include "../lib/warn_capture.h"
 
 /* A library that is not libibverbs: refused with a reason naming what is
  * missing, never a crash. */

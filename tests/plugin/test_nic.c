@@ -8,7 +8,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "warn_capture.h"
+#include "../lib/warn_capture.h"
 #include "nic.h"
 
 Test(nic, speed_from_width_and_speed) {
