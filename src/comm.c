@@ -88,9 +88,10 @@ int lp_comm_awaits_move(struct lp_comm *comm, void *mhandle) {
 
 void lp_comm_destroy(struct lp_comm *comm) {
   if (comm == NULL) return;
-  if (comm->kind == LP_COMM_SEND) /* messages NCCL left in flight: their NIC is not busy with them any more */
-    for (int i = 0; i < LP_FIFO_DEPTH; i++)
-      lp_send_msg_unmeter(comm, &((struct lp_send_comm *)comm)->msgs[i], 0, lp_now_ns());
+  if (comm->kind == LP_COMM_SEND) { /* messages NCCL left in flight: their NIC is not busy with them any more */
+    uint64_t now = lp_now_ns();
+    for (int i = 0; i < LP_FIFO_DEPTH; i++) lp_send_msg_unmeter(comm, &((struct lp_send_comm *)comm)->msgs[i], 0, now);
+  }
   if (comm->kind == LP_COMM_RECV) lp_flush_close(&((struct lp_recv_comm *)comm)->flush);
   lp_link_close(&comm->link);
   free(comm->ctrl);

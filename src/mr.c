@@ -105,8 +105,6 @@ static ncclResult_t destroy(struct lp_mr *m) {
   return rc;
 }
 
-/* One NIC's registration of the range; NULL (errno set) if refused, WARNed
- * unless the NIC takes no dma-bufs at all (said at init, or by create()). */
 /* `call` refused the registration on `on`: said, errno kept for create().
  * EIO is what every command of a dead device's context answers: INFO, as
  * create() says what follows. */
@@ -123,6 +121,8 @@ static struct ibv_mr *refused(const char *call, const struct lp_nic *on, const s
   return NULL;
 }
 
+/* One NIC's registration of the range; NULL (errno set) if refused, WARNed
+ * unless the NIC takes no dma-bufs at all (said at init, or by create()). */
 static struct ibv_mr *register_on(const struct lp_env *env, const struct lp_nic *on, const struct want *w) {
   /* Payload only: the receiver reads it after the completion, which the NIC
    * orders behind every write of the message. */

@@ -25,8 +25,7 @@ static ncclResult_t progress_clocked(struct lp_comm *c) {
    * the gap out.  If one is still out though the CQ holds no completion
    * more, the port was at work on it all along: the gap is the port's
    * time, as the time inside a call is. */
-  if (c->kind == LP_COMM_SEND && c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS &&
-      (c->metered == 0 || !drained))
+  if (c->progress_end_ns != 0 && now - c->progress_end_ns > LP_METER_GAP_NS && (c->metered == 0 || !drained))
     lp_health_tx_unwatched(c->health, dev, c->progress_end_ns, now);
   if (rc == ncclSuccess) rc = lp_fo_progress(c, now);
   if (rc == ncclSuccess) rc = lp_fo_watchdog(c, now);
