@@ -805,7 +805,9 @@ static int qp_progress(struct sv_qp_local *lq, uint64_t now, uint64_t *next) {
     int path_up = d && (loopback ? atomic_load(&lp->state) == IBV_PORT_ACTIVE
                                  : port_passes(lp) && port_passes(&f->devs[d->dev].ports[d->port - 1]));
     if (path_up && !loopback && !fits_wire_mtu(q, d, w, lp)) path_up = 0;
-    if (!path_up) { /* dropped on the way, or by a responder that is not ready */
+    if (!path_up) {                                   /* dropped on the way, or by a responder that is not ready */
+      if (atomic_load(&lp->state) != IBV_PORT_ACTIVE) /* at our own port, which counts them */
+        atomic_fetch_add_explicit(&lp->xmit_discards, packets_of(q, wr_bytes(w)), memory_order_relaxed);
       unanswered(lq, q, now, next);
       break;
     }

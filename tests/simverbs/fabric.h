@@ -88,6 +88,7 @@ struct sv_port {
    * out of sequence (packet_seq_err), a local ACK timeout
    * (local_ack_timeout_err; on RoCE also roce_adp_retrans). */
   _Atomic uint64_t seq_err_naks, ack_timeouts;
+  _Atomic uint64_t xmit_discards; /* packets thrown away because the port was down (PortXmitDiscards) */
   _Alignas(64) _Atomic uint64_t rx_bytes, rx_wrs, rx_packets;
   _Atomic uint64_t out_of_sequence;     /* the responder's side: packets after a lost one (mlx5 out_of_sequence) */
   _Atomic uint64_t counters_written_ns; /* sysfs counters of the port last rewritten (engine.c) */

@@ -262,8 +262,8 @@ static int write_counters(const char *pdir, const struct sv_port *p) {
       put_fmt(cdir, "port_rcv_packets", "%llu\n", (unsigned long long)atomic_load(&p->rx_packets)) ||
       put_fmt(cdir, "link_downed", "%u\n", (unsigned)atomic_load(&p->link_downs)) ||
       put_file(cdir, "symbol_error", "0\n") || put_file(cdir, "port_rcv_errors", "0\n") ||
-      put_file(cdir, "port_xmit_discards", "0\n") || put_file(cdir, "link_error_recovery", "0\n") ||
-      put_fmt(hdir, "local_ack_timeout_err", "%llu\n", timeouts) ||
+      put_fmt(cdir, "port_xmit_discards", "%llu\n", (unsigned long long)atomic_load(&p->xmit_discards)) ||
+      put_file(cdir, "link_error_recovery", "0\n") || put_fmt(hdir, "local_ack_timeout_err", "%llu\n", timeouts) ||
       put_fmt(hdir, "packet_seq_err", "%llu\n", (unsigned long long)atomic_load(&p->seq_err_naks)) ||
       put_fmt(hdir, "out_of_sequence", "%llu\n", (unsigned long long)atomic_load(&p->out_of_sequence)) ||
       put_file(hdir, "rnr_nak_retry_err", "0\n") || put_file(hdir, "duplicate_request", "0\n") ||
