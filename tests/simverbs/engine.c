@@ -231,6 +231,38 @@ static int remote_range(struct sv_qp *d, uint32_t rkey, uint64_t va, size_t len,
   return 1;
 }
 
+/* Store n bytes at d as a NIC's DMA places a packet: cache line after
+ * cache line, from the first to the last.  A reader that sees a line's
+ * last bytes new finds the lines before it, and the rest of that line,
+ * new too: NCCL-style consumers poll a field at the end of a 64-byte entry
+ * (linkpass's CTS seq) and then read the entry.  memcpy makes no such
+ * promise: glibc's stores the tail of a 65-128 byte copy before its
+ * middle.  Line by line costs a quarter of memcpy's bandwidth on large
+ * copies, which nobody reads before their completion: above
+ * SV_ASCENDING_MAX bytes it is memcpy (docs/SIMVERBS.md). */
+#define SV_ASCENDING_MAX 4096
+static void copy_ascending(char *d, const char *l, size_t n) {
+  if (n > SV_ASCENDING_MAX) {
+    memcpy(d, l, n);
+    return;
+  }
+  while (n) {
+    size_t k = 64 - ((uintptr_t)d & 63);
+    if (k >= n) {
+      memcpy(d, l, n); /* ≤ 64 bytes: glibc stores the head, then the tail */
+      return;
+    }
+    if (k == 64)
+      memcpy(d, l, 64);
+    else
+      memcpy(d, l, k);
+    atomic_thread_fence(memory_order_release);
+    d += k;
+    l += k;
+    n -= k;
+  }
+}
+
 /* Write bytes [from, from + n) of the transfer into the remote segments. */
 static void copy_span(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t from, size_t n) {
   size_t li = 0, loff = from, r = 0, roff = from;
@@ -240,7 +272,7 @@ static void copy_span(struct xfer *x, struct iovec *remote, char **direct, int n
     size_t k = x->local[li].iov_len - loff;
     if (k > remote[r].iov_len - roff) k = remote[r].iov_len - roff;
     if (k > n) k = n;
-    memcpy(direct[r] + roff, (char *)x->local[li].iov_base + loff, k);
+    copy_ascending(direct[r] + roff, (char *)x->local[li].iov_base + loff, k);
     n -= k;
     loff += k;
     roff += k;
@@ -261,9 +293,10 @@ static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, i
   }
 }
 
-/* memcpy between our gather list and directly reachable remote segments.
- * The last byte is stored last, with release order: programs such as
- * ib_write_lat spin on a buffer's final byte and read the rest after it. */
+/* Copy between our gather list and directly reachable remote segments.
+ * A write lands in ascending order and its last byte is stored last, with
+ * release order: programs such as ib_write_lat spin on a buffer's final
+ * byte and read the rest after it. */
 static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit, int read) {
   size_t li = 0, loff = 0;
   for (int r = 0; r < nremote && limit; r++) {
@@ -276,10 +309,10 @@ static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int
       if (read) {
         memcpy(l, d, n);
       } else if (n == limit) {
-        memcpy(d, l, n - 1);
+        copy_ascending(d, l, n - 1);
         __atomic_store_n(d + n - 1, l[n - 1], __ATOMIC_RELEASE);
       } else {
-        memcpy(d, l, n);
+        copy_ascending(d, l, n);
       }
       limit -= n;
       roff += n;

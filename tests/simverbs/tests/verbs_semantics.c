@@ -195,9 +195,10 @@ static void post_recv(struct end *e, uint64_t id, uint64_t off, uint32_t len) {
   cr_assert_eq(ibv_post_recv(e->qp, &wr, &bad), 0);
 }
 
-static int post_write(struct end *e, struct end *to, enum ibv_wr_opcode op, uint64_t id, uint64_t off, uint32_t len,
-                      uint32_t rkey) {
-  struct ibv_sge s = {.addr = (uintptr_t)e->buf + off, .length = len, .lkey = e->mr->lkey};
+/* One signaled RDMA request of `len` bytes between local and remote memory. */
+static int post_rdma(struct end *e, enum ibv_wr_opcode op, uint64_t id, void *local, uint32_t len, uint32_t lkey,
+                     void *remote, uint32_t rkey) {
+  struct ibv_sge s = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
   struct ibv_send_wr wr = {.wr_id = id,
                            .sg_list = &s,
                            .num_sge = 1,
@@ -205,9 +206,14 @@ static int post_write(struct end *e, struct end *to, enum ibv_wr_opcode op, uint
                            .send_flags = IBV_SEND_SIGNALED,
                            .imm_data = htobe32(0xabcd)},
                      *bad;
-  wr.wr.rdma.remote_addr = (uintptr_t)to->buf + off;
+  wr.wr.rdma.remote_addr = (uintptr_t)remote;
   wr.wr.rdma.rkey = rkey;
   return ibv_post_send(e->qp, &wr, &bad);
+}
+
+static int post_write(struct end *e, struct end *to, enum ibv_wr_opcode op, uint64_t id, uint64_t off, uint32_t len,
+                      uint32_t rkey) {
+  return post_rdma(e, op, id, e->buf + off, len, e->mr->lkey, to->buf + off, rkey);
 }
 
 static void fill(char *p, size_t n, int seed) {
@@ -379,6 +385,69 @@ Test(data, a_registration_loses_no_store_of_another_thread_on_its_pages) {
   pthread_join(t, NULL);
   while (n > 0) free(pages[--n]);
   cr_assert_eq(atomic_load(&h.lost), 0, "a store to a registration's page by another thread was lost");
+}
+
+/* A reader of a few cache lines of a buffer that is written over and
+ * over, each time with every 8-byte word set to the write's number: it
+ * counts the times it saw a line's last word newer than its first. */
+struct line_watch {
+  const _Atomic uint64_t *lines[3];
+  atomic_int stop;
+  atomic_uint_fast64_t looks, torn;
+};
+
+static void *line_watch_main(void *arg) {
+  struct line_watch *w = arg;
+  while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
+    for (int i = 0; i < 3; i++) {
+      uint64_t last = atomic_load_explicit(&w->lines[i][7], memory_order_acquire);
+      uint64_t first = atomic_load_explicit(&w->lines[i][0], memory_order_relaxed);
+      if (first < last) atomic_fetch_add_explicit(&w->torn, 1, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&w->looks, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+/* `writes` RDMA WRITEs of `len` bytes from A's buffer at `src_off` to a
+ * cache line of B's, each with every word set to its number, watched from
+ * another thread; returns how often a line was seen torn. */
+static uint64_t torn_lines(size_t len, size_t src_off, int writes) {
+  size_t off = (64 - ((uintptr_t)B.buf & 63)) & 63;
+  uint64_t *src = (uint64_t *)(A.buf + src_off);
+  const char *dst = B.buf + off;
+  struct line_watch w = {.lines = {(const _Atomic uint64_t *)dst, (const _Atomic uint64_t *)(dst + len / 2),
+                                   (const _Atomic uint64_t *)(dst + len - 128)}};
+  memset(B.buf + off, 0, len);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, line_watch_main, &w), 0);
+  uint64_t deadline = sv_now_ns() + WAIT_MS * 1000000ull;
+  while (atomic_load(&w.looks) == 0) cr_assert_lt(sv_now_ns(), deadline, "the reader never looked");
+  for (uint64_t n = 1; n <= (uint64_t)writes; n++) {
+    for (size_t i = 0; i < len / 8; i++) src[i] = n;
+    cr_assert_eq(post_rdma(&A, IBV_WR_RDMA_WRITE, n, src, (uint32_t)len, A.mr->lkey, (void *)dst, B.mr->rkey), 0);
+    cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
+  }
+  atomic_store(&w.stop, 1);
+  pthread_join(t, NULL);
+  return atomic_load(&w.torn);
+}
+
+/* A NIC places a packet's bytes in address order: a reader that polls the
+ * end of a 64-byte entry and then reads the entry (NCCL's send FIFO,
+ * linkpass's clear-to-send) finds it whole.  glibc's memcpy stores a
+ * copy's parts in an order that depends on its length and on how source
+ * and destination are aligned: the tail of 65-128 bytes before the middle,
+ * the first 32 bytes of a few KiB last, a line's halves from the higher to
+ * the lower when it copies backwards.  linkpass once saw a torn entry. */
+Test(data, a_write_lands_in_address_order) {
+  static const size_t lens[] = {128, 256, 1024, 2048, 4096}, src_offs[] = {8, 2048 + 64};
+  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+    for (size_t j = 0; j < sizeof(src_offs) / sizeof(src_offs[0]); j++) {
+      uint64_t torn = torn_lines(lens[i], src_offs[j], 2000);
+      cr_assert_eq(torn, 0, "a reader saw a line's end land before its start %llu times (%zu-byte writes)",
+                   (unsigned long long)torn, lens[i]);
+    }
 }
 
 static void *write_counters_main(void *arg) {
@@ -1606,16 +1675,7 @@ static void connect_to_itself(struct end *e) {
 }
 
 static int post_read(struct end *e, uint64_t id, void *into, uint32_t lkey, void *from, uint32_t rkey) {
-  struct ibv_sge s = {.addr = (uintptr_t)into, .length = 1, .lkey = lkey};
-  struct ibv_send_wr wr = {.wr_id = id,
-                           .sg_list = &s,
-                           .num_sge = 1,
-                           .opcode = IBV_WR_RDMA_READ,
-                           .send_flags = IBV_SEND_SIGNALED},
-                     *bad;
-  wr.wr.rdma.remote_addr = (uintptr_t)from;
-  wr.wr.rdma.rkey = rkey;
-  return ibv_post_send(e->qp, &wr, &bad);
+  return post_rdma(e, IBV_WR_RDMA_READ, id, into, 1, lkey, from, rkey);
 }
 
 /* NCCL's flush: a QP connected to itself reads one byte of what the NIC
