@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <pthread.h>
@@ -42,7 +43,7 @@ static int is_recv;
 static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
-static _Atomic int warns, rejected;
+static _Atomic int warns, rejected, accept_emfile;
 static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off, dead_regs;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -73,6 +74,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   if (level == NCCL_LOG_WARN) {
     warns++;
     if (strstr(msg, "rejected connection")) rejected++;
+    if (strstr(msg, "cannot accept connections") && strstr(msg, "ulimit -n")) accept_emfile++;
     if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
     if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
     if (strstr(msg, "event=failback")) failbacks++;
@@ -906,6 +908,47 @@ static void one_message(struct conn *c, int msg, size_t len, double *took) {
   free(b);
 }
 
+/* ---- a listener out of file descriptors ---------------------------------- */
+
+/* accept(2) fails with EMFILE while the process has no descriptor left
+ * (thousands of peers, each with sockets, against a low ulimit -n): the
+ * listener says so once, with what to do, takes nothing, and accepts the
+ * waiting connection once descriptors are free again. */
+static void run_accept_emfile(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  if (is_recv) {
+    CHECK(hnet_listen(&net, 0, c[0].handle, &c[0].lc));
+    write_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    struct rlimit was, none;
+    if (getrlimit(RLIMIT_NOFILE, &was) != 0) die("getrlimit: %s", strerror(errno));
+    int lowest = fcntl(fd_h, F_DUPFD, 0); /* the descriptor accept(2) would take */
+    if (lowest < 0) die("F_DUPFD: %s", strerror(errno));
+    close(lowest);
+    none = was;
+    none.rlim_cur = (rlim_t)lowest;
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
+    /* Many calls, as NCCL's accept loop makes them: one WARN, no comm. */
+    for (int i = 0; i < 1000; i++) {
+      CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
+      if (c[0].comm != NULL) die("accepted a connection with no descriptor to hold it");
+    }
+    if (setrlimit(RLIMIT_NOFILE, &was) != 0) die("setrlimit: %s", strerror(errno));
+    if (atomic_load(&accept_emfile) != 1)
+      die("%d WARNs that accept(2) ran out of descriptors (with what to do), expected 1", atomic_load(&accept_emfile));
+    double until = mono_s() + 30;
+    while (c[0].comm == NULL) {
+      CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
+      if (mono_s() > until) die("the waiting connection was not accepted within 30 s of descriptors coming back");
+    }
+  } else {
+    read_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    while (c[0].comm == NULL) CHECK(hnet_connect(&net, 0, c[0].handle, &c[0].comm));
+  }
+  one_message(c, 0, 4096, NULL);
+  tear_down(c, 1);
+}
+
 /* A connection set up on a port that is already down (node0's mlx5_0,
  * pulled before the receiver listens, after its plugin saw the port up at
  * init) moves at its first progress call: the first message, 1 MiB, is
@@ -1191,6 +1234,8 @@ int main(int argc, char **argv) {
     run_moves_mismatch();
   } else if (strcmp(scenario, "vanish") == 0) {
     run_vanish();
+  } else if (strcmp(scenario, "accept_emfile") == 0) {
+    run_accept_emfile();
   } else if (strcmp(scenario, "gpu") == 0) {
     run_gpu();
   } else if (strcmp(scenario, "idle_down") == 0) {
