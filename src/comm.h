@@ -154,6 +154,7 @@ struct lp_send_comm {
   struct lp_cts *fifo;         /* [LP_FIFO_DEPTH][LP_MAX_RECVS], written by the peer */
   struct lp_record *rec_stage; /* [LP_FIFO_DEPTH], source of the final writes */
   uint64_t head;               /* next message to match (first is 1) */
+  uint64_t head_torn_ns;       /* when head's clear-to-send was first seen torn; 0: not */
   uint64_t post_seq;           /* next matched message to post */
   size_t max_wr_bytes;
   struct lp_send_msg msgs[LP_FIFO_DEPTH];

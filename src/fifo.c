@@ -1,6 +1,8 @@
 /* CTS slot inspection and chunking. */
 #include "fifo.h"
 
+#include "clock.h"
+
 int lp_cts_ready(const struct lp_cts *slot, uint64_t seq, int *nreqs) {
   /* The NIC writes the entries while we look: read seq first (acquire), and
    * only then the rest of the entry. */
@@ -13,6 +15,17 @@ int lp_cts_ready(const struct lp_cts *slot, uint64_t seq, int *nreqs) {
   }
   *nreqs = n;
   return 1;
+}
+
+int lp_cts_look(const struct lp_cts *slot, uint64_t seq, int *nreqs, uint64_t *torn_ns) {
+  int ready = lp_cts_ready(slot, seq, nreqs);
+  if (ready >= 0) {
+    if (ready) *torn_ns = 0;
+    return ready;
+  }
+  uint64_t now = lp_now_ns();
+  if (*torn_ns == 0) *torn_ns = now;
+  return now - *torn_ns < LP_CTS_TORN_NS ? 0 : -1;
 }
 
 int lp_cts_match(const struct lp_cts *slot, int nreqs, int tag, unsigned taken) {

@@ -54,6 +54,15 @@ static inline uint64_t lp_seq_from_imm(uint32_t imm, uint64_t base) {
  * entries)?  1 yes (*nreqs set), 0 not yet, -1 the entry is inconsistent
  * (nreqs out of range, or idx not matching its position). */
 int lp_cts_ready(const struct lp_cts *slot, uint64_t seq, int *nreqs);
+/* lp_cts_ready for the sender's look at its next slot, which the peer's
+ * write may still be landing in: InfiniBand promises no order of placement
+ * within a write, only its completion, so an entry whose seq is new may
+ * show its other fields old for a moment (seen on simverbs: whole at the
+ * next look, 23 us later).  1 ready, 0 not yet, -1 inconsistent for
+ * LP_CTS_TORN_NS: the peer's fault.  *torn_ns: when the entry was first
+ * seen inconsistent, 0 while it was not; the clock is read only then. */
+#define LP_CTS_TORN_NS 100000000ull /* 100 ms */
+int lp_cts_look(const struct lp_cts *slot, uint64_t seq, int *nreqs, uint64_t *torn_ns);
 
 /* Find the first sub-receive of a ready CTS with this tag not yet taken
  * (`taken` is a bit mask).  Returns its index or -1. */

@@ -204,7 +204,7 @@ static ncclResult_t head_msg(struct lp_send_comm *s, struct lp_send_msg **out) {
    * though the receiver already reused the slot. */
   if (m->events > 0) return ncclSuccess;
   int nreqs = 0;
-  int ready = lp_cts_ready(&s->fifo[lp_fifo_slot(s->head) * LP_MAX_RECVS], s->head, &nreqs);
+  int ready = lp_cts_look(&s->fifo[lp_fifo_slot(s->head) * LP_MAX_RECVS], s->head, &nreqs, &s->head_torn_ns);
   if (ready < 0)
     return lp_comm_fail(&s->base, ncclRemoteError, "malformed clear-to-send entry for message %llu",
                         (unsigned long long)s->head);

@@ -36,6 +36,29 @@ Test(fifo, cts_partially_written) {
   cr_expect_eq(lp_cts_ready(slot, 9, &n), 0);
 }
 
+/* An entry read while it lands may look corrupt for a moment: the
+ * sender waits for it, and fails only when it stays so. */
+Test(fifo, cts_torn_waits_then_fails) {
+  struct lp_cts slot[LP_MAX_RECVS];
+  int n = 0, tags[2] = {1, 2};
+  uint64_t torn = 0;
+  put(slot, 2, 9, tags);
+  slot[1].idx = 0; /* seq landed, idx not yet */
+  cr_expect_eq(lp_cts_look(slot, 9, &n, &torn), 0, "a torn entry failed the connection at once");
+  cr_expect_neq(torn, 0, "when it was first seen torn is kept");
+  uint64_t first = torn;
+  cr_expect_eq(lp_cts_look(slot, 9, &n, &torn), 0);
+  cr_expect_eq(torn, first, "the wait counts from the first look");
+  slot[1].idx = 1; /* landed */
+  cr_expect_eq(lp_cts_look(slot, 9, &n, &torn), 1);
+  cr_expect_eq(n, 2);
+  cr_expect_eq(torn, 0, "a whole entry ends the wait");
+  slot[1].idx = 0;
+  cr_expect_eq(lp_cts_look(slot, 9, &n, &torn), 0);
+  torn -= LP_CTS_TORN_NS; /* as if LP_CTS_TORN_NS had passed */
+  cr_expect_eq(lp_cts_look(slot, 9, &n, &torn), -1, "an entry that stays corrupt was waited on for ever");
+}
+
 Test(fifo, cts_corrupt) {
   struct lp_cts slot[LP_MAX_RECVS];
   int n = 0, tags[2] = {1, 2};
@@ -66,8 +89,8 @@ Test(fifo, imm_roundtrip_and_wrap) {
   for (size_t b = 0; b < sizeof(bases) / sizeof(bases[0]); b++) {
     for (uint64_t d = 0; d < 2 * LP_FIFO_DEPTH; d++) {
       uint64_t seq = bases[b] + d;
-      cr_expect_eq(lp_seq_from_imm(lp_imm_of(seq), bases[b]), seq, "seq 0x%llx base 0x%llx",
-                   (unsigned long long)seq, (unsigned long long)bases[b]);
+      cr_expect_eq(lp_seq_from_imm(lp_imm_of(seq), bases[b]), seq, "seq 0x%llx base 0x%llx", (unsigned long long)seq,
+                   (unsigned long long)bases[b]);
     }
   }
   cr_expect_eq(lp_fifo_slot(LP_FIFO_DEPTH), 0);
@@ -87,8 +110,8 @@ Test(fifo, imm_compact_roundtrip_and_wrap) {
         uint32_t imm = lp_imm_compact(seq, sizes[z]);
         cr_expect(lp_imm_is_compact(imm));
         cr_expect_eq(lp_imm_size(imm), (uint32_t)sizes[z]);
-        cr_expect_eq(lp_seq_from_imm(imm, bases[b]), seq, "seq 0x%llx base 0x%llx size %zu",
-                     (unsigned long long)seq, (unsigned long long)bases[b], sizes[z]);
+        cr_expect_eq(lp_seq_from_imm(imm, bases[b]), seq, "seq 0x%llx base 0x%llx size %zu", (unsigned long long)seq,
+                     (unsigned long long)bases[b], sizes[z]);
       }
       /* the record form never looks compact, even when seq has bit 31 set */
       cr_expect(!lp_imm_is_compact(lp_imm_of(seq)));
