@@ -252,7 +252,7 @@ static void copy_ascending(char *d, const char *l, size_t n) {
       memcpy(d, l, n); /* ≤ 64 bytes: glibc stores the head, then the tail */
       return;
     }
-    if (k == 64)
+    if (k == 64) /* a constant size: the compiler stores it inline, in order */
       memcpy(d, l, 64);
     else
       memcpy(d, l, k);
@@ -294,8 +294,8 @@ static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, i
 }
 
 /* Copy between our gather list and directly reachable remote segments.
- * A write lands in ascending order and its last byte is stored last, with
- * release order: programs such as ib_write_lat spin on a buffer's final
+ * A write of up to SV_ASCENDING_MAX bytes lands line by line in address
+ * order, and any write's last byte is stored last, with release order: programs such as ib_write_lat spin on a buffer's final
  * byte and read the rest after it. */
 static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit, int read) {
   size_t li = 0, loff = 0;
