@@ -912,8 +912,23 @@ static void one_message(struct conn *c, int msg, size_t len, double *took) {
 
 /* accept(2) fails with EMFILE while the process has no descriptor left
  * (thousands of peers, each with sockets, against a low ulimit -n): the
- * listener says so once, with what to do, takes nothing, and accepts the
- * waiting connection once descriptors are free again. */
+ * listener says so once per run of failures, with what to do, and accepts
+ * the waiting connection once descriptors are free again.
+ *
+ * Other threads of this process (the fabric's counter files, the plugin's
+ * metrics and port watch) open and close files.  One that held a
+ * descriptor when the limit came down frees a slot under it later; the
+ * test takes every such slot before each accept call (take_free_slots),
+ * and where accept(2) still won one in between, the next failure is a new
+ * run of failures with a WARN of its own: a few WARNs, never one per call. */
+#define EMFILE_CALLS 1000
+#define EMFILE_MOST_WARNS 3
+
+static int take_free_slots(int *held, int n, int cap) {
+  for (int fd; n < cap && (fd = fcntl(fd_h, F_DUPFD_CLOEXEC, 0)) >= 0;) held[n++] = fd;
+  return n;
+}
+
 static void run_accept_emfile(void) {
   struct conn c[1];
   memset(c, 0, sizeof(c));
@@ -928,14 +943,18 @@ static void run_accept_emfile(void) {
     none = was;
     none.rlim_cur = (rlim_t)lowest;
     if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
-    /* Many calls, as NCCL's accept loop makes them: one WARN, no comm. */
-    for (int i = 0; i < 1000; i++) {
+    int held[64], nheld = 0;
+    /* Many calls, as NCCL's accept loop makes them. */
+    for (int i = 0; i < EMFILE_CALLS && c[0].comm == NULL; i++) {
+      nheld = take_free_slots(held, nheld, 64);
       CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
-      if (c[0].comm != NULL) die("accepted a connection with no descriptor to hold it");
     }
     if (setrlimit(RLIMIT_NOFILE, &was) != 0) die("setrlimit: %s", strerror(errno));
-    if (atomic_load(&accept_emfile) != 1)
-      die("%d WARNs that accept(2) ran out of descriptors (with what to do), expected 1", atomic_load(&accept_emfile));
+    while (nheld > 0) close(held[--nheld]);
+    int said = atomic_load(&accept_emfile);
+    if (said < 1 || said > EMFILE_MOST_WARNS)
+      die("%d WARNs in %d accept calls that accept(2) ran out of descriptors (with what to do), expected 1 to %d", said,
+          EMFILE_CALLS, EMFILE_MOST_WARNS);
     double until = mono_s() + 30;
     while (c[0].comm == NULL) {
       CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
