@@ -409,29 +409,40 @@ static void *line_watch_main(void *arg) {
   return NULL;
 }
 
-/* `writes` RDMA WRITEs of `len` bytes from A's buffer at `src_off` to a
- * cache line of B's, each with every word set to its number, watched from
- * another thread; returns how often a line was seen torn. */
-static uint64_t torn_lines(size_t len, size_t src_off, int writes) {
-  size_t off = (64 - ((uintptr_t)B.buf & 63)) & 63;
+static void rtr_to_child(const uint32_t info[2]);
+
+/* `writes` RDMA WRITEs of `len` bytes from A's buffer at `src_off` to
+ * `remote` (key `rkey`), each with every word set to its number, watched
+ * from another thread at `seen` (the same memory as this process maps it);
+ * returns how often a line was seen torn. */
+static uint64_t torn_lines_at(char *seen, void *remote, uint32_t rkey, size_t len, size_t src_off, int writes) {
   uint64_t *src = (uint64_t *)(A.buf + src_off);
-  const char *dst = B.buf + off;
-  struct line_watch w = {.lines = {(const _Atomic uint64_t *)dst, (const _Atomic uint64_t *)(dst + len / 2),
-                                   (const _Atomic uint64_t *)(dst + len - 128)}};
-  memset(B.buf + off, 0, len);
+  struct line_watch w = {.lines = {(const _Atomic uint64_t *)seen, (const _Atomic uint64_t *)(seen + len / 2),
+                                   (const _Atomic uint64_t *)(seen + len - 128)}};
+  memset(seen, 0, len);
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, line_watch_main, &w), 0);
   uint64_t deadline = sv_now_ns() + WAIT_MS * 1000000ull;
   while (atomic_load(&w.looks) == 0) cr_assert_lt(sv_now_ns(), deadline, "the reader never looked");
   for (uint64_t n = 1; n <= (uint64_t)writes; n++) {
     for (size_t i = 0; i < len / 8; i++) src[i] = n;
-    cr_assert_eq(post_rdma(&A, IBV_WR_RDMA_WRITE, n, src, (uint32_t)len, A.mr->lkey, (void *)dst, B.mr->rkey), 0);
+    cr_assert_eq(post_rdma(&A, IBV_WR_RDMA_WRITE, n, src, (uint32_t)len, A.mr->lkey, remote, rkey), 0);
     cr_assert_eq(expect_wc(A.cq).status, IBV_WC_SUCCESS);
   }
   atomic_store(&w.stop, 1);
   pthread_join(t, NULL);
   return atomic_load(&w.torn);
 }
+
+/* The same into a cache line of B's buffer. */
+static uint64_t torn_lines(size_t len, size_t src_off, int writes) {
+  char *dst = B.buf + ((64 - ((uintptr_t)B.buf & 63)) & 63);
+  return torn_lines_at(dst, dst, B.mr->rkey, len, src_off, writes);
+}
+
+static const size_t ordered_lens[] = {128, 256, 1024, 2048, 4096}, ordered_src_offs[] = {8, 2048 + 64};
+#define NLENS (sizeof(ordered_lens) / sizeof(ordered_lens[0]))
+#define NOFFS (sizeof(ordered_src_offs) / sizeof(ordered_src_offs[0]))
 
 /* A NIC places a packet's bytes in address order: a reader that polls the
  * end of a 64-byte entry and then reads the entry (NCCL's send FIFO,
@@ -441,13 +452,63 @@ static uint64_t torn_lines(size_t len, size_t src_off, int writes) {
  * the first 32 bytes of a few KiB last, a line's halves from the higher to
  * the lower when it copies backwards.  linkpass once saw a torn entry. */
 Test(data, a_write_lands_in_address_order) {
-  static const size_t lens[] = {128, 256, 1024, 2048, 4096}, src_offs[] = {8, 2048 + 64};
-  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
-    for (size_t j = 0; j < sizeof(src_offs) / sizeof(src_offs[0]); j++) {
-      uint64_t torn = torn_lines(lens[i], src_offs[j], 2000);
+  for (size_t i = 0; i < NLENS; i++)
+    for (size_t j = 0; j < NOFFS; j++) {
+      uint64_t torn = torn_lines(ordered_lens[i], ordered_src_offs[j], 2000);
       cr_assert_eq(torn, 0, "a reader saw a line's end land before its start %llu times (%zu-byte writes)",
-                   (unsigned long long)torn, lens[i]);
+                   (unsigned long long)torn, ordered_lens[i]);
     }
+}
+
+/* The same into a peer's memory that the fabric cannot map (a shared file
+ * mapping: only private anonymous memory gets a window), which it writes
+ * with process_vm_writev: the kernel's copy is one fast-string operation,
+ * whose stores x86 lets land in any order within it.  The peer is a child
+ * process; this process watches the same file pages through its own
+ * mapping of them. */
+Test(data, a_write_outside_a_window_lands_in_address_order) {
+  int mfd = memfd_create("outside-a-window", MFD_CLOEXEC);
+  cr_assert_geq(mfd, 0);
+  cr_assert_eq(ftruncate(mfd, 2 * SV_PAGE), 0);
+  char *shared = mmap(NULL, 2 * SV_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  cr_assert_neq(shared, MAP_FAILED);
+  int tochild[2], toparent[2];
+  cr_assert_eq(pipe(tochild), 0);
+  cr_assert_eq(pipe(toparent), 0);
+  pid_t pid = fork();
+  if (pid == 0) { /* the peer: registers the mapping it inherited, at the same address */
+    struct end C = {0};
+    open_end(&C, "mlx5_1", 256);
+    struct ibv_mr *mr = ibv_reg_mr(C.pd, shared, 2 * SV_PAGE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    uint32_t info[3] = {C.qp->qp_num, C.lid, mr ? mr->rkey : 0}, a[2];
+    if (write(toparent[1], info, sizeof(info)) != sizeof(info) || read(tochild[0], a, sizeof(a)) != sizeof(a)) _exit(2);
+    struct ibv_qp fake = {.qp_num = a[0]};
+    struct end parent = {.qp = &fake, .lid = (uint16_t)a[1]};
+    char c = to_init(&C) == 0 && to_rtr(&C, &parent) == 0 ? 'r' : 'x';
+    if (write(toparent[1], &c, 1) != 1 || read(tochild[0], &c, 1) != 1) _exit(2);
+    _exit(0);
+  }
+  uint32_t info[3];
+  cr_assert_eq(read(toparent[0], info, sizeof(info)), sizeof(info));
+  cr_assert_neq(info[2], 0, "the child could not register the shared mapping");
+  rtr_to_child(info);
+  cr_assert_eq(to_rts(&A, 8, 7), 0);
+  uint32_t mine[2] = {A.qp->qp_num, A.lid};
+  char ready = 0;
+  cr_assert_eq(write(tochild[1], mine, sizeof(mine)), sizeof(mine));
+  cr_assert_eq(read(toparent[0], &ready, 1), 1);
+  cr_assert_eq(ready, 'r', "the child's QP did not reach RTR");
+  uint64_t torn[NLENS] = {0};
+  for (size_t i = 0; i < NLENS; i++)
+    for (size_t j = 0; j < NOFFS; j++)
+      torn[i] += torn_lines_at(shared + 64, shared + 64, info[2], ordered_lens[i], ordered_src_offs[j], 2000);
+  cr_assert_eq(write(tochild[1], "x", 1), 1);
+  cr_assert_eq(waitpid(pid, NULL, 0), pid);
+  for (size_t i = 0; i < NLENS; i++)
+    cr_assert_eq(torn[i], 0, "a reader saw a line's end land before its start %llu times (%zu-byte writes, %s)",
+                 (unsigned long long)torn[i], ordered_lens[i], "outside a window");
+  munmap(shared, 2 * SV_PAGE);
+  close(mfd);
 }
 
 static void *write_counters_main(void *arg) {
