@@ -968,6 +968,90 @@ static void run_accept_emfile(void) {
   tear_down(c, 1);
 }
 
+/* ---- exit() while NCCL's thread is inside the plugin, mid-move ----------
+ * An error path of the application calls exit() while NCCL's proxy thread
+ * still calls test() and isend(), and while a connection is moving: the
+ * plugin's destructor stops its own threads but must free nothing those
+ * calls or the move still use.  The receiver pulls the cable, tells the
+ * sender, and exits at once; the sender exits as soon as it hears.  The
+ * harness's own destructor runs after the plugin's (the plugin was loaded
+ * later) and lets the traffic thread make EXIT_LIVE_CALLS more calls, so
+ * that a use of what the plugin's destructor freed happens (and
+ * AddressSanitizer names it).  Both must exit with status 0: a crash or a
+ * hang fails the test (alarm() ends a hang). */
+#define EXIT_LIVE_CALLS 1000
+
+struct live_traffic {
+  struct conn *c;
+  _Atomic int msgs, errors;
+  _Atomic long calls;
+};
+
+static struct live_traffic live;
+static volatile sig_atomic_t exiting_live; /* LeakSanitizer: what an exit leaves is the kernel's */
+
+/* NCCL's thread, as it goes on after an error: each call counted. */
+static void *live_traffic_main(void *arg) {
+  struct live_traffic *t = arg;
+  size_t len = 4096;
+  uint8_t *b = alloc_buf(len);
+  void *mh = NULL;
+  if (hnet_regmr(&net, t->c[0].comm, b, len, &mh) != ncclSuccess) atomic_fetch_add(&t->errors, 1);
+  for (;;) { /* b and its registration are left to the exit, as NCCL's would be */
+    void *req = NULL, *data = b;
+    size_t sz = len;
+    int tag = 1, done = 0;
+    ncclResult_t rc = ncclSuccess;
+    while (req == NULL && rc == ncclSuccess) {
+      rc = is_recv ? hnet_irecv(&net, t->c[0].comm, 1, &data, &sz, &tag, &mh, &req)
+                   : hnet_isend(&net, t->c[0].comm, b, len, tag, mh, &req);
+      atomic_fetch_add(&t->calls, 1);
+    }
+    while (rc == ncclSuccess && !done) {
+      rc = hnet_test(&net, req, &done, NULL);
+      atomic_fetch_add(&t->calls, 1);
+    }
+    if (rc != ncclSuccess)
+      atomic_fetch_add(&t->errors, 1);
+    else
+      atomic_fetch_add(&t->msgs, 1);
+  }
+  return NULL;
+}
+
+__attribute__((destructor)) static void exit_live_after_plugin(void) {
+  if (!exiting_live) return;
+  long from = atomic_load(&live.calls);
+  double until = mono_s() + 5;
+  while (atomic_load(&live.calls) < from + EXIT_LIVE_CALLS && mono_s() < until) sched_yield();
+  fprintf(stderr, "harness %s/exit_live: %ld calls after the plugin's destructor\n", is_recv ? "recv" : "send",
+          atomic_load(&live.calls) - from);
+}
+
+static void run_exit_live(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  alarm(60);
+  bring_up(c, 1);
+  live.c = c;
+  pthread_t th;
+  if (pthread_create(&th, NULL, live_traffic_main, &live) != 0) die("pthread_create failed");
+  if (is_recv) {
+    double until = mono_s() + 30;
+    while (atomic_load(&live.msgs) < 50)
+      if (mono_s() > until || atomic_load(&live.errors))
+        die("%d messages and %d errors before the pull", atomic_load(&live.msgs), atomic_load(&live.errors));
+    link_set("node0:mlx5_0", "down");
+    signal_peer('x');
+  } else {
+    wait_peer();
+  }
+  fprintf(stderr, "harness %s/exit_live: exit() after %d messages\n", is_recv ? "recv" : "send",
+          atomic_load(&live.msgs));
+  exiting_live = 1;
+  exit(0);
+}
+
 /* A connection set up on a port that is already down (node0's mlx5_0,
  * pulled before the receiver listens, after its plugin saw the port up at
  * init) moves at its first progress call: the first message, 1 MiB, is
@@ -1129,7 +1213,7 @@ static void run_fatal_regmr(void) {
  * of run_fork_exit; LeakSanitizer asks this hook before it. */
 static volatile sig_atomic_t forked_child;
 int __lsan_is_turned_off(void);
-int __lsan_is_turned_off(void) { return forked_child; }
+int __lsan_is_turned_off(void) { return forked_child || exiting_live; }
 
 /* A child forked after init (a data loader's worker) that leaves through
  * exit(): the plugin's destructor runs in it, with copies of the parent's
@@ -1265,6 +1349,8 @@ int main(int argc, char **argv) {
     run_churn();
   } else if (strcmp(scenario, "fatal_regmr") == 0) {
     run_fatal_regmr();
+  } else if (strcmp(scenario, "exit_live") == 0) {
+    run_exit_live();
   } else if (strcmp(scenario, "fork_exit") == 0) {
     run_fork_exit(board);
   } else {
