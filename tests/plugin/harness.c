@@ -1052,6 +1052,51 @@ static void run_exit_live(void) {
   exit(0);
 }
 
+/* ---- contexts made and finalized on two threads at once ------------------
+ * NCCL makes a context per communicator and finalizes it when the
+ * communicator goes, from whichever thread destroys it.  Two threads here
+ * each make a context, listen, connect to themselves (every third time to
+ * the end, the others left half done, as NCCL leaves a connect it
+ * abandons), and finalize, CTX_RACE_ROUNDS times, with no other context
+ * live: the last context's finalize frees abandoned connects while the
+ * other thread's init and connect go on (ThreadSanitizer in CI). */
+#define CTX_RACE_ROUNDS 200
+
+static void *ctx_churn_main(void *arg) {
+  int id = (int)(intptr_t)arg;
+  for (int i = 0; i < CTX_RACE_ROUNDS; i++) {
+    struct hnet h = net;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = NULL, *sc = NULL, *rc = NULL;
+    int dev = (i + id) % ndev, whole = i % 3 == 0;
+    CHECK(hnet_init(&h, logger));
+    CHECK(hnet_listen(&h, dev, handle, &lc));
+    double until = mono_s() + 30;
+    do {
+      if (sc == NULL) CHECK(hnet_connect(&h, dev, handle, &sc));
+      if (whole && rc == NULL) CHECK(hnet_accept(&h, lc, &rc));
+      if (mono_s() > until) die("thread %d round %d: no connection to its own listener in 30 s", id, i);
+    } while (whole && (sc == NULL || rc == NULL));
+    if (sc != NULL) CHECK(hnet_close_send(&h, sc));
+    if (rc != NULL) CHECK(hnet_close_recv(&h, rc));
+    CHECK(hnet_close_listen(&h, lc));
+    CHECK(hnet_finalize(&h));
+  }
+  return NULL;
+}
+
+static void run_ctx_race(void) {
+  if (net.version < 11) die("contexts are ABI v11 and later; run with v11 or v12");
+  CHECK(hnet_finalize(&net)); /* none live but the threads' */
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&t[i], NULL, ctx_churn_main, (void *)(intptr_t)i) != 0) die("pthread_create failed");
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  CHECK(hnet_init(&net, logger)); /* for main's finalize */
+  if (atomic_load(&warns) > 1)    /* the syslog socket's, where no daemon listens */
+    die("%d WARNs while contexts came and went", atomic_load(&warns));
+}
+
 /* A connection set up on a port that is already down (node0's mlx5_0,
  * pulled before the receiver listens, after its plugin saw the port up at
  * init) moves at its first progress call: the first message, 1 MiB, is
@@ -1349,6 +1394,8 @@ int main(int argc, char **argv) {
     run_churn();
   } else if (strcmp(scenario, "fatal_regmr") == 0) {
     run_fatal_regmr();
+  } else if (strcmp(scenario, "ctx_race") == 0) {
+    run_ctx_race();
   } else if (strcmp(scenario, "exit_live") == 0) {
     run_exit_live();
   } else if (strcmp(scenario, "fork_exit") == 0) {
