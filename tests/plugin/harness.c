@@ -946,7 +946,7 @@ static void run_accept_emfile(void) {
     int held[64], nheld = 0;
     /* Many calls, as NCCL's accept loop makes them. */
     for (int i = 0; i < EMFILE_CALLS && c[0].comm == NULL; i++) {
-      nheld = take_free_slots(held, nheld, 64);
+      nheld = take_free_slots(held, nheld, (int)(sizeof(held) / sizeof(held[0])));
       CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
     }
     if (setrlimit(RLIMIT_NOFILE, &was) != 0) die("setrlimit: %s", strerror(errno));

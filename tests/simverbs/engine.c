@@ -295,8 +295,9 @@ static void copy_reversed(struct xfer *x, struct iovec *remote, char **direct, i
 
 /* Copy between our gather list and directly reachable remote segments.
  * A write of up to SV_ASCENDING_MAX bytes lands line by line in address
- * order, and any write's last byte is stored last, with release order: programs such as ib_write_lat spin on a buffer's final
- * byte and read the rest after it. */
+ * order, and any write's last byte is stored last, with release order:
+ * programs such as ib_write_lat spin on a buffer's final byte and read the
+ * rest after it. */
 static void copy_direct(struct xfer *x, struct iovec *remote, char **direct, int nremote, size_t limit, int read) {
   size_t li = 0, loff = 0;
   for (int r = 0; r < nremote && limit; r++) {

@@ -409,7 +409,22 @@ static void *line_watch_main(void *arg) {
   return NULL;
 }
 
-static void rtr_to_child(const uint32_t info[2]);
+/* `e` to INIT, then RTR towards a QP of another process, known by the two
+ * words it sent: its QP number and LID.  Non-zero on failure (a forked
+ * child cannot assert). */
+static int rtr_toward(struct end *e, const uint32_t peer[2]) {
+  struct ibv_qp fake = {.qp_num = peer[0]};
+  struct end other = {.qp = &fake, .lid = (uint16_t)peer[1]};
+  return to_init(e) || to_rtr(e, &other);
+}
+
+/* A, connected before, taken back to RESET and to RTR towards a QP of a
+ * child process: `info` is its QP number and LID. */
+static void rtr_to_child(const uint32_t info[2]) {
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
+  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
+  cr_assert_eq(rtr_toward(&A, info), 0);
+}
 
 /* `writes` RDMA WRITEs of `len` bytes from A's buffer at `src_off` to
  * `remote` (key `rkey`), each with every word set to its number, watched
@@ -482,9 +497,7 @@ Test(data, a_write_outside_a_window_lands_in_address_order) {
     struct ibv_mr *mr = ibv_reg_mr(C.pd, shared, 2 * SV_PAGE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     uint32_t info[3] = {C.qp->qp_num, C.lid, mr ? mr->rkey : 0}, a[2];
     if (write(toparent[1], info, sizeof(info)) != sizeof(info) || read(tochild[0], a, sizeof(a)) != sizeof(a)) _exit(2);
-    struct ibv_qp fake = {.qp_num = a[0]};
-    struct end parent = {.qp = &fake, .lid = (uint16_t)a[1]};
-    char c = to_init(&C) == 0 && to_rtr(&C, &parent) == 0 ? 'r' : 'x';
+    char c = rtr_toward(&C, a) == 0 ? 'r' : 'x';
     if (write(toparent[1], &c, 1) != 1 || read(tochild[0], &c, 1) != 1) _exit(2);
     _exit(0);
   }
@@ -505,8 +518,9 @@ Test(data, a_write_outside_a_window_lands_in_address_order) {
   cr_assert_eq(write(tochild[1], "x", 1), 1);
   cr_assert_eq(waitpid(pid, NULL, 0), pid);
   for (size_t i = 0; i < NLENS; i++)
-    cr_assert_eq(torn[i], 0, "a reader saw a line's end land before its start %llu times (%zu-byte writes, %s)",
-                 (unsigned long long)torn[i], ordered_lens[i], "outside a window");
+    cr_assert_eq(torn[i], 0,
+                 "a reader saw a line's end land before its start %llu times (%zu-byte writes outside a window)",
+                 (unsigned long long)torn[i], ordered_lens[i]);
   munmap(shared, 2 * SV_PAGE);
   close(mfd);
 }
@@ -515,20 +529,6 @@ static void *write_counters_main(void *arg) {
   atomic_int *stop = arg;
   while (!atomic_load(stop)) sv_sysfs_write_counters(fab, 0, 1);
   return NULL;
-}
-
-/* `simverbs down` (or a test's teardown) while a process on the fabric still
- * writes its port counters (its engine thread does, every few ms): nothing
- * of the fabric's sysfs tree is left behind. */
-/* A, connected before, taken back to RESET and to RTR towards a QP of a
- * child process: `info` is its QP number and LID. */
-static void rtr_to_child(const uint32_t info[2]) {
-  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RESET};
-  cr_assert_eq(ibv_modify_qp(A.qp, &r, IBV_QP_STATE), 0);
-  struct ibv_qp fake = {.qp_num = info[0]};
-  struct end child = {.qp = &fake, .lid = (uint16_t)info[1]};
-  cr_assert_eq(to_init(&A), 0);
-  cr_assert_eq(to_rtr(&A, &child), 0);
 }
 
 /* Whether the page holding `p` is in this process's page table
@@ -630,6 +630,9 @@ Test(data, a_send_queue_is_sized_by_its_caps_and_faulted_in_at_create) {
   }
 }
 
+/* `simverbs down` (or a test's teardown) while a process on the fabric still
+ * writes its port counters (its engine thread does, every few ms): nothing
+ * of the fabric's sysfs tree is left behind. */
 Test(bad_input, a_fabric_goes_down_whole_while_its_counters_are_written) {
   char path[PATH_MAX], dir[PATH_MAX + 2];
   sv_fabric_path(fabric_name, path, sizeof(path));
@@ -1227,14 +1230,10 @@ Test(faults, crashed_peer_process_is_seen_as_unreachable_and_reaped) {
     open_end(&C, "mlx5_1", 16);
     uint32_t info[2] = {C.qp->qp_num, C.lid};
     uint64_t rkey_addr[2] = {C.mr->rkey, (uintptr_t)C.buf};
-    struct end peer = {0};
     if (write(toparent[1], info, sizeof(info)) < 0 || write(toparent[1], rkey_addr, sizeof(rkey_addr)) < 0 ||
         read(tochild[0], info, sizeof(info)) != sizeof(info))
       _exit(2);
-    struct ibv_qp fake = {.qp_num = info[0]};
-    peer.qp = &fake;
-    peer.lid = (uint16_t)info[1];
-    if (to_init(&C) || to_rtr(&C, &peer) || to_rts(&C, 8, 7)) _exit(3);
+    if (rtr_toward(&C, info) || to_rts(&C, 8, 7)) _exit(3);
     if (write(toparent[1], info, 1) < 0) _exit(4);
     pause(); /* killed by the parent */
     _exit(0);
