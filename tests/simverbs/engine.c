@@ -1042,6 +1042,10 @@ void sv_qp_run(struct sv_qp_local *lq, uint64_t now) {
     pthread_mutex_unlock(&lq->exec_lock);
     if (!left) return;
   }
+  sv_defer_work(now, next);
+}
+
+void sv_defer_work(uint64_t now, uint64_t due) {
   /* Like an HCA's doorbell, posting never waits for the wire: the WR runs
    * when due, in whichever of this process's pollers (poll_cq) gets there
    * first, or in the engine.  Wake the engine only if it would not look by
@@ -1049,12 +1053,10 @@ void sv_qp_run(struct sv_qp_local *lq, uint64_t now) {
    * (it sleeps on a completion channel, say) still sees its WR go out.
    * Sequentially consistent with wait_for_work: either the engine sees
    * deferred_ns and stays near, or we see its far wake time and kick. */
-  defer_until(look_again(now, next));
+  defer_until(look_again(now, due));
   atomic_store(&sv_lib.deferred_ns, now);
-  if (next == UINT64_MAX || atomic_load(&sv_lib.engine_wake_ns) > next + SV_BACKSTOP_NS) sv_engine_kick();
+  if (due == UINT64_MAX || atomic_load(&sv_lib.engine_wake_ns) > due + SV_BACKSTOP_NS) sv_engine_kick();
 }
-
-void sv_defer_now(void) { defer_until(sv_now_ns()); }
 
 void sv_progress_deferred(void) {
   if (pthread_mutex_trylock(&sv_lib.lock) != 0) return;

@@ -248,9 +248,14 @@ void sv_head_reset(struct sv_qp_local *lq);
 void sv_qp_run(struct sv_qp_local *lq, uint64_t now);
 /* Run one progress pass over deferred work if nobody else is. */
 void sv_progress_deferred(void);
-/* Work is due now (a QP moved to the error state has WRs to flush): the
- * next poller of an empty CQ does it, as a NIC writes the flushes at once. */
-void sv_defer_now(void);
+/* Work left for later, due at `due` (UINT64_MAX: look again soon), or now
+ * (a QP moved to the error state has WRs to flush): the next poller of an
+ * empty CQ after then does it, as a NIC writes the flushes at once; the
+ * engine is woken only when it would not look by itself soon after (it
+ * stands by every SV_BACKSTOP_NS while pollers are active).  A move of a
+ * thousand connections woke it with a system call for every QP it put in
+ * the error state (docs/SIMVERBS.md). */
+void sv_defer_work(uint64_t now, uint64_t due);
 /* The QP may have work now (a post, a state change): passes look at it
  * until it is idle again.  Any thread. */
 void sv_qp_active(struct sv_qp_local *lq);
