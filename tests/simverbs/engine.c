@@ -1121,7 +1121,12 @@ static void wait_for_work(uint32_t seen, uint64_t now, uint64_t next) {
   _Atomic uint32_t *db = &f->procs[sv_lib.proc].doorbell;
   uint64_t until = next < now + SV_IDLE_WAIT_NS ? next : now + SV_IDLE_WAIT_NS;
   atomic_store(&sv_lib.engine_wake_ns, until);
-  if (now - atomic_load(&sv_lib.deferred_ns) < SV_ASSIST_NS) {
+  /* `now` is when this pass began: a poster that deferred work during the
+   * pass, seeing the engine awake, did not wake it, and its deferred_ns is
+   * later than `now`.  Recent too: taken as old (the difference wrapped),
+   * the engine slept up to SV_IDLE_WAIT_NS past that work. */
+  uint64_t deferred = atomic_load(&sv_lib.deferred_ns);
+  if (deferred >= now || now - deferred < SV_ASSIST_NS) {
     /* Pollers are running the deferred work, deadlines included: only
      * stand by behind them, at a steady pace and without spinning, either
      * of which would take a core from them. */
