@@ -596,18 +596,22 @@ blackhole)
   expect_event event=failover reason=stall
   ;;
 during_setup)
-  # The pull comes once a rank's plugin has opened its devices (INFO
-  # "using ..."), so the plugin saw mlx5_0 up: while the ranks connect, or
-  # just after.  Either every connection moved off mlx5_0, or none was
-  # ever made on it (the control plane saw the port go first).
+  # The pull comes once rank 0's plugin has opened node0's devices (INFO
+  # "using ..."), so it saw mlx5_0 up: while the ranks connect, or just
+  # after.  Either every connection moved off mlx5_0, or none was ever
+  # made on it (the control plane saw the port go first).  Waiting for any
+  # rank's line was a race: rank 1 (node1) can print first, and rank 0
+  # then starts with mlx5_0 already down and skips it.
   export NCCL_DEBUG=INFO
   run_perf 1M 3
-  wait_for 'NET/linkpass : using ' "$tmp/out"
+  wait_for '\[0\] NCCL INFO NET/linkpass : using ' "$tmp/out"
   sv link node0:mlx5_0 down
   expect_clean_run
   grep -q 'event=failover .* dev=mlx5_0 ' "$tmp/syslog" ||
     ! grep -Eq '\[0\] NCCL INFO NET/linkpass : connection 0x[0-9a-f]+: mlx5_0:1 [<-]' "$tmp/out" ||
     fail "a connection rank 0 made on node0's mlx5_0 never moved off it"
+  ! grep -q '\[0\] NCCL INFO NET/linkpass : skipping mlx5_0:1' "$tmp/out" ||
+    fail "rank 0 found mlx5_0 down when it opened its devices: the pull came too early to test setup"
   grep -q "mlx5_0:1 is down" "$tmp/out" || fail "no rank saw mlx5_0 go down: the pull came too late to test setup"
   ;;
 backup_fails_during_move)
