@@ -1058,6 +1058,11 @@ void sv_defer_work(uint64_t now, uint64_t due) {
   if (due == UINT64_MAX || atomic_load(&sv_lib.engine_wake_ns) > due + SV_BACKSTOP_NS) sv_engine_kick();
 }
 
+void sv_defer_now(void) {
+  uint64_t now = sv_now_ns();
+  sv_defer_work(now, now);
+}
+
 void sv_progress_deferred(void) {
   if (pthread_mutex_trylock(&sv_lib.lock) != 0) return;
   uint64_t next = UINT64_MAX;

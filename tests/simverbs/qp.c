@@ -304,10 +304,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) 
 out:
   pthread_mutex_unlock(&lq->exec_lock);
   pthread_mutex_unlock(&sv_lib.lock);
-  if (!rc && to == IBV_QPS_ERR) { /* a poller flushes, or the engine */
-    uint64_t now = sv_now_ns();
-    sv_defer_work(now, now);
-  }
+  if (!rc && to == IBV_QPS_ERR) sv_defer_now(); /* a poller flushes, or the engine */
   if (!rc && to == IBV_QPS_RTR) map_peer_queues(fab(), q->dest_qpn);
   return rc;
 }
@@ -482,8 +479,7 @@ int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
   if (rc) *bad = wr;
   if (st == IBV_QPS_ERR) {
     sv_qp_active(lq); /* flushed by a poller, or the engine */
-    uint64_t now = sv_now_ns();
-    sv_defer_work(now, now);
+    sv_defer_now();
   }
   return rc;
 }

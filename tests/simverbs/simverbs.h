@@ -256,6 +256,8 @@ void sv_progress_deferred(void);
  * thousand connections woke it with a system call for every QP it put in
  * the error state (docs/SIMVERBS.md). */
 void sv_defer_work(uint64_t now, uint64_t due);
+/* Work due now (a QP put in the error state, whose WRs are flushed). */
+void sv_defer_now(void);
 /* The QP may have work now (a post, a state change): passes look at it
  * until it is idle again.  Any thread. */
 void sv_qp_active(struct sv_qp_local *lq);
