@@ -40,7 +40,12 @@ trap 'fail "line $LINENO: command failed (exit $?): $BASH_COMMAND"' ERR
 # Poll (bounded) until FILE has at least N lines matching PATTERN.
 wait_for_count() {
   local pattern=$1 file=$2 n=$3 secs=${4:-30} deadline
-  have() { (($(grep -cE -- "$pattern" "$file" 2>/dev/null || true) >= n)); }
+  # grep -c prints nothing for a file the driver has not made yet
+  have() {
+    local c
+    c=$(grep -cE -- "$pattern" "$file" 2>/dev/null || true)
+    ((${c:-0} >= n))
+  }
   deadline=$((SECONDS + secs))
   until have; do
     ((SECONDS < deadline)) || fail "fewer than $n line(s) matching '$pattern' in $(basename "$file") within ${secs}s"
@@ -51,6 +56,23 @@ wait_for_count() {
 
 # Poll (bounded) until FILE has a line matching PATTERN.
 wait_for() { wait_for_count "$1" "$2" 1 "${3:-30}"; }
+
+# Poll (bounded) until N connection ends have their standby path, as the
+# processes' metrics files (LINKPASS_METRICS_FILE, rewritten every second)
+# say.  Standby paths are built a few at a time after the connections; a
+# pull that comes before an end has one moves that end onto a path built
+# then, so a scenario about the move onto standbys waits for them all.
+wait_for_standby() {
+  local n=$1 secs=${2:-30} deadline have
+  deadline=$((SECONDS + secs))
+  while :; do
+    have=$(awk 'index($1, "linkpass_standby_paths{") == 1 { s += $2 } END { print s + 0 }' "$tmp"/metrics-*.prom 2>/dev/null || true)
+    ((${have:-0} >= n)) && return
+    ((SECONDS < deadline)) || fail "${have:-0} of $n connection ends had a standby path after ${secs}s"
+    kill -0 "$perf" 2>/dev/null || fail "the driver ended before $n connection ends had a standby path (${have:-0})"
+    sleep 0.1
+  done
+}
 
 # A real syslog receiver on a private socket (LINKPASS_SYSLOG_SOCKET).
 "$SINK" "$tmp/log.sock" "$tmp/syslog" &
@@ -202,6 +224,7 @@ expect_flush_moved() {
   until "$SIMVERBS" status | awk '$1 == "qp" && /loopback/ && $4 ~ /^node0:/ && $4 != "node0:mlx5_0:1" {
       for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) found = 1 } END { exit !found }'; do
     ((SECONDS < deadline)) || fail "no flush read through another NIC of node0 within 10 s of the move"
+    kill -0 "$perf" 2>/dev/null || fail "the driver ended before a flush read through another NIC of node0"
     sleep 0.05
   done
 }
@@ -275,6 +298,7 @@ dmabuf_flush_error)
   deadline=$((SECONDS + 10))
   until [ -n "$(flush_qp "$qpn")" ]; do
     ((SECONDS < deadline)) || fail "no new flush path on node0:mlx5_0 read within 10 s of the broken one"
+    kill -0 "$perf" 2>/dev/null || fail "the driver ended before a new flush path on node0:mlx5_0 read"
     sleep 0.05
   done
   expect_clean_run
@@ -336,9 +360,10 @@ spread)
   # choose; receivers follow their sender's rail.)
   # A 10 s watchdog: a slow (sanitizer) build must not restart a move for a
   # stall, which chooses again; 6 s for every move to finish in the run.
-  export LINKPASS_WATCHDOG_MS=10000
+  export LINKPASS_WATCHDOG_MS=10000 LINKPASS_METRICS_FILE="$tmp/metrics-%p.prom"
   run_perf 1M 6 2 all_reduce --channels 12
   wait_for '^ +1\.0 ' "$tmp/out"
+  wait_for_standby 48 # 12 send and 12 receive ends a process
   sv link node0:mlx5_0 down
   expect_clean_run
   expect_event event=failover dev=mlx5_0
@@ -565,7 +590,11 @@ ack_loss_repeated | ack_loss_idle_receiver)
   # 2026-12-05): 24 s there.
   if [ "$name" = ack_loss_idle_receiver ]; then run_perf 256K 24 2 sendrecv -R 1; else run_perf 256K 12 2 sendrecv; fi
   wait_for '^ +1\.0 ' "$tmp/out"
-  moved() { (($(grep -cE "event=failover .*reason=completion_error" "$tmp/syslog" || true) >= $1)); }
+  # A move's sending end writes one line: reason completion_error when its
+  # own WR lost the ACK, peer_notice when the receiver's clear-to-send did
+  # (the receiving end's line names completion_error in both cases, and
+  # counting every end's lines let a round pass on the last one's).
+  moves() { grep -cE "event=failover .*dir=send .*reason=(completion_error|peer_notice) " "$tmp/syslog" || true; }
   for round in 1 2 3 4 5 6; do
     host=node$((round % 2))
     # A NIC of that host that carries a connection now (moves change it).
@@ -575,13 +604,17 @@ ack_loss_repeated | ack_loss_idle_receiver)
     for try in 1 2 3 4; do
       nic=$(active_nic "$host")
       [ -n "$nic" ] || fail "no NIC of $host carries traffic"
+      before=$(moves)
       sv fault "$nic" ack-loss 1
       deadline=$((SECONDS + 3))
-      until moved "$round" || ((SECONDS >= deadline)); do
+      until (($(moves) > before)) || ((SECONDS >= deadline)); do
         kill -0 "$perf" 2>/dev/null || break
         sleep 0.05
       done
-      moved "$round" && break
+      if (($(moves) > before)); then
+        echo "round $round: a move after $try lost ACK(s) on $nic"
+        break
+      fi
       ((try < 4)) || fail "round $round: no move for a completion error after 4 lost ACKs"
     done
   done
@@ -642,9 +675,10 @@ both_ends_at_once)
   # happened in about 4 runs of 10: one process mostly sees its port
   # fail milliseconds before the other, and nothing outside the plugin
   # holds a control message back, so the count is only printed.
-  export NCCL_DEBUG=INFO
+  export NCCL_DEBUG=INFO LINKPASS_METRICS_FILE="$tmp/metrics-%p.prom"
   run_perf 1M 4 2 all_reduce --channels 8 --same-dev
   wait_for '^ +1\.0 ' "$tmp/out"
+  wait_for_standby 32 # 8 send and 8 receive ends a process
   sv link node0:mlx5_0,node1:mlx5_0 down
   expect_clean_run
   for dir in send recv; do
