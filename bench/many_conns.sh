@@ -205,7 +205,10 @@ for k in "${ks[@]}"; do
     status=1
   fi
   if [ -n "${BOUND_MS:-}" ] && awk -v g="$g1" -v b="$BOUND_MS" 'BEGIN { exit !(g * 1000 > b) }'; then
-    echo "# K=$k: the longest pause with the pull, ${g1} s, is above BOUND_MS=$BOUND_MS: the moves serialize" >&2
+    cause="the moves serialize"
+    [ "$sb1" != - ] || [ "${LINKPASS_STANDBY:-1}" = 0 ] ||
+      cause="the pull came before every end had its standby path (a longer DURATION gives them time)"
+    echo "# K=$k: the longest pause with the pull, ${g1} s, is above BOUND_MS=$BOUND_MS: $cause" >&2
     status=1
   fi
 done

@@ -24,13 +24,22 @@ SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) {
     return NULL;
   }
   pd->pd.context = c;
+  pd->refs = 1;
   pd->id = atomic_fetch_add(&fab()->next_pd_id, 1);
   pd->pd.handle = (uint32_t)pd->id;
   return &pd->pd;
 }
 
+void sv_pd_hold(struct ibv_pd *pd) { atomic_fetch_add(&((struct sv_pd *)pd)->refs, 1); }
+
+void sv_pd_drop(struct ibv_pd *pd) {
+  if (atomic_fetch_sub(&((struct sv_pd *)pd)->refs, 1) == 1) free(pd);
+}
+
 SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
-  free(pd);
+  if (atomic_load(&((struct sv_pd *)pd)->refs) > 1 && !sv_ctx_dead(pd->context))
+    return EBUSY; /* a QP or a registration still uses it */
+  sv_pd_drop(pd);
   return 0;
 }
 
@@ -118,6 +127,7 @@ static struct ibv_mr *mr_publish(struct ibv_pd *pd, struct sv_mr *shared, uint64
     errno = ENOMEM;
     return NULL;
   }
+  sv_pd_hold(pd);
   h->index = idx;
   h->mr.context = pd->context;
   h->mr.pd = pd;
@@ -184,6 +194,7 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
    * slot and overwrite its window fields. */
   sv_window_release(m);
   atomic_store_explicit(&m->in_use, 0, memory_order_release);
+  sv_pd_drop(h->mr.pd);
   free(h);
   return 0;
 }

@@ -128,6 +128,7 @@ SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
   ((struct sv_cq_local *)attr->send_cq)->users++;
   ((struct sv_cq_local *)attr->recv_cq)->users++;
   pthread_mutex_unlock(&sv_lib.lock);
+  sv_pd_hold(pd);
   return &lq->qp;
 nomem:
   if (lq) free(lq->sq);
@@ -147,6 +148,7 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
     }
   ((struct sv_cq_local *)qp->send_cq)->users--;
   ((struct sv_cq_local *)qp->recv_cq)->users--;
+  sv_pd_drop(qp->pd);
   sv_qp_inactive(lq);
   pthread_mutex_lock(&lq->exec_lock); /* and no poster is executing it */
   pthread_mutex_unlock(&lq->exec_lock);

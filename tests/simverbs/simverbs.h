@@ -47,7 +47,14 @@ struct sv_async_record {
 struct sv_pd {
   struct ibv_pd pd;
   uint64_t id;
+  /* One for the PD itself and one for each of its QPs and registrations:
+   * the kernel refuses to free a PD in use (EBUSY).  A dead context's PD
+   * goes at once for its caller (the kernel destroyed it with the rest),
+   * and its memory with the last object that points to it. */
+  _Atomic int refs;
 };
+void sv_pd_hold(struct ibv_pd *pd);
+void sv_pd_drop(struct ibv_pd *pd);
 
 struct sv_mr_handle {
   struct ibv_mr mr;

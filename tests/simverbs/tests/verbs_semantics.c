@@ -1188,6 +1188,8 @@ Test(faults, a_fatal_devices_old_context_refuses_every_command) {
   errno = 0;
   cr_assert_null(ibv_create_comp_channel(A.ctx));
   cr_assert_eq(errno, EIO);
+  cr_assert_eq(ibv_dealloc_pd(A.pd), 0, "a dead context's PD goes, though its QP and registration still point to it");
+  A.pd = NULL;
   cr_assert_eq(ibv_destroy_qp(A.qp), 0, "a dead context's objects are still destroyed");
   A.qp = NULL;
   cr_assert_eq(ibv_dereg_mr(A.mr), 0);
@@ -1527,6 +1529,27 @@ Test(bad_input, unsupported_qp_types_and_huge_queues_fail_cleanly) {
   cr_assert_eq(errno, EINVAL);
   cr_assert_null(ibv_create_cq(A.ctx, 0, NULL, NULL, 0));
   cr_assert_null(ibv_reg_mr(A.pd, A.buf, 64, IBV_ACCESS_REMOTE_WRITE), "remote write needs local write");
+}
+
+/* As the kernel: a PD that a QP or a registration still uses is not freed
+ * (EBUSY), and is once they are gone.  A consumer that tears down out of
+ * order leaks its PD on hardware; here it used to succeed. */
+Test(bad_input, a_pd_in_use_is_not_freed) {
+  struct ibv_pd *pd = ibv_alloc_pd(A.ctx);
+  cr_assert_not_null(pd);
+  struct ibv_mr *mr = ibv_reg_mr(pd, A.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  cr_assert_not_null(mr);
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                .recv_cq = A.cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+  cr_assert_not_null(qp);
+  cr_assert_eq(ibv_dealloc_pd(pd), EBUSY, "a QP and a registration use it");
+  cr_assert_eq(ibv_dereg_mr(mr), 0);
+  cr_assert_eq(ibv_dealloc_pd(pd), EBUSY, "its QP still uses it");
+  cr_assert_eq(ibv_destroy_qp(qp), 0);
+  cr_assert_eq(ibv_dealloc_pd(pd), 0, "nothing uses it any more");
 }
 
 /* ---- adaptive routing, relaxed ordering, ECE ---------------------------- */
