@@ -52,15 +52,20 @@ static size_t upper_bound(const struct lp_mr_cache *cache, uintptr_t addr) {
 #define LP_MR_LOOK_BACK 8 /* entries that start at or before the range, nearest first */
 
 /* A cached registration of the same kind that covers the range on `home`
- * (with failover off, each NIC registers only what its comms use).  Only
+ * (with failover off, each NIC registers only what its comms use), or,
+ * when `home` reported DEVICE_FATAL, one made while it was dead: it stays
+ * dead for the process, and a registration made now would be the same, on
+ * every live NIC.  (An EIO that no fatal error confirmed is not taken for
+ * death here: the next registration asks the NIC again.)  Only
  * the nearest entries that start at or before it are looked at: one that
  * covers it from further back is missed, and the range is then registered
  * again, which is correct, merely not shared. */
-static struct lp_mr *cache_find(struct lp_mr_cache *cache, const struct want *w, int home) {
+static struct lp_mr *cache_find(struct lp_mr_cache *cache, const struct want *w, int home, int home_fatal) {
   size_t i = upper_bound(cache, w->addr);
   for (size_t k = 0; k < LP_MR_LOOK_BACK && i > 0; k++) {
     struct lp_mr *m = cache->by_addr[--i];
-    if (m->type == w->type && (m->nics >> home & 1u) && w->addr + w->len <= m->addr + m->len) return m;
+    uint32_t on = m->nics | (home_fatal ? m->dead_nics : 0u);
+    if (m->type == w->type && (on >> home & 1u) && w->addr + w->len <= m->addr + m->len) return m;
   }
   return NULL;
 }
@@ -215,7 +220,7 @@ ncclResult_t lp_mr_register(struct lp_mr_cache *cache, const struct lp_env *env,
   }
   struct want w = settle(env, data, size, type, fd, offset);
   pthread_mutex_lock(&cache->lock);
-  struct lp_mr *m = cache_find(cache, &w, home);
+  struct lp_mr *m = cache_find(cache, &w, home, health != NULL && lp_health_nic_fatal(health, home));
   if (m == NULL) {
     m = create(env, health, home, &w);
     if (m != NULL && cache_insert(cache, m) != 0) {

@@ -133,6 +133,35 @@ Test(mr, a_dead_home_nic_is_left_out_with_failover_on, .init = two_nics) {
   cr_expect_null(h);
 }
 
+/* A registration made while its home NIC was dead is shared by the next
+ * one for the same NIC and range: the NIC stays dead, and registering the
+ * range again on every live NIC pinned it once more for nothing.  Only
+ * once the NIC's death is known (DEVICE_FATAL): after a lone EIO the next
+ * registration asks it again. */
+Test(mr, a_registration_made_while_home_was_dead_is_shared, .init = two_nics) {
+  static char buf[8192];
+  void *h1, *h2;
+  memset(&health, 0, sizeof(health));
+  atomic_store(&health.fatal[0], 1);
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h1), ncclSuccess);
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, 4096, NCCL_PTR_HOST, -1, 0, &h2), ncclSuccess);
+  cr_expect_eq(h2, h1, "the second registration shares the first");
+  cr_expect_eq(nreg_on[1], 1, "NIC 1 registered the range once");
+  cr_expect_eq(nreg_on[0], 0, "the dead NIC was never asked");
+  cr_assert_eq(lp_mr_deregister(h2), ncclSuccess);
+  cr_assert_eq(lp_mr_deregister(h1), ncclSuccess);
+
+  atomic_store(&health.fatal[0], 0);
+  eio_on = 1;
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h1), ncclSuccess);
+  eio_on = 0;
+  cr_assert_eq(lp_mr_register(&cache, &env, &health, 0, buf, 4096, NCCL_PTR_HOST, -1, 0, &h2), ncclSuccess);
+  cr_expect_neq(h2, h1, "NIC 0 only answered EIO: asked again, not taken for dead");
+  cr_expect_eq(lp_mr_nics(h2), 3u, "registered on both NICs");
+  cr_assert_eq(lp_mr_deregister(h2), ncclSuccess);
+  cr_assert_eq(lp_mr_deregister(h1), ncclSuccess);
+}
+
 /* Without failover nothing moves: a home NIC that answers EIO fails the
  * registration, as before. */
 Test(mr, a_dead_home_nic_fails_the_registration_without_failover, .init = two_nics) {
