@@ -36,9 +36,14 @@ void sv_pd_drop(struct ibv_pd *pd) {
   if (atomic_fetch_sub(&((struct sv_pd *)pd)->refs, 1) == 1) free(pd);
 }
 
+/* A consumer that deallocates a PD while another of its threads creates a
+ * QP or a registration on it is not serialized as the kernel's object locks
+ * do (docs/SIMVERBS.md). */
 SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
-  if (atomic_load(&((struct sv_pd *)pd)->refs) > 1 && !sv_ctx_dead(pd->context))
-    return EBUSY; /* a QP or a registration still uses it */
+  if (atomic_load(&((struct sv_pd *)pd)->refs) > 1 && !sv_ctx_dead(pd->context)) {
+    errno = EBUSY; /* as the failed command sets it, besides the return value */
+    return EBUSY;  /* a QP or a registration still uses it */
+  }
   sv_pd_drop(pd);
   return 0;
 }
@@ -304,6 +309,7 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   pthread_mutex_lock(&sv_lib.lock);
   if (lc->users > 0) {
     pthread_mutex_unlock(&sv_lib.lock);
+    errno = EBUSY;
     return EBUSY; /* a QP still completes into it */
   }
   for (struct sv_cq_local **p = &sv_lib.cqs; *p; p = &(*p)->next)

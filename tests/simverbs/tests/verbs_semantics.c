@@ -1545,7 +1545,9 @@ Test(bad_input, a_pd_in_use_is_not_freed) {
                                 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   struct ibv_qp *qp = ibv_create_qp(pd, &ia);
   cr_assert_not_null(qp);
+  errno = 0;
   cr_assert_eq(ibv_dealloc_pd(pd), EBUSY, "a QP and a registration use it");
+  cr_assert_eq(errno, EBUSY);
   cr_assert_eq(ibv_dereg_mr(mr), 0);
   cr_assert_eq(ibv_dealloc_pd(pd), EBUSY, "its QP still uses it");
   cr_assert_eq(ibv_destroy_qp(qp), 0);
