@@ -28,6 +28,7 @@
 #        from 0.5 s before the pull for 1 s)
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/poll.sh"  # prom_sum
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
 ks=("$@")
@@ -144,11 +145,7 @@ run() {
 }
 
 # Every connection end (2 K in each of the 2 processes) has a ready standby path.
-standby_for_all() {
-  local sum
-  sum=$(awk 'index($1, "linkpass_standby_paths{") == 1 { s += $2 } END { print s + 0 }' "$tmp"/m-*.prom 2>/dev/null)
-  ((${sum:-0} >= 4 * k))
-}
+standby_for_all() { (($(prom_sum linkpass_standby_paths "$tmp"/m-*.prom) >= 4 * k)); }
 
 # p50 and p99 (ms) of the duration_us of one kind of event line: "- -" if none.
 percentiles() {

@@ -36,22 +36,12 @@ fail() {
 # A command that fails where set -e would end the script silently (a grep
 # that matched nothing in a pipeline) says which, with the driver's output.
 trap 'fail "line $LINENO: command failed (exit $?): $BASH_COMMAND"' ERR
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/poll.sh"
 
 # Poll (bounded) until FILE has at least N lines matching PATTERN.
 wait_for_count() {
-  local pattern=$1 file=$2 n=$3 secs=${4:-30} deadline
-  # grep -c prints nothing for a file the driver has not made yet
-  have() {
-    local c
-    c=$(grep -cE -- "$pattern" "$file" 2>/dev/null || true)
-    ((${c:-0} >= n))
-  }
-  deadline=$((SECONDS + secs))
-  until have; do
-    ((SECONDS < deadline)) || fail "fewer than $n line(s) matching '$pattern' in $(basename "$file") within ${secs}s"
-    kill -0 "$perf" 2>/dev/null || have || fail "the driver ended before $n line(s) matching '$pattern'"
-    sleep 0.05
-  done
+  local pattern=$1 file=$2 n=$3 secs=${4:-30}
+  wait_until "$secs" "$n line(s) matching '$pattern' in $(basename "$file")" at_least "$pattern" "$file" "$n"
 }
 
 # Poll (bounded) until FILE has a line matching PATTERN.
@@ -62,23 +52,18 @@ wait_for() { wait_for_count "$1" "$2" 1 "${3:-30}"; }
 # say.  Standby paths are built a few at a time after the connections; a
 # pull that comes before an end has one moves that end onto a path built
 # then, so a scenario about the move onto standbys waits for them all.
-wait_for_standby() {
-  local n=$1 secs=${2:-30} deadline have
-  deadline=$((SECONDS + secs))
-  while :; do
-    have=$(awk 'index($1, "linkpass_standby_paths{") == 1 { s += $2 } END { print s + 0 }' "$tmp"/metrics-*.prom 2>/dev/null || true)
-    ((${have:-0} >= n)) && return
-    ((SECONDS < deadline)) || fail "${have:-0} of $n connection ends had a standby path after ${secs}s"
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before $n connection ends had a standby path (${have:-0})"
-    sleep 0.1
-  done
+standby_at_least() {
+  local have
+  have=$(prom_sum linkpass_standby_paths "$tmp"/metrics-*.prom)
+  poll_saw="$have had one"
+  ((have >= $1))
 }
+wait_for_standby() { wait_until "${2:-30}" "$1 connection ends with a standby path" standby_at_least "$1"; }
 
 # A real syslog receiver on a private socket (LINKPASS_SYSLOG_SOCKET).
 "$SINK" "$tmp/log.sock" "$tmp/syslog" &
 pids+=($!)
-for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
-[ -S "$tmp/log.sock" ] || fail "the syslog sink did not start"
+wait_until 5 "the syslog sink listens" test -S "$tmp/log.sock"
 
 # Short timers so every scenario runs in seconds: a retry budget of
 # 16.8 ms x 8 (NCCL_IB_TIMEOUT=12), a 1 s watchdog (a loaded 2-core CI
@@ -169,13 +154,13 @@ node0_live_ports() {
 
 # only_on PORT: wait (20 s at most) until node0's connections all are on
 # PORT (host:dev:port).
-only_on() {
-  local deadline=$((SECONDS + 20)) qps
-  until qps=$(node0_live_ports) && [ "$qps" = "$1" ]; do
-    ((SECONDS < deadline)) || fail "node0's connections did not all reach $1 (QPs on: $qps)"
-    sleep 0.05
-  done
+live_ports_are() {
+  local qps
+  qps=$(node0_live_ports) || return
+  poll_saw="QPs on: $(tr "\n" " " <<<"$qps")"
+  [ "$qps" = "$1" ]
 }
+only_on() { wait_until 20 "node0's connections all on $1" live_ports_are "$1"; }
 
 # QPN of a live connection QP on host:dev (for the QP-fatal scenario).
 qp_on() { busy_qps | awk -v t="$1:1" '$2 == t { print $1; exit }'; }
@@ -218,15 +203,13 @@ active_nic() {
 # GPU memory (MEM=dmabuf): once node0's connections left mlx5_0, their
 # receives are flushed through the NIC that now carries them: a loopback QP
 # of node0 on another NIC reads (`simverbs status`: loopback, req > 0).
+flush_read_off_mlx5_0() {
+  "$SIMVERBS" status | awk '$1 == "qp" && /loopback/ && $4 ~ /^node0:/ && $4 != "node0:mlx5_0:1" {
+      for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) found = 1 } END { exit !found }'
+}
 expect_flush_moved() {
-  local deadline=$((SECONDS + 10))
   wait_for "event=failover" "$tmp/syslog"
-  until "$SIMVERBS" status | awk '$1 == "qp" && /loopback/ && $4 ~ /^node0:/ && $4 != "node0:mlx5_0:1" {
-      for (i = 6; i < NF; i++) if ($i == "req" && $(i + 1) > 0) found = 1 } END { exit !found }'; do
-    ((SECONDS < deadline)) || fail "no flush read through another NIC of node0 within 10 s of the move"
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before a flush read through another NIC of node0"
-    sleep 0.05
-  done
+  wait_until 10 "a flush read through another NIC of node0 after the move" flush_read_off_mlx5_0
 }
 
 conf=$CONFS/two-hosts-4nic.conf
@@ -295,12 +278,8 @@ dmabuf_flush_error)
   qpn=$(flush_qp)
   [ -n "$qpn" ] || fail "no flush path on node0:mlx5_0 has read"
   sv fault qp "$qpn" fatal
-  deadline=$((SECONDS + 10))
-  until [ -n "$(flush_qp "$qpn")" ]; do
-    ((SECONDS < deadline)) || fail "no new flush path on node0:mlx5_0 read within 10 s of the broken one"
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before a new flush path on node0:mlx5_0 read"
-    sleep 0.05
-  done
+  new_flush_qp() { [ -n "$(flush_qp "$qpn")" ]; }
+  wait_until 10 "a new flush path on node0:mlx5_0 that read, after the broken one" new_flush_qp
   expect_clean_run
   grep -q "iflush: the read through mlx5_0:1 failed" "$tmp/out" || fail "no WARN for the failed flush"
   ! grep -q "event=failover" "$tmp/syslog" || fail "a connection moved for a flush error"
@@ -692,17 +671,14 @@ both_ends_at_once)
 last_nic_fails)
   run_perf 1M 20
   wait_for '^ +1\.0 ' "$tmp/out"
+  off_nic() { ! node0_live_ports | grep -x "node0:$1:1" >/dev/null; } # reads it all: no SIGPIPE under pipefail
   # Pull the NICs one at a time, each only once node0 has no connection
   # left on it. Which NIC a move picks is the spreading's choice, so a
   # NIC may never carry one; the first always does.
   for nic in mlx5_0 mlx5_1 mlx5_2; do
     sv link "node0:$nic" down
     [ "$nic" != mlx5_0 ] || wait_for " dev=mlx5_0 " "$tmp/syslog" 20
-    deadline=$((SECONDS + 20))
-    while node0_live_ports | grep -x "node0:$nic:1" >/dev/null; do # reads it all: no SIGPIPE under pipefail
-      ((SECONDS < deadline)) || fail "node0's connections did not leave $nic"
-      sleep 0.05
-    done
+    wait_until 20 "node0's connections off $nic" off_nic "$nic"
   done
   # Every connection's node0 end ends up on the last NIC.
   only_on node0:mlx5_3:1
@@ -727,14 +703,13 @@ failback_after_holddown)
   pull_and_failback
   wait_for_count "event=failback" "$tmp/syslog" 4 20
   # Each end's line follows its own move: the other end's QP may still be
-  # on its way back to RTS for a moment (looked at for 10 s at most).
-  : >"$tmp/qps_after"
-  for _ in $(seq 200); do
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before the QPs of before carried traffic on mlx5_0 again (last look: $(tr '\n' ' ' <"$tmp/qps_after"))"
+  # on its way back to RTS for a moment (looked at while the run lasts).
+  same_qps_back() {
     qps_on_mlx5_0 >"$tmp/qps_after"
-    cmp -s "$tmp/qps_before" "$tmp/qps_after" && break
-    sleep 0.05
-  done
+    poll_saw="last look: $(tr '\n' ' ' <"$tmp/qps_after"); before the pull: $(tr '\n' ' ' <"$tmp/qps_before")"
+    cmp -s "$tmp/qps_before" "$tmp/qps_after"
+  }
+  wait_until 30 "the QPs of before carrying traffic on mlx5_0 again" same_qps_back
   diff "$tmp/qps_before" "$tmp/qps_after" || fail "the QPs carrying traffic on mlx5_0 after the failback are not those of before"
   expect_clean_run
   expect_event event=failback new_dev=mlx5_0 reason=failback path=revived
@@ -1025,11 +1000,13 @@ failback_both_primaries)
     done
     LC_ALL=C join "$tmp/carry1" "$tmp/carry2" | awk '$5 > $3 { print $2 }' | sort -u
   }
-  deadline=$((SECONDS + 20))
-  until now=$(carrying) && [ -n "$now" ] && ! grep -v ':mlx5_0:' <<<"$now" >/dev/null; do
-    kill -0 "$perf" 2>/dev/null || fail "the driver ended before every end was home (traffic on: $(tr '\n' ' ' <<<"$now"))"
-    ((SECONDS < deadline)) || fail "traffic still runs off mlx5_0 20 s after both primaries came back: $(tr '\n' ' ' <<<"$now")"
-  done
+  all_home() {
+    local now
+    now=$(carrying) || return
+    poll_saw="traffic on: $(tr "\n" " " <<<"$now")"
+    [ -n "$now" ] && ! grep -v ':mlx5_0:' <<<"$now" >/dev/null
+  }
+  wait_until 20 "every end home on mlx5_0 after both primaries came back" all_home
   expect_clean_run
   ;;
 sender_fails_during_move)

@@ -29,6 +29,7 @@
 #     CONFS=tests/simverbs/configs SOAK_SECONDS=3600 bash tests/failover/soak.sh
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/poll.sh"  # wait_until, has_line
 export LC_ALL=C
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${SINK:?}" "${CONFS:?}"
 secs=${SOAK_SECONDS:-90} seed=${SOAK_SEED:-20240229} nranks=${SOAK_RANKS:-4} size=${SOAK_SIZE:-4M}
@@ -124,8 +125,7 @@ echo "soak: $(grep -c ' down ' "$tmp/schedule") cable pulls scheduled (first: $(
 # ---- syslog receiver, metrics files, short timers
 "$SINK" "$tmp/log.sock" "$tmp/syslog" &
 pids+=($!)
-for _ in $(seq 200); do [ -S "$tmp/log.sock" ] && break; sleep 0.01; done
-[ -S "$tmp/log.sock" ] || fail "the syslog sink did not start"
+wait_until 5 "the syslog sink listens" test -S "$tmp/log.sock"
 mkdir -m 777 "$tmp/metrics"
 export LINKPASS_SYSLOG_SOCKET="$tmp/log.sock" LINKPASS_METRICS_FILE="$tmp/metrics/rank-%p.prom" \
   NCCL_IB_TIMEOUT=12 LINKPASS_WATCHDOG_MS=1000 LINKPASS_FAILBACK_HOLDDOWN_MS=500 \
@@ -153,8 +153,7 @@ pull() { # down|up host nic
   fi
 }
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); }
-for _ in $(seq 1200); do grep -q '^# --duration' "$tmp/out" && break; kill -0 "$perf" 2>/dev/null || break; sleep 0.05; done
-grep -q '^# --duration' "$tmp/out" || { wait "$perf" || true; perf=""; fail "the driver did not start its timed loop"; }
+wait_until 60 "the driver's timed loop" has_line '^# --duration' "$tmp/out"
 t0=$(now_ms)
 : >"$tmp/injected"
 while read -r at what host nic; do

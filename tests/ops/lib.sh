@@ -5,6 +5,7 @@
 # Needs SIMVERBS, PERF, PLUGIN and CONFS in the environment.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/poll.sh"  # wait_until, has_line, at_least, prom_sum
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 
 tmp=$(mktemp -d /tmp/lpops.XXXXXX)
@@ -63,30 +64,6 @@ fail() {
 }
 
 sv() { "$SIMVERBS" "$@" >/dev/null; }
-
-# Poll (bounded) until the command succeeds: wait_until SECONDS WHAT CMD...
-# Fails early when the driver ended without it happening.
-wait_until() {
-  local secs=$1 what=$2 deadline
-  shift 2
-  deadline=$((SECONDS + secs))
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "$what: not within ${secs}s"
-    if [ -n "$perf" ] && ! kill -0 "$perf" 2>/dev/null; then
-      "$@" || fail "$what: the driver ended first"
-      return 0
-    fi
-    sleep 0.05
-  done
-}
-
-has_line() { grep -qE -- "$1" "$2" 2>/dev/null; }
-count_lines() {
-  local n
-  n=$(grep -cE -- "$1" "$2" 2>/dev/null) || true
-  echo "${n:-0}" # 0 too while the file does not exist yet
-}
-at_least() { (($(count_lines "$1" "$2") >= $3)); }
 
 # run_perf SIZE SECONDS: the checked all_reduce, 2 ranks on node0 and node1.
 run_perf() {

@@ -56,8 +56,7 @@ ends=$(metric_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection uses mlx5_0 before the first pull"
 echo "connection ends on mlx5_0: $ends"
 # Every connection end gets a standby path on another port (LINKPASS_STANDBY).
-every_sample_sum() { awk -v n="$1{" 'index($1, n) == 1 { s += $2 } END { print s + 0 }' "$tmp"/*.prom; }
-standby_for_all() { (($(every_sample_sum linkpass_standby_paths) == $(every_sample_sum linkpass_connections))); }
+standby_for_all() { (($(prom_sum linkpass_standby_paths "$tmp"/*.prom) == $(prom_sum linkpass_connections "$tmp"/*.prom))); }
 wait_until 10 "a standby path for every connection end" standby_for_all
 
 for i in $(seq "$pulls"); do

@@ -25,6 +25,7 @@
 # (every run checks the data it moved: linkpass-perf -c 1)
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/poll.sh"  # wait_until, has_line
 case_=${1:?usage: env_on_fabric.sh fifo_tc|tc_only|bad|gid_*|inline|ece|ece_off|pci_order|pci_order_off|ar|ar_off|ar_threshold|ro|ro_off}
 : "${SIMVERBS:?}" "${PERF:?}" "${PLUGIN:?}" "${CONFS:?}"
 tmp=$(mktemp -d /tmp/lpenv.XXXXXX)
@@ -91,12 +92,7 @@ perf=$!
 # in time, not in looks: a look is slow on a loaded machine).  60 s: in CI
 # (2026-12-05) this wait once gave up at 30 s with 22 per-second lines
 # already in the file (why the look missed them was not found).
-deadline=$((SECONDS + 60))
-until grep -qE '^ +1\.0 ' "$tmp/out"; do
-  kill -0 "$perf" 2>/dev/null || fail "the driver ended before its first second of traffic"
-  ((SECONDS < deadline)) || fail "no traffic within 60 s"
-  sleep 0.05
-done
+wait_until 60 "the driver's first second of traffic" has_line '^ +1\.0 ' "$tmp/out"
 # Each connection end's standby path (LINKPASS_STANDBY) is connected a
 # moment later: wait (bounded, well inside the run) until all 8 QPs are in
 # RTS, main and standby.
@@ -110,17 +106,14 @@ rts() {
   timeout 10 "$SIMVERBS" status >"$tmp/status.new" && mv "$tmp/status.new" "$tmp/status"
   local rc=$?
   ((${EPOCHREALTIME/./} - t0 < 2000000)) || slow=$((slow + 1))
-  ((rc == 0)) && (($(in_rts) >= 8))
+  ((rc == 0)) && (($(in_rts) >= 8)) && return
+  poll_saw=$(why_not_rts)
+  return 1
 }
 why_not_rts() {
   echo "$(in_rts) of 8 QPs in RTS after $looks looks ($slow of them took 2 s or more): $(cat "$tmp/status" 2>/dev/null)"
 }
-deadline=$((SECONDS + 45))
-until rts; do
-  ((SECONDS < deadline)) || fail "the standby paths were not all connected within 45 s: $(why_not_rts)"
-  kill -0 "$perf" 2>/dev/null || fail "the driver ended before the standby paths were connected: $(why_not_rts)"
-  sleep 0.05
-done
+wait_until 45 "the standby paths all connected" rts
 "$SIMVERBS" status >"$tmp/status"
 kill "$perf" 2>/dev/null || true
 wait "$perf" 2>/dev/null || true

@@ -5,6 +5,7 @@
 # (exit 77) where network namespaces cannot be made.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../../lib/limit.sh" # under ctest: end with SIGTERM, and clean up, before its SIGKILL
+. "$(dirname "${BASH_SOURCE[0]}")/../../lib/poll.sh"  # wait_until (no driver to watch: perf is empty)
 : "${SIMVERBS:?SIMVERBS must name the simverbs tool}"
 FABRIC="t$$r$RANDOM"
 export SIMVERBS_FABRIC=$FABRIC
@@ -114,13 +115,3 @@ fail() {
   exit 1
 }
 
-# Poll (bounded) until CMD succeeds: wait_for SECONDS WHAT CMD [ARGS...].
-# WHAT says what did not happen when the time runs out.
-wait_for() {
-  local limit=$1 what=$2 deadline=$((SECONDS + $1))
-  shift 2
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "$what (waited ${limit}s)"
-    sleep 0.05
-  done
-}

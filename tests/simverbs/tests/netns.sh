@@ -69,11 +69,11 @@ grep -q 'refused' <<<"$out" || fail "node1 cannot reach node0 over the managemen
 
 echo "== host side: ip link set ib1 down in $ns0"
 sv_spawn "$aw" node0 ibv_asyncwatch -d mlx5_1
-wait_for 20 "ibv_asyncwatch did not open mlx5_1" grep -q "async event FD" "$aw"
+wait_until 20 "ibv_asyncwatch opens mlx5_1" grep -q "async event FD" "$aw"
 expect_state node0 mlx5_1 PORT_ACTIVE "before the pull"
 ip netns exec "$ns0" ip link set ib1 down
-wait_for 10 "node0:mlx5_1 did not go down" state_is node0 mlx5_1 PORT_DOWN
-wait_for 10 "ibv_asyncwatch saw no PORT_ERR" grep -q 'IBV_EVENT_PORT_ERR' "$aw"
+wait_until 10 "node0:mlx5_1 goes down" state_is node0 mlx5_1 PORT_DOWN
+wait_until 10 "ibv_asyncwatch sees PORT_ERR" grep -q 'IBV_EVENT_PORT_ERR' "$aw"
 expect_state node1 mlx5_1 PORT_ACTIVE "the peer on the same rail keeps its link"
 expect_state node0 mlx5_0 PORT_ACTIVE "another rail of the same host"
 grep -q '1: DOWN' "/dev/shm/simverbs-$FABRIC.d/node0/sys/class/infiniband/mlx5_1/ports/1/state" ||
@@ -82,15 +82,15 @@ ip -n "$sw" link show h0d1p1 | grep -q NO-CARRIER || fail "the switch side of no
 
 echo "== host side: ip link set ib1 up in $ns0"
 ip netns exec "$ns0" ip link set ib1 up
-wait_for 10 "node0:mlx5_1 did not come back" state_is node0 mlx5_1 PORT_ACTIVE
-wait_for 10 "ibv_asyncwatch saw no PORT_ACTIVE" grep -q 'IBV_EVENT_PORT_ACTIVE' "$aw"
+wait_until 10 "node0:mlx5_1 comes back" state_is node0 mlx5_1 PORT_ACTIVE
+wait_until 10 "ibv_asyncwatch sees PORT_ACTIVE" grep -q 'IBV_EVENT_PORT_ACTIVE' "$aw"
 
 echo "== switch side: ip link set h1d1p1 down in $sw"
 ip -n "$sw" link set h1d1p1 down
-wait_for 10 "node1:mlx5_1 did not go down when its switch port did" state_is node1 mlx5_1 PORT_DOWN
+wait_until 10 "node1:mlx5_1 goes down with its switch port" state_is node1 mlx5_1 PORT_DOWN
 expect_state node0 mlx5_1 PORT_ACTIVE "node0's cable on the same rail is intact"
 ip -n "$sw" link set h1d1p1 up
-wait_for 10 "node1:mlx5_1 did not come back with its switch port" state_is node1 mlx5_1 PORT_ACTIVE
+wait_until 10 "node1:mlx5_1 comes back with its switch port" state_is node1 mlx5_1 PORT_ACTIVE
 [ "$(events IBV_EVENT_PORT_ERR)" = 1 ] && [ "$(events IBV_EVENT_PORT_ACTIVE)" = 1 ] ||
   fail "node0's mlx5_1 saw events for node1's cable"
 
