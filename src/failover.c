@@ -505,10 +505,26 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
     lp_sb_drop(c, &fo->sb);
     return sender_start(s, fo->reason, -1);
   }
+  if (a->standby != 0 && (fo->sb.state != LP_SB_READY || a->standby != fo->sb.id))
+    return lp_comm_fail(c, ncclRemoteError, "the peer moved onto standby path %u, which this end does not hold",
+                        a->standby);
+  /* An isend since the offer used a buffer that the offer's NIC could not
+   * register (a dma-buf on a NIC without dma-buf support, say: mr_nics).
+   * Its message cannot go out there, and the reconciliation would fail the
+   * connection: the offer is void, and a newer one goes where every buffer
+   * is registered.  mr_nics only narrows, so this ends.  The receiver
+   * takes the REQ as one that supersedes its answer; one that already
+   * moved onto the standby (its ACK ended its move) takes it as a move
+   * its peer asked for, not as a fault of its own new NIC. */
+  int to = a->standby != 0 ? fo->sb.link.dev : fo->next.dev;
+  if (!lp_comm_may_use(c, to)) {
+    LP_INFO(NCCL_NET,
+            "send connection 0x%llx: a buffer used since the move's offer is not registered on %s: offered again "
+            "elsewhere",
+            (unsigned long long)c->conn_id, c->env->devs[to].name);
+    return sender_start(s, a->standby != 0 ? LP_FO_PEER_NOTICE : fo->reason, -1);
+  }
   if (a->standby != 0) { /* both ends were connected and ready since the standby's answer */
-    if (fo->sb.state != LP_SB_READY || a->standby != fo->sb.id)
-      return lp_comm_fail(c, ncclRemoteError, "the peer moved onto standby path %u, which this end does not hold",
-                          a->standby);
     lp_sb_take(c, &fo->sb, &fo->next);
     fo->via_standby = 1;
   } else {
@@ -522,7 +538,7 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   }
   rc = drain(c);
   if (rc != ncclSuccess) return rc;
-  int to = fo->next.dev, replayed = 0;
+  int replayed = 0;
   uint64_t bytes = 0;
   swap_link(c, &fo->next);
   rc = lp_fo_sender_reconcile(s, a, &replayed, &bytes);

@@ -354,6 +354,97 @@ Test(move, a_retried_failback_revives_the_kept_path_again) {
   leave(c);
 }
 
+/* The receiver's answer to the sender's REQ of epoch `epoch`: a new path,
+ * nothing pending. */
+static void send_ack(uint32_t epoch) {
+  static struct lp_fo_ack a;
+  memset(&a, 0, sizeof(a));
+  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
+  a.conn_id = 0x1234;
+  a.epoch = epoch;
+  a.link = peer_link();
+  cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
+}
+
+/* Between the sender's REQ and the receiver's ACK, NCCL sends from a
+ * buffer that the offer's NIC could not register (a dma-buf on a NIC
+ * without dma-buf support, say): the connection may no longer go there
+ * (mr_nics).  The sender offers a path elsewhere instead of following the
+ * ACK; it moved onto mlx5_1, where that message cannot go out, and its
+ * reconciliation failed the connection ("message's buffer is not
+ * registered on mlx5_1"). */
+Test(move, a_buffer_used_during_the_offer_that_its_nic_lacks_moves_it_elsewhere) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  port_down(0);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  static struct lp_fo_req m;
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_assert_eq(fo->next.dev, 1, "the offer is on mlx5_1, the first of mlx5_0's pool");
+
+  struct lp_mr mr;
+  memset(&mr, 0, sizeof(mr));
+  mr.magic = LP_MR_MAGIC;
+  mr.nics = 1u << 0 | 1u << 2; /* registered on mlx5_0 and mlx5_2 only */
+  lp_comm_uses(c, &mr);         /* as isend does */
+  send_ack(m.epoch);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_expect_eq(c->error, ncclSuccess, "the connection failed");
+  cr_expect_eq(c->link.dev, 0, "the sender followed the ACK onto mlx5_%d", c->link.dev);
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_expect_eq(m.epoch, 2, "the newer offer's epoch is %u", m.epoch);
+  cr_expect_eq(m.reason, LP_FO_PORT_DOWN, "the same move, for the same fault");
+  cr_expect_eq(fo->next.dev, 2, "the newer offer is on mlx5_%d, not mlx5_2", fo->next.dev);
+  leave(c);
+}
+
+/* The same with the standby: the receiver answered from its standby on
+ * the NIC beside mlx5_1 and has moved (its ACK ended its move), while this
+ * end's standby on mlx5_1 lacks the buffer.  The newer offer, a new path on
+ * mlx5_2, is a move the peer asked for at the receiver (peer_notice), not a
+ * fault of the receiver's new NIC (a completion error or a stall would make
+ * that NIC suspect there). */
+Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_followed) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  fo->sb.link.remote = peer_link();
+  fo->sb.id = 7;
+  fo->sb.state = LP_SB_READY;
+  port_down(0);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  static struct lp_fo_req m;
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_assert_eq(m.standby, 7, "the offer is the standby");
+
+  struct lp_mr mr;
+  memset(&mr, 0, sizeof(mr));
+  mr.magic = LP_MR_MAGIC;
+  mr.nics = 1u << 0 | 1u << 2;
+  lp_comm_uses(c, &mr);
+  static struct lp_fo_ack a;
+  memset(&a, 0, sizeof(a));
+  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
+  a.conn_id = 0x1234;
+  a.epoch = m.epoch;
+  a.standby = 7;
+  a.link = peer_link();
+  cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_expect_eq(c->error, ncclSuccess, "the connection failed");
+  cr_expect_eq(c->link.dev, 0, "the sender followed the ACK onto its standby on mlx5_%d", c->link.dev);
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_expect_eq(m.epoch, 2);
+  cr_expect_eq(m.standby, 0, "the newer offer is a new path, not standby %u", m.standby);
+  cr_expect_eq(m.reason, LP_FO_PEER_NOTICE, "the newer offer's reason is %u", m.reason);
+  cr_expect_eq(fo->next.dev, 2, "the newer offer is on mlx5_%d, not mlx5_2", fo->next.dev);
+  leave(c);
+}
+
 /* The receiver's side of the same: a failback's REQ revives the path it
  * kept on its primary, whose connection to the sender's new QPs fails
  * once.  The kept path stays kept, and the next try on the primary revives
