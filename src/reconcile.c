@@ -53,8 +53,19 @@ ncclResult_t lp_fo_sender_reconcile(struct lp_send_comm *s, const struct lp_fo_a
       return lp_comm_fail(c, ncclRemoteError, "peer does not list message %llu it has not completed",
                           (unsigned long long)m->seq);
     const struct lp_fo_pending *pm = &a->pending[m->seq - resume];
+    /* The receiver lists the receives it announced, only their keys new
+     * (lp_fo_receiver_reconcile): a list that disagrees with what this end
+     * matched comes from a broken or mismatched peer, and writing by it
+     * could overrun a receive, which isend's own check (send.c) prevents. */
+    if (pm->nreqs != (uint32_t)m->nreqs)
+      return lp_comm_fail(c, ncclRemoteError, "peer lists message %llu with %u receives, not the %d it announced",
+                          (unsigned long long)m->seq, pm->nreqs, m->nreqs);
     for (int k = 0; k < m->nreqs; k++) {
       if (!(m->taken & (1u << k))) continue;
+      if (pm->cts[k].size < m->sub[k].size)
+        return lp_comm_fail(c, ncclRemoteError,
+                            "peer lists receive %d of message %llu with %llu bytes, fewer than the %zu sent to it", k,
+                            (unsigned long long)m->seq, (unsigned long long)pm->cts[k].size, m->sub[k].size);
       m->sub[k].raddr = pm->cts[k].addr;
       m->sub[k].rkey = pm->cts[k].rkey;
       struct ibv_mr *mr = m->sub[k].size ? lp_mr_for(c, m->sub[k].mh) : NULL;

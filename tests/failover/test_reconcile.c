@@ -125,6 +125,7 @@ Test(reconcile, a_partly_matched_head_gets_new_keys_but_is_not_posted, .init = c
   p->seq = 5;
   p->nreqs = 2;
   p->cts[0].addr = 0xabc0;
+  p->cts[0].size = 100;
   p->cts[0].rkey = 0x555;
   int replayed = 0;
   uint64_t bytes = 0;
@@ -185,4 +186,30 @@ Test(reconcile, a_message_complete_here_but_not_at_the_peer_fails_the_connection
   cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclRemoteError);
   cr_assert_eq(s.base.error, ncclRemoteError, "sticky");
   for (uint64_t seq = 1; seq <= 4; seq++) cr_assert(!reqs[seq].done, "nothing completes on such an ACK");
+}
+
+/* An ACK that lists a receive smaller than what this end sent into it, or
+ * a different number of receives for a message, comes from a broken or
+ * mismatched peer: the replay would write past the receive (isend refuses
+ * that at the match, send.c). It fails, saying so, and nothing is written
+ * again with the listed keys. */
+Test(reconcile, a_listed_receive_smaller_than_what_was_sent_fails_the_connection, .init = comm) {
+  ack_from(3);
+  ack.pending[1].cts[0].size = 64; /* message 4: 100 bytes sent */
+  int replayed = 0;
+  uint64_t bytes = 0;
+  cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclRemoteError);
+  cr_assert_eq(s.base.error, ncclRemoteError, "sticky");
+  cr_assert_neq(s.msgs[lp_fifo_slot(4)].sub[0].raddr, 0x9004, "message 4 took the listed address");
+}
+
+Test(reconcile, a_listed_message_with_other_receives_fails_the_connection, .init = comm) {
+  ack_from(3);
+  ack.pending[0].nreqs = 2; /* message 3 was one receive */
+  ack.pending[0].cts[1] = ack.pending[0].cts[0];
+  ack.pending[0].cts[1].idx = 1;
+  int replayed = 0;
+  uint64_t bytes = 0;
+  cr_assert_eq(lp_fo_sender_reconcile(&s, &ack, &replayed, &bytes), ncclRemoteError);
+  cr_assert_eq(s.base.error, ncclRemoteError, "sticky");
 }
