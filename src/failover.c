@@ -142,15 +142,14 @@ static int outstanding_requests(struct lp_comm *c) {
   return n;
 }
 
-/* Stop the old path: once its QPs are in ERR nothing more lands through
+/* Stop a path: once its QPs are in ERR nothing more lands through
  * them, on either side.  A NIC that reported a fatal error stopped them
  * itself and refuses every command since: nothing to do.  When the move
  * came from its flushed completions before its DEVICE_FATAL event was
  * read, its QPs answer EIO: said once, at INFO, not warned about one by
  * one (thousands on a busy node); EIO from a NIC not in fatal error is a
  * failing firmware command, and the other QPs are still asked. */
-static void quiesce(struct lp_comm *c) {
-  struct lp_link *link = &c->link;
+static void stop_link(struct lp_comm *c, struct lp_link *link) {
   if (c->health != NULL && lp_health_nic_fatal(c->health, lp_link_dev(link)->nic)) return;
   const struct lp_ibv *ibv = &link->env->ibv;
   int refused = 0;
@@ -177,6 +176,8 @@ static void quiesce(struct lp_comm *c) {
             "firmware command): the move goes on, counting on it to write nothing more",
             link->local.dev_name, refused, (unsigned long long)c->conn_id);
 }
+
+static void quiesce(struct lp_comm *c) { stop_link(c, &c->link); }
 
 /* Errors a path causes, which another NIC may not have.  Protection and
  * access errors (a bad key, a buffer outside its registration, an
@@ -508,20 +509,27 @@ static ncclResult_t sender_on_ack(struct lp_send_comm *s, const struct lp_fo_ack
   if (a->standby != 0 && (fo->sb.state != LP_SB_READY || a->standby != fo->sb.id))
     return lp_comm_fail(c, ncclRemoteError, "the peer moved onto standby path %u, which this end does not hold",
                         a->standby);
-  /* An isend since the offer used a buffer that the offer's NIC could not
-   * register (a dma-buf on a NIC without dma-buf support, say: mr_nics).
-   * Its message cannot go out there, and the reconciliation would fail the
-   * connection: the offer is void, and a newer one goes where every buffer
-   * is registered.  mr_nics only narrows, so this ends.  The receiver
-   * takes the REQ as one that supersedes its answer; one that already
-   * moved onto the standby (its ACK ended its move) takes it as a move
-   * its peer asked for, not as a fault of its own new NIC. */
+  /* A buffer NCCL registered for this connection since the offer, which
+   * the offer's NIC could not take (a dma-buf on a NIC without dma-buf
+   * support, say: mr_nics; isend waits while the comm is paused): its
+   * messages cannot go out there, and the reconciliation would fail the
+   * connection.  The offer is void, and a newer one goes where every
+   * buffer is registered; mr_nics only narrows, so this ends, and the
+   * answered offer is not counted among the unanswered ones (check_deadline).
+   * The receiver takes the REQ as one that supersedes its answer; one that
+   * already moved onto the standby (its ACK ended its move) takes it as a
+   * move its peer asked for, a second move there, not as a fault of its own
+   * new NIC.  This end's side of that standby is stopped first, as the old
+   * path is: a clear-to-send the receiver wrote through it must not land
+   * after the newer move's reconciliation. */
   int to = a->standby != 0 ? fo->sb.link.dev : fo->next.dev;
   if (!lp_comm_may_use(c, to)) {
     LP_INFO(NCCL_NET,
-            "send connection 0x%llx: a buffer used since the move's offer is not registered on %s: offered again "
-            "elsewhere",
+            "send connection 0x%llx: a buffer registered since the move's offer is not registered on %s: offered "
+            "again elsewhere",
             (unsigned long long)c->conn_id, c->env->devs[to].name);
+    if (a->standby != 0) stop_link(c, &fo->sb.link);
+    fo->attempts--;
     return sender_start(s, a->standby != 0 ? LP_FO_PEER_NOTICE : fo->reason, -1);
   }
   if (a->standby != 0) { /* both ends were connected and ready since the standby's answer */
@@ -777,7 +785,10 @@ static ncclResult_t receiver_moves_itself(struct lp_recv_comm *r, int reason) {
  * the receiver is, the sender knows from its last answer's NIC. */
 static int failback_due(const struct lp_comm *c) {
   const struct lp_fo *fo = c->fo;
-  return (c->link.dev != fo->primary_dev || fo->peer_away) &&
+  /* A connection that has used a buffer its primary could not register
+   * (mr_nics) stays away: a failback would go elsewhere, each time the
+   * health changes. */
+  return (c->link.dev != fo->primary_dev || fo->peer_away) && lp_comm_may_use(c, fo->primary_dev) &&
          lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) && fo->peer_primary_ok;
 }
 

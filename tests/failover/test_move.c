@@ -64,13 +64,20 @@ static int fake_destroy_qp(struct ibv_qp *qp) {
   free(qp);
   return 0;
 }
-static int fail_rtr; /* the next modify to RTR fails (once) */
+static int fail_rtr;          /* the next modify to RTR fails (once) */
+static uint32_t stopped[64]; /* QPs moved to ERR, by number */
+static int nstopped;
 static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
-  (void)qp;
   if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_RTR && fail_rtr) {
     fail_rtr = 0;
     return EINVAL;
   }
+  if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR && nstopped < 64) stopped[nstopped++] = qp->qp_num;
+  return 0;
+}
+static int was_stopped(uint32_t qpn) {
+  for (int i = 0; i < nstopped; i++)
+    if (stopped[i] == qpn) return 1;
   return 0;
 }
 static struct ibv_mr *fake_reg_mr(struct ibv_pd *p, void *addr, size_t len, int access) {
@@ -119,6 +126,7 @@ static void machine(void) {
   next_qpn = 0x100;
   qps_destroyed = 0;
   fail_rtr = 0;
+  nstopped = 0;
   env.ndevs = env.nnics = 3;
   for (int d = 0; d < 3; d++) {
     env.devs[d].nic = d;
@@ -366,13 +374,14 @@ static void send_ack(uint32_t epoch) {
   cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
 }
 
-/* Between the sender's REQ and the receiver's ACK, NCCL sends from a
- * buffer that the offer's NIC could not register (a dma-buf on a NIC
- * without dma-buf support, say): the connection may no longer go there
- * (mr_nics).  The sender offers a path elsewhere instead of following the
- * ACK; it moved onto mlx5_1, where that message cannot go out, and its
- * reconciliation failed the connection ("message's buffer is not
- * registered on mlx5_1"). */
+/* Between the sender's REQ and the receiver's ACK, NCCL registers for the
+ * connection a buffer that the offer's NIC could not take (a dma-buf on a
+ * NIC without dma-buf support, say): the connection may no longer go
+ * there (mr_nics).  The sender offers a path elsewhere instead of
+ * following the ACK, and the answered offer does not count among the
+ * unanswered ones.  It moved onto mlx5_1, where that buffer's messages
+ * cannot go out: the reconciliation of a message from it failed the
+ * connection ("message's buffer is not registered on mlx5_1"). */
 Test(move, a_buffer_used_during_the_offer_that_its_nic_lacks_moves_it_elsewhere) {
   static struct lp_send_comm s;
   struct lp_comm *c = sender(&s);
@@ -388,7 +397,7 @@ Test(move, a_buffer_used_during_the_offer_that_its_nic_lacks_moves_it_elsewhere)
   memset(&mr, 0, sizeof(mr));
   mr.magic = LP_MR_MAGIC;
   mr.nics = 1u << 0 | 1u << 2; /* registered on mlx5_0 and mlx5_2 only */
-  lp_comm_uses(c, &mr);         /* as isend does */
+  lp_comm_uses(c, &mr);         /* as regMr does for the comm it registers for */
   send_ack(m.epoch);
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
   cr_expect_eq(c->error, ncclSuccess, "the connection failed");
@@ -397,6 +406,7 @@ Test(move, a_buffer_used_during_the_offer_that_its_nic_lacks_moves_it_elsewhere)
   cr_expect_eq(m.epoch, 2, "the newer offer's epoch is %u", m.epoch);
   cr_expect_eq(m.reason, LP_FO_PORT_DOWN, "the same move, for the same fault");
   cr_expect_eq(fo->next.dev, 2, "the newer offer is on mlx5_%d, not mlx5_2", fo->next.dev);
+  cr_expect_eq(fo->attempts, 1, "the answered offer counted as unanswered (%d attempts)", fo->attempts);
   leave(c);
 }
 
@@ -421,6 +431,7 @@ Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_follo
   expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
   cr_assert_eq(m.standby, 7, "the offer is the standby");
 
+  uint32_t sb_qpn = fo->sb.link.qps[0]->qp_num;
   struct lp_mr mr;
   memset(&mr, 0, sizeof(mr));
   mr.magic = LP_MR_MAGIC;
@@ -441,7 +452,33 @@ Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_follo
   cr_expect_eq(m.epoch, 2);
   cr_expect_eq(m.standby, 0, "the newer offer is a new path, not standby %u", m.standby);
   cr_expect_eq(m.reason, LP_FO_PEER_NOTICE, "the newer offer's reason is %u", m.reason);
+  cr_expect(was_stopped(sb_qpn), "this end's side of the standby the receiver moved onto was left in RTS");
   cr_expect_eq(fo->next.dev, 2, "the newer offer is on mlx5_%d, not mlx5_2", fo->next.dev);
+  leave(c);
+}
+
+/* A connection away from its primary has used a buffer the primary could
+ * not register: no failback is offered (it would go elsewhere, and again
+ * at every change of health). */
+Test(move, no_failback_to_a_primary_that_lacks_a_buffer_the_connection_used) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  lp_link_uncount(&c->link);
+  fo->home = c->link;
+  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  struct lp_mr mr;
+  memset(&mr, 0, sizeof(mr));
+  mr.magic = LP_MR_MAGIC;
+  mr.nics = 1u << 1 | 1u << 2;
+  lp_comm_uses(c, &mr);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  const void *msg = NULL;
+  size_t n = 0;
+  cr_expect_eq(lp_ctl_recv(&peer, "test", &msg, &n), 0, "a failback was offered (message type %d)",
+               msg ? (int)((const struct lp_msg_hdr *)msg)->type : -1);
+  cr_expect_eq(fo->state, LP_FO_IDLE);
+  cr_expect_eq(c->link.dev, 1);
   leave(c);
 }
 
