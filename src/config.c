@@ -26,6 +26,21 @@ int lp_parse_int(const char *s, long long *out) {
   return 0;
 }
 
+/* The LEN characters at S as a decimal number up to MAX: digits only, as
+ * NCCL reads a port or a prefix (not the octal or hex that strtoll's base
+ * 0 takes, which the integer variables accept).  -1 if they are not. */
+static int parse_decimal(const char *s, size_t len, long long max, long long *out) {
+  if (len == 0 || len > 9) return -1;
+  long long v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v > max) return -1;
+  *out = v;
+  return 0;
+}
+
 /* ---- name filters ---------------------------------------------------- */
 
 static void filter_reset(struct lp_filter *f) { memset(f, 0, sizeof(*f)); }
@@ -76,26 +91,10 @@ int lp_filter_parse(const char *spec, int allow_port, struct lp_filter *f, char 
           snprintf(why, whylen, "entry %d has a ':port' suffix, which this variable does not take", f->n + 1);
           goto bad;
         }
-        char num[16];
         size_t plen = len - nlen - 1;
         long long port;
-        if (plen == 0 || plen >= sizeof(num)) {
-          snprintf(why, whylen, "entry %d has an empty or overlong port", f->n + 1);
-          goto bad;
-        }
-        memcpy(num, colon + 1, plen);
-        num[plen] = '\0';
-        for (size_t i = 0; i < plen; i++) {
-          if (!isdigit((unsigned char)num[i])) {
-            snprintf(why, whylen, "entry %d has a port that is not a number", f->n + 1);
-            goto bad;
-          }
-        }
-        /* Decimal, as NCCL reads it (and LINKPASS_NIC_POOL): not the octal a
-         * leading 0 means to the integer variables. */
-        port = strtoll(num, NULL, 10);
-        if (port < 1 || port > 255) {
-          snprintf(why, whylen, "entry %d has a port outside 1..255", f->n + 1);
+        if (parse_decimal(colon + 1, plen, 255, &port) != 0 || port < 1) {
+          snprintf(why, whylen, "entry %d has a port that is not a decimal number in 1..255", f->n + 1);
           goto bad;
         }
         e->port = (int)port;
@@ -159,8 +158,8 @@ static int range_parse(const char *s, int family, struct lp_addr_range *r, char 
     snprintf(why, whylen, "'%.46s' is not an %s address", addr, family == LP_FAMILY_INET6 ? "IPv6" : "IPv4");
     return -1;
   }
-  if (lp_parse_int(slash + 1, &prefix) != 0 || prefix < 0 || prefix > max) {
-    snprintf(why, whylen, "the prefix is not in 0..%d", max);
+  if (parse_decimal(slash + 1, strlen(slash + 1), max, &prefix) != 0) {
+    snprintf(why, whylen, "the prefix is not a decimal number in 0..%d", max);
     return -1;
   }
   r->family = family;
@@ -307,6 +306,93 @@ static void string_var(const char *name, const char *s, char *dst, size_t len, l
   snprintf(dst, len, "%s", s);
 }
 
+/* Settings of a part that another setting turns off.  One that is set
+ * then is named, once, so that whoever set it does not wait for its effect.
+ * (LINKPASS_METRICS_FILE with failover off: the plugin says so itself.) */
+static const char *const failover_settings[] = {"LINKPASS_WATCHDOG_MS",
+                                                "LINKPASS_MOVE_TIMEOUT_MS",
+                                                "LINKPASS_STANDBY",
+                                                "LINKPASS_GRAY",
+                                                "LINKPASS_GRAY_RESEND_PPM",
+                                                "LINKPASS_GRAY_RATE_PCT",
+                                                "LINKPASS_FAILBACK_HOLDDOWN_MS",
+                                                "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS",
+                                                "LINKPASS_SYSLOG",
+                                                "LINKPASS_SYSLOG_SOCKET",
+                                                "LINKPASS_SYSLOG_FACILITY",
+                                                "LINKPASS_NIC_POOL",
+                                                "LINKPASS_RATE_BOARD"};
+static const char *const gray_settings[] = {"LINKPASS_GRAY_RESEND_PPM", "LINKPASS_GRAY_RATE_PCT",
+                                            "LINKPASS_RATE_BOARD"};
+
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+static void name_inert(const char *const *names, size_t n, const char *off, lp_env_fn env, void *env_arg,
+                       lp_diag_fn warn, void *warn_arg, int *nwarn) {
+  char list[640];
+  size_t used = 0;
+  int count = 0;
+  list[0] = '\0';
+  for (size_t i = 0; i < n && used < sizeof(list); i++) {
+    const char *v = env(env_arg, names[i]);
+    if (v == NULL || *v == '\0') continue;
+    used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", count ? ", " : "", names[i]);
+    count++;
+  }
+  if (count > 0)
+    diag(warn, warn_arg, nwarn, "%s %s set but %s no effect while %s", list, count > 1 ? "are" : "is",
+         count > 1 ? "have" : "has", off);
+}
+
+/* Names linkpass's own programs read from the environment, not the plugin
+ * (linkpass-perf's --simverbs default). */
+static const char *const tool_settings[] = {"LINKPASS_SIMVERBS"};
+
+static int known_name(const char *name, size_t len) {
+  for (size_t i = 0; i < NVARS; i++)
+    if (strlen(int_vars[i].name) == len && strncmp(int_vars[i].name, name, len) == 0) return 1;
+  static const char *const strings[] = {"LINKPASS_NIC_POOL", "LINKPASS_METRICS_FILE", "LINKPASS_SYSLOG_SOCKET",
+                                        "LINKPASS_RATE_BOARD", "LINKPASS_SYSLOG_FACILITY"};
+  for (size_t i = 0; i < NELEMS(strings); i++)
+    if (strlen(strings[i]) == len && strncmp(strings[i], name, len) == 0) return 1;
+  for (size_t i = 0; i < NELEMS(tool_settings); i++)
+    if (strlen(tool_settings[i]) == len && strncmp(tool_settings[i], name, len) == 0) return 1;
+  return 0;
+}
+
+/* The linkpass setting that shares the longest start with `name` (past
+ * "LINKPASS_"), or NULL: what a misspelt name most likely meant. */
+static const char *nearest_name(const char *name, size_t len) {
+  const char *best = NULL;
+  size_t best_len = strlen("LINKPASS_");
+  for (size_t i = 0; i < NVARS; i++) {
+    const char *k = int_vars[i].name;
+    size_t n = 0;
+    while (n < len && k[n] != '\0' && k[n] == name[n]) n++;
+    if (n > best_len) {
+      best = k;
+      best_len = n;
+    }
+  }
+  return best;
+}
+
+int lp_config_unknown(char *const *environ_list, lp_diag_fn warn, void *warn_arg) {
+  int nwarn = 0;
+  for (size_t i = 0; environ_list != NULL && environ_list[i] != NULL; i++) {
+    const char *e = environ_list[i];
+    if (strncmp(e, "LINKPASS_", strlen("LINKPASS_")) != 0) continue;
+    const char *eq = strchr(e, '=');
+    size_t len = eq ? (size_t)(eq - e) : strlen(e);
+    if (known_name(e, len)) continue;
+    const char *near = nearest_name(e, len);
+    diag(warn, warn_arg, &nwarn,
+         "%.*s is not a linkpass setting, and does nothing%s%s%s (docs/CONFIGURATION.md lists them)",
+         (int)(len > 64 ? 64 : len), e, near ? ": did you mean " : "", near ? near : "", near ? "?" : "");
+  }
+  return nwarn;
+}
+
 /* Env values are copied for the log with a bounded length so a hostile
  * variable cannot blow up the message. */
 static void shown(char *dst, size_t len, const char *v) {
@@ -439,6 +525,12 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
       cfg->syslog_facility = facility;
     }
   }
+  if (!cfg->failover)
+    name_inert(failover_settings, NELEMS(failover_settings), "link failover is off (LINKPASS_FAILOVER=0)", env, env_arg,
+               warn, warn_arg, &nwarn);
+  else if (!cfg->gray)
+    name_inert(gray_settings, NELEMS(gray_settings), "the gray-failure detector is off (LINKPASS_GRAY=0)", env, env_arg,
+               warn, warn_arg, &nwarn);
   return nwarn;
 }
 

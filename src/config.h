@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LP_MAX_QPS 16                /* NCCL_IB_QPS_PER_CONNECTION upper bound */
-#define LP_FILTER_MAX 32             /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list */
-#define LP_FILTER_NAME_MAX 64        /* bytes of one entry's name, NUL included */
-#define LP_CONFIG_STR_MAX 512        /* raw string variables kept for the log */
+#define LP_MAX_QPS 16         /* NCCL_IB_QPS_PER_CONNECTION upper bound */
+#define LP_FILTER_MAX 64      /* entries in an NCCL_IB_HCA / NCCL_SOCKET_IFNAME list: a port each of LP_MAX_DEVS */
+#define LP_FILTER_NAME_MAX 64 /* bytes of one entry's name, NUL included */
+#define LP_CONFIG_STR_MAX 512 /* raw string variables kept for the log */
 #define LP_AR_THRESHOLD_DEFAULT 8192 /* NCCL_IB_AR_THRESHOLD when unset or negative, as NCCL */
 
 /* A name filter with NCCL's syntax: "[^][=]name[:port][,name[:port]...]".
@@ -135,6 +135,11 @@ void lp_config_defaults(struct lp_config *cfg);
 
 /* Fill `cfg` from the environment.  Returns the number of warnings issued. */
 int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_fn warn, void *warn_arg);
+
+/* Every LINKPASS_ name in `environ_list` (NAME=VALUE strings, NULL at the
+ * end) that linkpass does not read: a misspelt setting would do nothing
+ * without a word.  Returns the number of warnings issued. */
+int lp_config_unknown(char *const *environ_list, lp_diag_fn warn, void *warn_arg);
 
 /* One line per effective setting, for the INFO log. */
 void lp_config_describe(const struct lp_config *cfg, lp_diag_fn line, void *arg);

@@ -41,6 +41,8 @@ static int ctx_tc(struct lp_plugin *p, void *ctx, int *tc) {
   return c != NULL ? 0 : -1;
 }
 
+extern char **environ; /* libc's; read once, at the first init */
+
 static const char *env_get(void *arg, const char *name) {
   (void)arg;
   return getenv(name);
@@ -162,6 +164,7 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
   /* A failed init is retried by the next one; warn and describe once. */
   lp_config_load(&p->env.cfg, env_get, NULL, p->config_logged ? NULL : warn_line, NULL);
   if (!p->config_logged) {
+    lp_config_unknown(environ, warn_line, NULL);
     lp_config_describe(&p->env.cfg, info_line, NULL);
     lp_nccl_env_report(env_get, NULL, info_line, NULL);
   }

@@ -63,7 +63,8 @@ static inline uint64_t lp_watchdog_limit(const struct lp_watchdog *w) { return w
  * the previous one says the new path is no faster, and maybe no NIC is
  * (congestion, a delay everywhere): moving again at the same limit would
  * loop for ever, so each such stall doubles the limit, up to
- * LP_WATCHDOG_BACKOFF_MAX times; a quiet spell of ten limits resets it. */
+ * LP_WATCHDOG_BACKOFF_MAX times the setting (three doublings); a quiet spell
+ * of ten limits resets it. */
 static inline enum lp_watchdog_verdict lp_watchdog_check(struct lp_watchdog *w, uint64_t now, int outstanding) {
   if (w->since_ns == LP_WATCHDOG_UNTIMED) w->since_ns = now;
   uint64_t limit = lp_watchdog_limit(w);

@@ -268,9 +268,12 @@ Test(filter, malformed) {
     cr_expect_eq(lp_filter_parse(bad[i], 1, &f, why, sizeof(why)), -1, "accepted '%s'", bad[i]);
     cr_expect_eq(f.set, 0);
   }
+  /* A port each of the 64 devices linkpass takes, no more. */
   char many[400] = "";
-  for (int i = 0; i < 40; i++) strcat(many, "d,");
-  cr_expect_eq(lp_filter_parse(many, 1, &f, why, sizeof(why)), -1, "accepted 40 entries");
+  for (int i = 0; i < 64; i++) strcat(many, "d:1,");
+  cr_expect_eq(lp_filter_parse(many, 1, &f, why, sizeof(why)), 0, "refused 64 entries: %s", why);
+  strcat(many, "e");
+  cr_expect_eq(lp_filter_parse(many, 1, &f, why, sizeof(why)), -1, "accepted 65 entries");
 }
 
 Test(filter, unset_matches_all) {
@@ -307,7 +310,58 @@ Test(config, watchdog_at_or_above_the_retry_budget_warns_naming_both) {
   set(&off, "NCCL_IB_TIMEOUT", "12");
   set(&off, "LINKPASS_WATCHDOG_MS", "200");
   set(&off, "LINKPASS_FAILOVER", "0");
-  cr_expect_eq(load(&off, &cfg), 0, "no failover, no watchdog: nothing to say");
+  cr_expect_eq(load(&off, &cfg), 1, "no failover, no watchdog: only that the setting does nothing");
+  cr_expect(
+      strstr(off.warnings[0], "LINKPASS_WATCHDOG_MS is set but has no effect") && !strstr(off.warnings[0], "budget"),
+      "%s", off.warnings[0]);
+}
+
+/* Settings of failover, or of its gray-failure detector, set while that
+ * part is off: one warning names them all, and says which setting turned
+ * it off.  Before, they were taken without a word (a LINKPASS_NIC_POOL
+ * not even checked). */
+Test(config, settings_of_a_part_that_is_off_are_named) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  set(&e, "LINKPASS_FAILOVER", "0");
+  set(&e, "LINKPASS_NIC_POOL", "garbage");
+  set(&e, "LINKPASS_STANDBY", "0");
+  set(&e, "NCCL_IB_TIMEOUT", "14");
+  cr_assert_eq(load(&e, &cfg), 1, "%s", e.warnings[0]);
+  cr_expect(strstr(e.warnings[0],
+                   "LINKPASS_STANDBY, LINKPASS_NIC_POOL are set but have no effect while link failover "
+                   "is off (LINKPASS_FAILOVER=0)"),
+            "%s", e.warnings[0]);
+  struct fake_env g = {0};
+  set(&g, "LINKPASS_GRAY", "0");
+  set(&g, "LINKPASS_GRAY_RATE_PCT", "30");
+  set(&g, "LINKPASS_WATCHDOG_MS", "500");
+  cr_assert_eq(load(&g, &cfg), 1, "%s", g.warnings[0]);
+  cr_expect(strstr(g.warnings[0],
+                   "LINKPASS_GRAY_RATE_PCT is set but has no effect while the gray-failure detector is "
+                   "off (LINKPASS_GRAY=0)"),
+            "%s", g.warnings[0]);
+  struct fake_env on = {0};
+  set(&on, "LINKPASS_NIC_POOL", "mlx5_0=mlx5_1");
+  set(&on, "LINKPASS_GRAY_RATE_PCT", "30");
+  cr_expect_eq(load(&on, &cfg), 0, "every part on: nothing to say");
+}
+
+/* A LINKPASS_ name linkpass does not read is named, with the setting it
+ * most likely meant; a known name, another program's and other variables
+ * are not. */
+Test(config, an_unknown_linkpass_name_is_named_with_the_nearest_setting) {
+  struct fake_env e = {0};
+  char *const environ_list[] = {
+      "PATH=/bin",          "LINKPASS_WATCHDOG=500", "LINKPASS_WATCHDOG_MS=100", "LINKPASS_SIMVERBS=/opt/simverbs",
+      "LINKPASS_NIC_POOL=", "LINKPASS_XYZ=1",        "NCCL_IB_HCA=mlx5",         NULL};
+  cr_assert_eq(lp_config_unknown(environ_list, fake_warn, &e), 2);
+  cr_expect(strstr(e.warnings[0], "LINKPASS_WATCHDOG is not a linkpass setting") &&
+                strstr(e.warnings[0], "did you mean LINKPASS_WATCHDOG_MS?"),
+            "%s", e.warnings[0]);
+  cr_expect(strstr(e.warnings[1], "LINKPASS_XYZ is not a linkpass setting") && !strstr(e.warnings[1], "did you mean"),
+            "%s", e.warnings[1]);
+  cr_expect_eq(lp_config_unknown(NULL, fake_warn, &e), 0);
 }
 
 /* A ceiling below the first hold-down was raised to it without a word. */
@@ -356,8 +410,16 @@ Test(config, ib_addr_family_and_range) {
   cr_assert_eq(load(&e, &cfg), 0);
   cr_expect_eq(cfg.gid_family, LP_FAMILY_INET6);
   cr_expect(cfg.gid_range.set && cfg.gid_range.prefix == 8 && cfg.gid_range.addr[0] == 0xfd);
-  const char *bad[][2] = {{"AF_INET", "10.0.0.0"},   {"AF_INET", "10.0.0.0/33"}, {"AF_INET", "fd00::/8"},
-                          {"AF_INET", "10.0.0.0/x"}, {"AF_INET6", "10.0.0.0/8"}, {"AF_INET6", "fd00::/129"}};
+  const char *bad[][2] = {{"AF_INET", "10.0.0.0"},
+                          {"AF_INET", "10.0.0.0/33"},
+                          {"AF_INET", "fd00::/8"},
+                          {"AF_INET", "10.0.0.0/x"},
+                          {"AF_INET6", "10.0.0.0/8"},
+                          {"AF_INET6", "fd00::/129"},
+                          /* decimal only, as NCCL reads it: /010 was a /8, /0x18 a /24 */
+                          {"AF_INET", "10.0.0.0/0x18"},
+                          {"AF_INET", "10.0.0.0/ 8"},
+                          {"AF_INET", "10.0.0.0/-8"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct fake_env b = {0};
     set(&b, "NCCL_IB_ADDR_FAMILY", bad[i][0]);
@@ -367,6 +429,10 @@ Test(config, ib_addr_family_and_range) {
               b.warnings[0]);
     cr_expect(!cfg.gid_range.set);
   }
+  struct fake_env z = {0};
+  set(&z, "NCCL_IB_ADDR_RANGE", "10.0.0.0/010");
+  cr_expect_eq(load(&z, &cfg), 0);
+  cr_expect(cfg.gid_range.set && cfg.gid_range.prefix == 10, "/010 read as /%d", cfg.gid_range.prefix);
   struct fake_env f = {0};
   set(&f, "NCCL_IB_ADDR_FAMILY", "AF_UNIX");
   cr_expect_eq(load(&f, &cfg), 1);
