@@ -87,7 +87,7 @@ static const char *where(const struct lp_ctl_path *p, char *buf, size_t len) {
   union lp_sockaddr a;
   socklen_t alen = sizeof(a);
   if (getpeername(p->fd, &a.sa, &alen) != 0) a.sa.sa_family = AF_UNSPEC;
-  return a.sa.sa_family == AF_UNSPEC ? "(no address: reset)" : lp_sockaddr_str(&a, buf, len);
+  return a.sa.sa_family == AF_UNSPEC ? "(no address: the connection is gone)" : lp_sockaddr_str(&a, buf, len);
 }
 
 /* Give path i up.  Said only while another one goes on: the end of the
@@ -113,13 +113,28 @@ static void peer_closed(struct lp_ctl *ch) {
   ch->last_err = -EPIPE;
 }
 
-static const char *sock_why(int err) { return err == -EPIPE ? "it was closed or timed out" : strerror(-err); }
+const char *lp_ctl_err_str(int err) {
+  switch (err < 0 ? -err : err) {
+  case 0:
+  case EPIPE: return "the peer closed it: its process exited, it closed its comm, or it gave this connection up";
+  case ECONNRESET: return "the peer reset it: its process died, or its host restarted";
+  case ETIMEDOUT:
+    return "no answer on it within TCP's timeout (Connection timed out): the peer's host is down or frozen, or this "
+           "connection's network is cut";
+  case EHOSTUNREACH:
+  case ENETUNREACH: return "the peer's host cannot be reached (No route to host): this connection's network is cut";
+  case ENOBUFS: return "its backlog is full: the peer does not read it";
+  case EBADMSG:
+  case EPROTO: return "the peer sent garbage on it (the WARN before says what)";
+  default: return strerror(err < 0 ? -err : err);
+  }
+}
 
 static void flush_path(struct lp_ctl *ch, int i, const char *who) {
   struct lp_ctl_path *p = &ch->path[i];
   if (!lp_ctl_path_live(ch, i) || p->tx_off == p->tx_len) return;
   int rc = lp_sock_send_progress(p->fd, p->tx, p->tx_len, &p->tx_off);
-  if (rc < 0) give_up(ch, i, who, rc, sock_why(rc));
+  if (rc < 0) give_up(ch, i, who, rc, lp_ctl_err_str(rc));
   if (rc == 1) p->tx_len = p->tx_off = 0;
 }
 
@@ -197,7 +212,7 @@ static int read_path(struct lp_ctl *ch, int i, const char *who, size_t *len) {
       return -1;
     }
     if (n < 0) {
-      give_up(ch, i, who, (int)n, sock_why((int)n));
+      give_up(ch, i, who, (int)n, lp_ctl_err_str((int)n));
       return -1;
     }
     if (n == 0) return 0;

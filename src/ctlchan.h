@@ -130,5 +130,8 @@ int lp_ctl_recv(struct lp_ctl *ch, const char *who, const void **msg, size_t *le
  * all of them at once) or none is left (*err its error); connections that
  * failed on their own are given up on the way. */
 int lp_ctl_peer_gone(struct lp_ctl *ch, const char *who, int *err);
+/* Why a control connection ended, in words, from the -errno above (0 or
+ * -EPIPE: an end of file, or a send after the peer's close). */
+const char *lp_ctl_err_str(int err);
 
 #endif

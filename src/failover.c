@@ -56,23 +56,15 @@ static void set_state(struct lp_comm *c, enum lp_fo_state st) {
 
 /* ---- control channel ---- */
 
-/* A control socket ends closed (EPIPE) whether the peer closed it or TCP
- * gave up on a silent host (keepalive, TCP_USER_TIMEOUT: sock.c). */
-static const char *channel_err(int rc) {
-  if (rc == -ENOBUFS) return "its backlog is full: the peer does not read it";
-  if (rc == -EBADMSG || rc == -EPROTO) return "the peer sent garbage on it (the WARN before says what)";
-  return rc == -EPIPE ? "it was closed or timed out: the peer process or host is gone" : strerror(-rc);
-}
-
 static ncclResult_t flush_tx(struct lp_comm *c) {
   int rc = lp_ctl_flush(&c->ctl, c->peer);
-  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
+  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", lp_ctl_err_str(rc));
   return ncclSuccess;
 }
 
 static ncclResult_t send_msg(struct lp_comm *c, void *msg, size_t len) {
   int rc = lp_ctl_send(&c->ctl, c->peer, msg, len);
-  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", channel_err(rc));
+  if (rc < 0) return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed: %s", lp_ctl_err_str(rc));
   return ncclSuccess;
 }
 
@@ -912,7 +904,7 @@ static ncclResult_t read_messages(struct lp_comm *c) {
        * (lp_comm_check_peer fails the connection after draining them). */
       if (fo->state != LP_FO_IDLE)
         return lp_comm_fail(c, ncclRemoteError, "control channel to the peer failed during a move: %s",
-                            channel_err(rc));
+                            lp_ctl_err_str(rc));
       fo->peer_closed = 1;
       c->peer_check_ns = 0; /* lp_comm_check_peer looks at once */
       return ncclSuccess;

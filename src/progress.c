@@ -71,6 +71,5 @@ ncclResult_t lp_comm_look_for_peer(struct lp_comm *c) {
   if (!gone) return ncclSuccess;
   ncclResult_t rc = lp_comm_progress(c);
   if (rc != ncclSuccess) return rc;
-  return lp_comm_fail(c, ncclRemoteError, "the peer closed the connection (%s)",
-                      err == 0 ? "its process exited or it closed its comm" : strerror(-err));
+  return lp_comm_fail(c, ncclRemoteError, "the control connection to the peer ended: %s", lp_ctl_err_str(err));
 }

@@ -470,3 +470,17 @@ Test(ctlchan, the_start_of_every_buffer_is_faulted_in_at_start) {
     }
   teardown(&e);
 }
+
+/* Why a connection ended, as the errors say it: a closed connection, a
+ * reset and TCP's timeout are three causes, not one "closed or timed out"
+ * (a silent host was reported as the peer having closed the connection). */
+Test(ctlchan, each_end_of_a_connection_is_said_as_what_it_was) {
+  cr_expect(strstr(lp_ctl_err_str(0), "the peer closed it"));
+  cr_expect(strstr(lp_ctl_err_str(-EPIPE), "the peer closed it"));
+  cr_expect(strstr(lp_ctl_err_str(-ECONNRESET), "the peer reset it"));
+  const char *t = lp_ctl_err_str(-ETIMEDOUT);
+  cr_expect(strstr(t, "Connection timed out") && strstr(t, "host is down or frozen") && !strstr(t, "closed"), "%s", t);
+  cr_expect(strstr(lp_ctl_err_str(-ENOBUFS), "does not read"));
+  cr_expect(strstr(lp_ctl_err_str(-EPROTO), "garbage"));
+  cr_expect_str_eq(lp_ctl_err_str(-EACCES), strerror(EACCES));
+}
