@@ -263,12 +263,48 @@ static struct lp_comm *sender(struct lp_send_comm *s) {
   return &s->base;
 }
 
+/* A send comm on device 1, where an earlier failover left it, its path on
+ * the primary (device 0) stopped and kept for the failback (swap_link). */
+static struct lp_comm *sender_away(struct lp_send_comm *s) {
+  struct lp_comm *c = sender(s);
+  lp_link_uncount(&c->link);
+  c->fo->home = c->link;
+  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  return c;
+}
+
+/* NCCL registers for comm c a buffer that only the NICs in `nics` took
+ * (regMr narrows the comm's mr_nics as this does). */
+static void uses_buffer_on(struct lp_comm *c, uint32_t nics) {
+  struct lp_mr mr;
+  memset(&mr, 0, sizeof(mr));
+  mr.magic = LP_MR_MAGIC;
+  mr.nics = nics;
+  lp_comm_uses(c, &mr);
+}
+
 /* Device d's port goes down, as the control thread records it; the
  * connections see it at the generation's next change. */
 static void port_down(int d) {
   atomic_store(&h.healthy[d], 0);
   atomic_store(&h.link_up[d], 0);
   atomic_store(&h.down_reason[d], LP_FO_PORT_DOWN);
+}
+
+/* Comm c's standby path 7, ready on device 1. */
+static void standby_on_1(struct lp_comm *c) {
+  struct lp_fo *fo = c->fo;
+  cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, lp_comm_dir(c), 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
+  fo->sb.link.remote = peer_link();
+  fo->sb.id = 7;
+  fo->sb.state = LP_SB_READY;
+}
+
+/* mlx5_0's port goes down, and comm c sees it at its next progress call. */
+static void pull_mlx5_0(struct lp_comm *c) {
+  port_down(0);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
 }
 
 /* The peer, a sender NCCL is calling, reads and ticks while comm c is left
@@ -302,15 +338,8 @@ TestSuite(move, .init = machine);
 Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
   static struct lp_recv_comm r;
   struct lp_comm *c = receiver(&r, 0);
-  struct lp_fo *fo = c->fo;
-  cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, LP_DIR_RECV, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
-  fo->sb.link.remote = peer_link();
-  fo->sb.id = 7;
-  fo->sb.state = LP_SB_READY;
-
-  port_down(0);
-  atomic_fetch_add(&h.gen, 1);
-  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  standby_on_1(c);
+  pull_mlx5_0(c);
   static struct lp_fo_ack a;
   expect_msg(LP_MSG_FO_MOVED, &a, sizeof(a));
   cr_assert_eq(a.epoch, 1);
@@ -336,13 +365,8 @@ Test(move, a_moved_superseded_by_a_req_counts_the_fault_once) {
  * failback too. */
 Test(move, a_retried_failback_revives_the_kept_path_again) {
   static struct lp_send_comm s;
-  struct lp_comm *c = sender(&s);
+  struct lp_comm *c = sender_away(&s);
   struct lp_fo *fo = c->fo;
-  /* Where an earlier failover left it: on device 1, its path on the
-   * primary stopped and kept (swap_link). */
-  lp_link_uncount(&c->link);
-  fo->home = c->link;
-  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
   uint32_t home_qpn = fo->home.qps[0]->qp_num;
 
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess); /* the primary is trusted: fail back */
@@ -386,18 +410,12 @@ Test(move, a_buffer_used_during_the_offer_that_its_nic_lacks_moves_it_elsewhere)
   static struct lp_send_comm s;
   struct lp_comm *c = sender(&s);
   struct lp_fo *fo = c->fo;
-  port_down(0);
-  atomic_fetch_add(&h.gen, 1);
-  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  pull_mlx5_0(c);
   static struct lp_fo_req m;
   expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
   cr_assert_eq(fo->next.dev, 1, "the offer is on mlx5_1, the first of mlx5_0's pool");
 
-  struct lp_mr mr;
-  memset(&mr, 0, sizeof(mr));
-  mr.magic = LP_MR_MAGIC;
-  mr.nics = 1u << 0 | 1u << 2; /* registered on mlx5_0 and mlx5_2 only */
-  lp_comm_uses(c, &mr);         /* as regMr does for the comm it registers for */
+  uses_buffer_on(c, 1u << 0 | 1u << 2); /* registered on mlx5_0 and mlx5_2 only */
   send_ack(m.epoch);
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
   cr_expect_eq(c->error, ncclSuccess, "the connection failed");
@@ -420,23 +438,14 @@ Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_follo
   static struct lp_send_comm s;
   struct lp_comm *c = sender(&s);
   struct lp_fo *fo = c->fo;
-  cr_assert_eq(lp_link_open(&fo->sb.link, &env, NULL, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
-  fo->sb.link.remote = peer_link();
-  fo->sb.id = 7;
-  fo->sb.state = LP_SB_READY;
-  port_down(0);
-  atomic_fetch_add(&h.gen, 1);
-  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  standby_on_1(c);
+  pull_mlx5_0(c);
   static struct lp_fo_req m;
   expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
   cr_assert_eq(m.standby, 7, "the offer is the standby");
 
   uint32_t sb_qpn = fo->sb.link.qps[0]->qp_num;
-  struct lp_mr mr;
-  memset(&mr, 0, sizeof(mr));
-  mr.magic = LP_MR_MAGIC;
-  mr.nics = 1u << 0 | 1u << 2;
-  lp_comm_uses(c, &mr);
+  uses_buffer_on(c, 1u << 0 | 1u << 2);
   static struct lp_fo_ack a;
   memset(&a, 0, sizeof(a));
   lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
@@ -462,16 +471,9 @@ Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_follo
  * at every change of health). */
 Test(move, no_failback_to_a_primary_that_lacks_a_buffer_the_connection_used) {
   static struct lp_send_comm s;
-  struct lp_comm *c = sender(&s);
+  struct lp_comm *c = sender_away(&s);
   struct lp_fo *fo = c->fo;
-  lp_link_uncount(&c->link);
-  fo->home = c->link;
-  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_SEND, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
-  struct lp_mr mr;
-  memset(&mr, 0, sizeof(mr));
-  mr.magic = LP_MR_MAGIC;
-  mr.nics = 1u << 1 | 1u << 2;
-  lp_comm_uses(c, &mr);
+  uses_buffer_on(c, 1u << 1 | 1u << 2);
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
   const void *msg = NULL;
   size_t n = 0;
