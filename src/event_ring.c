@@ -100,7 +100,7 @@ static void wake_consumer(struct lp_event_ring *r) {
   (void)n;
 }
 
-bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e) {
+static bool push(struct lp_event_ring *r, const struct lp_event *e, bool count) {
   /* Relaxed: tail is only a ticket counter.  The CAS below is an atomic
    * read-modify-write on it, so each position is claimed by exactly one
    * producer whatever the ordering; no data is published through tail. */
@@ -124,7 +124,7 @@ bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e) {
        * position pos - capacity, which the consumer has not read: the ring
        * is full.  Even if `pos` is stale, at the moment of our load tail was
        * >= pos and head <= pos - capacity, so the ring really was full. */
-      atomic_fetch_add_explicit(&r->overflows, 1, memory_order_relaxed);
+      if (count) atomic_fetch_add_explicit(&r->overflows, 1, memory_order_relaxed);
       return false;
     } else {
       /* Another producer claimed pos (and maybe filled it) since we read
@@ -142,6 +142,10 @@ bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e) {
   wake_consumer(r);
   return true;
 }
+
+bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e) { return push(r, e, true); }
+
+bool lp_ring_try_push(struct lp_event_ring *r, const struct lp_event *e) { return push(r, e, false); }
 
 bool lp_ring_pop(struct lp_event_ring *r, struct lp_event *out) {
   uint64_t pos = r->head; /* only the consumer touches head */

@@ -92,6 +92,9 @@ void lp_ring_fini(struct lp_event_ring *r);
 /* Any thread.  Copy `*e` into the ring.  Returns false, and adds one to the
  * overflow counter, when the ring is full; never waits for the consumer. */
 bool lp_ring_push(struct lp_event_ring *r, const struct lp_event *e);
+/* The same, not counted when the ring is full: for an event whose loss
+ * loses nothing (a wake-up that a later look makes up for, one retried). */
+bool lp_ring_try_push(struct lp_event_ring *r, const struct lp_event *e);
 
 /* Consumer only.  Take the oldest event into `*out`.  Returns false when
  * there is none ready: the ring is empty, or the producer of the oldest event

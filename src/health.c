@@ -59,7 +59,7 @@ void lp_health_silent_fault(struct lp_health *h, int dev, int reason, uint64_t c
 void lp_health_lines_held(struct lp_health *h) {
   if (!h->running) return;
   struct lp_event e = {.type = LP_EV_LINES_HELD, .dev = LP_EV_NO_DEV, .time_ns = lp_now_ns()};
-  lp_ring_push(&h->ring, &e); /* lost to a full ring: the next look (10 ms) sends them */
+  lp_ring_try_push(&h->ring, &e); /* lost to a full ring: the next look (10 ms) sends them, and nothing is lost */
 }
 
 /* ---- async events: one thread per NIC ---- */
@@ -438,6 +438,7 @@ static void metrics_write(struct lp_health *h, uint64_t now, int running) {
   m.replayed_bytes = atomic_load_explicit(&st->replayed_bytes, rx);
   m.paths_lost = atomic_load_explicit(&st->paths_lost, rx);
   m.ring_overflows = lp_ring_overflows(&h->ring);
+  m.syslog_lines_lost = lp_syslog_lost(&h->env->syslog);
   /* In whole microseconds, as the event line's duration_us: the two agree. */
   m.last_failover_seconds = (double)(atomic_load_explicit(&st->last_failover_ns, rx) / 1000) / 1e6;
   m.running = running;
@@ -760,7 +761,7 @@ void lp_health_stop(struct lp_health *h) {
   for (int i = 0; i < h->nasync; i++) pthread_join(h->async[i], NULL);
   lp_netwatch_stop(&h->nw);
   struct lp_event stop = {.type = LP_EV_STOP};
-  while (!lp_ring_push(&h->ring, &stop)) {
+  while (!lp_ring_try_push(&h->ring, &stop)) { /* retried, not lost: not an overflow */
     /* Full ring: the control thread is draining it; the stop gets in next. */
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);

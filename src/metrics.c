@@ -110,6 +110,9 @@ int lp_metrics_format(const struct lp_metrics *m, char *buf, size_t len) {
   family(&o, "linkpass_metrics_updated_timestamp_seconds", "gauge",
          "When this file was last written (Unix time): a file not rewritten for long belongs to a dead process.");
   put(&o, "linkpass_metrics_updated_timestamp_seconds{%s} %.3f\n", proc, m->updated_seconds);
+  family(&o, "linkpass_syslog_lines_lost_total", "counter",
+         "Event lines syslog did not get (NCCL's log has them): its socket was full for too long, or refused them.");
+  put(&o, "linkpass_syslog_lines_lost_total{%s} %llu\n", proc, (unsigned long long)m->syslog_lines_lost);
   family(&o, "linkpass_event_ring_overflows_total", "counter", "Control events lost because the ring was full.");
   put(&o, "linkpass_event_ring_overflows_total{%s} %llu\n", proc, (unsigned long long)m->ring_overflows);
   return o.overflow ? -1 : (int)o.off;

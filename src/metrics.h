@@ -33,7 +33,7 @@ struct lp_metrics_dev {
 struct lp_metrics {
   int ndevs;
   struct lp_metrics_dev devs[LP_METRICS_MAX_DEVS];
-  uint64_t replayed_requests, replayed_bytes, paths_lost, ring_overflows;
+  uint64_t replayed_requests, replayed_bytes, paths_lost, ring_overflows, syslog_lines_lost;
   double last_failover_seconds;
   int pid;
   const char *host;       /* the host name: with pid, a process's series are its own (pids repeat across containers) */

@@ -61,7 +61,13 @@ int lp_syslog_format(int facility, int severity, const char *msg, char *buf, siz
   struct tm tm;
   char stamp[32];
   localtime_r(&now, &tm);
-  strftime(stamp, sizeof(stamp), "%b %e %H:%M:%S", &tm);
+  /* RFC 3164's month is English, whatever LC_TIME the application set
+   * (strftime's %b follows it: "Dez"), as glibc's syslog(3) writes it. */
+  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char clock_part[16];
+  strftime(clock_part, sizeof(clock_part), "%H:%M:%S", &tm);
+  snprintf(stamp, sizeof(stamp), "%s %2d %s", months[tm.tm_mon % 12], tm.tm_mday, clock_part);
   return snprintf(buf, len, "<%d>%s linkpass[%d]: %s", facility | severity, stamp, (int)getpid(), msg);
 }
 
@@ -109,7 +115,15 @@ struct lp_syslog_held {
   unsigned touched, ends;
   unsigned early_sent;            /* lines of the sweep under way sent before its end (lp_syslog_flush's `early`) */
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
+  uint64_t refused, refused_said; /* lines the socket refused (no daemon: ENOENT, ECONNREFUSED) */
+  int refused_err;                /* why the last one was */
 };
+
+/* The socket refused a line for good (not for room); under h->mu. */
+static void refused(struct lp_syslog_held *h, int rc) {
+  h->refused++;
+  h->refused_err = -rc;
+}
 
 /* 0, -EAGAIN (no room: the daemon has not read), or -errno. */
 static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, int flags) {
@@ -123,8 +137,8 @@ static int send_dgram(const struct lp_syslog *sl, const char *dgram, size_t n, i
  * a sweep: once `sweep_over`, past LP_HOLD_MAX_NS, or while fewer than
  * `early` of the sweep's lines went before its end, counted in
  * h->early_sent); under h->mu.  A line the socket refuses for another
- * reason (no daemon) is lost, as syslog(3) loses it.  Returns the lines
- * still held. */
+ * reason (no daemon, one restarting) is lost, as syslog(3) loses it, and
+ * counted (lp_syslog_flush says so).  Returns the lines still held. */
 static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, int flags, int sweep_over, uint64_t now,
                           unsigned most, unsigned early) {
   for (unsigned sent = 0; h->count > 0 && sent < most; sent++) {
@@ -136,7 +150,9 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
     l->sweep = 0;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     l->mirror = 0;
-    if (l->to_sock && send_dgram(sl, l->dgram, l->len, flags) == -EAGAIN) break;
+    int rc = l->to_sock ? send_dgram(sl, l->dgram, l->len, flags) : 0;
+    if (rc == -EAGAIN) break;
+    if (rc != 0) refused(h, rc);
     h->head = --h->count == 0 ? 0 : h->head + 1;
   }
   return h->count;
@@ -188,7 +204,7 @@ static int emit(const struct lp_syslog *sl, int severity, const char *msg, int s
   l.msg = (uint16_t)((size_t)n - msg_len); /* the message ends the datagram */
   if ((size_t)n >= sizeof(l.dgram)) n = (int)sizeof(l.dgram) - 1;
   l.len = (uint16_t)n;
-  int rc = 0, first = 0;
+  int first = 0;
   pthread_mutex_lock(&h->mu);
   if (sweep) {
     first = h->count == 0;
@@ -201,15 +217,13 @@ static int emit(const struct lp_syslog *sl, int severity, const char *msg, int s
     unsigned left = send_held(sl, h, MSG_DONTWAIT, 1, l.at_ns, LP_SYSLOG_HELD, 0);
     LP_WARN("%s", msg);
     l.mirror = 0;
-    if (l.to_sock && left > 0)
+    int rc = l.to_sock && left == 0 ? send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT) : -EAGAIN;
+    if (l.to_sock && rc == -EAGAIN)
       hold(sl, h, &l);
-    else if (l.to_sock && (rc = send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT)) == -EAGAIN)
-      hold(sl, h, &l);
+    else if (l.to_sock && rc != 0)
+      refused(h, rc);
   }
   pthread_mutex_unlock(&h->mu);
-  if (rc != 0 && rc != -EAGAIN)
-    LP_INFO(NCCL_NET, "syslog socket %s does not take lines (%s); the event is in this log only", sl->socket,
-            strerror(-rc));
   return first;
 }
 
@@ -225,7 +239,8 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
   struct lp_syslog_held *h = sl->held;
   if (h == NULL) return 0;
   unsigned before, left;
-  uint64_t dropped, said;
+  uint64_t dropped, said, refused_now, refused_said;
+  int err;
   do {
     pthread_mutex_lock(&h->mu);
     before = h->count;
@@ -234,6 +249,8 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
                      sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD, early);
     dropped = h->dropped, said = h->dropped_said;
     h->dropped_said = dropped;
+    refused_now = h->refused, refused_said = h->refused_said, err = h->refused_err;
+    h->refused_said = refused_now;
     pthread_mutex_unlock(&h->mu);
   } while (sweep_over && left > 0 && left < before);
   if (dropped != said)
@@ -241,7 +258,21 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
         "syslog socket %s was full: %llu event lines were not sent to syslog (NCCL's log has them); raise "
         "net.unix.max_dgram_qlen or check that the syslog daemon keeps up",
         sl->socket, (unsigned long long)(dropped - said));
+  if (refused_now != refused_said)
+    LP_WARN(
+        "syslog socket %s refused %llu event lines (%s): they are in NCCL's log only; check that the syslog "
+        "daemon listens there (linkpass_syslog_lines_lost_total counts them)",
+        sl->socket, (unsigned long long)(refused_now - refused_said), strerror(err));
   return left;
+}
+
+uint64_t lp_syslog_lost(const struct lp_syslog *sl) {
+  struct lp_syslog_held *h = sl->held;
+  if (h == NULL) return 0;
+  pthread_mutex_lock(&h->mu);
+  uint64_t n = h->dropped + h->refused;
+  pthread_mutex_unlock(&h->mu);
+  return n;
 }
 
 void lp_syslog_ends(const struct lp_syslog *sl, int delta) {
@@ -333,7 +364,7 @@ void lp_syslog_close(struct lp_syslog *sl) {
 }
 
 int lp_report_emit(const struct lp_syslog *sl, const struct lp_report *r, int sweep) {
-  char line[512];
+  char line[LP_SYSLOG_DGRAM]; /* the longest a line can be (names of 63, a peer of 159) fits, header and all */
   lp_report_format(r, line, sizeof(line));
   return emit(sl, r->kind == LP_REPORT_FAILBACK ? LOG_NOTICE : LOG_WARNING, line, sweep);
 }

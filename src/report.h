@@ -81,6 +81,9 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
  * not by the sweep's lines (a page fault costs a sweep more than its time
  * says: docs/SCALE.md).  About 1 KiB an end, kept once touched. */
 void lp_syslog_ends(const struct lp_syslog *sl, int delta);
+/* Event lines syslog did not get (NCCL's log has them): the socket full
+ * for too long, or refusing them (no daemon). */
+uint64_t lp_syslog_lost(const struct lp_syslog *sl);
 
 /* RFC 3164 datagram for `msg` at `severity` (LOG_*): "<PRI>Mmm dd hh:mm:ss
  * linkpass[pid]: msg".  Returns its length (as snprintf). */

@@ -19,14 +19,14 @@ sv up "$CONFS/two-hosts-4nic.conf"
 run_perf 1M 12
 
 # Every metrics file, read over and over: complete every time.
-# A complete file: HELP/TYPE pairs of 17 families, 10 x 4 device samples and
-# 7 process samples, nothing else, ending with the last family.
+# A complete file: HELP/TYPE pairs of 18 families, 10 x 4 device samples and
+# 8 process samples, nothing else, ending with the last family.
 cat >"$tmp/valid.awk" <<'EOF'
 /^# HELP linkpass_[a-z_]+ [^ ].*$/ { next }
 /^# TYPE linkpass_[a-z_]+ (counter|gauge)$/ { types++; next }
 /^linkpass_[a-z_]+\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\} [0-9]+(\.[0-9]+)?$/ { samples++; last = $1; next }
 { bad = 1 }
-END { exit !(!bad && types == 17 && samples == 47 && last ~ /^linkpass_event_ring_overflows_total\{/) }
+END { exit !(!bad && types == 18 && samples == 48 && last ~ /^linkpass_event_ring_overflows_total\{/) }
 EOF
 (
   reads=0

@@ -71,6 +71,8 @@ tests:
   - {series: 'linkpass_port_resend_ratio{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-c"}', values: '0.5x20'}
   - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-a"}', values: '0x6 1x13'}
   - {series: 'linkpass_port_degraded_total{instance="n0",device="mlx5_2",port="1",pid="1",host="pod-b"}', values: '0x6 1x13'}
+  - {series: 'linkpass_syslog_lines_lost_total{instance="n0",pid="1",host="pod-a"}', values: '0x8 3x12'}
+  - {series: 'linkpass_syslog_lines_lost_total{instance="n0",pid="1",host="pod-b"}', values: '0x20'}
   promql_expr_test:
   - expr: '$path'
     eval_time: 10m
@@ -125,6 +127,12 @@ tests:
   - eval_time: 12m
     alertname: LinkpassSlowFailover
     exp_alerts: []
+  # pod-a's daemon refused 3 lines at minute 9; pod-b lost none
+  - eval_time: 12m
+    alertname: LinkpassSyslogLinesLost
+    exp_alerts:
+    - exp_labels: {severity: info, instance: n0, host: pod-a, pid: '1'}
+      exp_annotations: {summary: 'n0 pod-a pid 1: failover lines missing from syslog (in NCCL''s log only)'}
 EOF
 promtool check rules "$tmp/rules.yml" >/dev/null
 (cd "$tmp" && promtool test rules test.yml) || { echo "FAIL: the dashboard's queries or the alerting rules count what they must not"; exit 1; }

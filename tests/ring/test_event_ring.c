@@ -151,6 +151,27 @@ Test(ring, overflow_counted_exactly_one_thread) {
   lp_ring_fini(&r);
 }
 
+/* A try-push into a full ring is refused without being counted: a wake-up
+ * or a retried STOP loses no event, and the overflow counter (a metric that
+ * alerts) counted every retry of the STOP at exit. */
+Test(ring, a_try_push_refused_is_not_an_overflow) {
+  struct lp_event_ring r;
+  cr_assert_eq(lp_ring_init(&r, 16), 0);
+  for (uint64_t i = 0; i < 16; i++) {
+    struct lp_event e = ev_of(0, i);
+    cr_assert(lp_ring_try_push(&r, &e));
+  }
+  struct lp_event e = ev_of(0, 99);
+  cr_assert_not(lp_ring_try_push(&r, &e), "try-push into a full ring succeeded");
+  cr_assert_eq(lp_ring_overflows(&r), 0, "a refused try-push counted as lost");
+  cr_assert_not(lp_ring_push(&r, &e));
+  cr_assert_eq(lp_ring_overflows(&r), 1);
+  struct lp_event out;
+  cr_assert(lp_ring_pop(&r, &out));
+  cr_assert(lp_ring_try_push(&r, &e), "room again");
+  lp_ring_fini(&r);
+}
+
 /* A producer preempted between claiming a slot and publishing it: emulated by
  * claiming position 0 by hand (white box: the slot protocol of event_ring.c).
  * The consumer must neither read the half-written slot nor skip past it. */
