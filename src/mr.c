@@ -110,6 +110,20 @@ static ncclResult_t destroy(struct lp_mr *m) {
   return rc;
 }
 
+/* What to do about a refused registration, for the common causes. */
+static const char *remedy(int err, const struct want *w) {
+  if (w->type != NCCL_PTR_CUDA)
+    return err == ENOMEM || err == EPERM || err == EAGAIN
+               ? ": the memory this process may pin is used up: raise its limit (ulimit -l unlimited, or "
+                 "LimitMEMLOCK=infinity in its systemd unit)"
+               : "";
+  if (w->fd >= 0)
+    return ": the GPU driver does not export this memory as a dma-buf to the NIC; NCCL_DMABUF_ENABLE=0 makes NCCL "
+           "use peer memory (nvidia_peermem) instead, or NCCL_NET_GDR_LEVEL=LOC keeps GPU memory off the network";
+  return ": peer memory (nvidia_peermem) did not map this GPU memory for the NIC; check that the module is loaded "
+         "for this driver, or set NCCL_NET_GDR_LEVEL=LOC to keep GPU memory off the network";
+}
+
 /* `call` refused the registration on `on`: said, errno kept for create().
  * EIO is what every command of a dead device's context answers: INFO, as
  * create() says what follows. */
@@ -120,8 +134,8 @@ static struct ibv_mr *refused(const char *call, const struct lp_nic *on, const s
   if (err == EIO)
     LP_INFO(NCCL_NET, "%s(%s, %p, %zu bytes%s): %s", call, on->name, (void *)w->addr, w->len, via, strerror(err));
   else
-    LP_WARN("%s(%s, %s memory %p, %zu bytes%s) failed: %s", call, on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
-            (void *)w->addr, w->len, via, strerror(err));
+    LP_WARN("%s(%s, %s memory %p, %zu bytes%s) failed: %s%s", call, on->name, w->type == NCCL_PTR_CUDA ? "GPU" : "host",
+            (void *)w->addr, w->len, via, strerror(err), remedy(err, w));
   errno = err;
   return NULL;
 }
@@ -184,9 +198,11 @@ static struct lp_mr *create(const struct lp_env *env, struct lp_health *health, 
     } else if (n == home) {
       if (w->fd >= 0 && !env->nics[n].dmabuf)
         LP_WARN(
-            "regMrDmaBuf: %s cannot register dma-bufs (ibv_reg_dmabuf_mr is missing, or the kernel or the "
-            "device refuses it); NCCL registers GPU memory there through peer memory only",
-            env->nics[n].name);
+            "regMrDmaBuf: %s, the NIC this connection uses, cannot register dma-bufs (ibv_reg_dmabuf_mr is "
+            "missing, or the kernel or the device refuses it), though another NIC of the node can; set "
+            "NCCL_DMABUF_ENABLE=0 so that NCCL registers GPU memory through peer memory (nvidia_peermem), or keep "
+            "connections off %s (NCCL_IB_HCA)",
+            env->nics[n].name, env->nics[n].name);
       destroy(m);
       return NULL;
     } else if (w->fd < 0 || env->nics[n].dmabuf) { /* a NIC without dma-bufs was named once, at init */

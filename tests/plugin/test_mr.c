@@ -15,17 +15,19 @@
 #include "mr.h"
 #include "recv.h"
 #include "send.h"
+#include "../lib/warn_capture.h"
 
 static struct ibv_pd fake_pd[2];
 static struct ibv_mr fake_mr[8];
 static int nreg, nreg_on[2];
-static int eio_on; /* 1 + the NIC whose context answers EIO (dead); 0: none */
+static int eio_on;     /* 1 + the NIC whose context answers EIO (dead); 0: none */
+static int enomem_on; /* 1 + the NIC that answers ENOMEM (the memlock limit); 0: none */
 
 static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   (void)access;
   nreg_on[pd - fake_pd]++;
-  if (eio_on == 1 + (pd - fake_pd)) {
-    errno = EIO;
+  if (eio_on == 1 + (pd - fake_pd) || enomem_on == 1 + (pd - fake_pd)) {
+    errno = eio_on ? EIO : ENOMEM;
     return NULL;
   }
   struct ibv_mr *mr = &fake_mr[nreg++ % 8];
@@ -49,7 +51,7 @@ static void two_nics(void) {
   memset(&env, 0, sizeof(env));
   nreg = 0;
   nreg_on[0] = nreg_on[1] = 0;
-  eio_on = 0;
+  eio_on = enomem_on = 0;
   env.nnics = 2;
   env.page_size = 4096;
   for (int n = 0; n < 2; n++) {
@@ -270,4 +272,17 @@ Test(mr, isend_on_a_dead_nic_waits_for_the_move, .init = two_nics) {
                "NIC 0 alive: a bad handle");
   free(fifo);
   free(s);
+}
+
+/* A registration refused for the memory a process may pin says what to
+ * do about it, not only "Cannot allocate memory". */
+Test(mr, a_registration_refused_for_the_pin_limit_says_what_to_do, .init = two_nics) {
+  static char buf[8192];
+  void *h;
+  enomem_on = 1;
+  lp_log_set_logger(lp_test_capture_warn);
+  cr_expect_eq(lp_mr_register(&cache, &env, NULL, 0, buf, sizeof(buf), NCCL_PTR_HOST, -1, 0, &h), ncclSystemError);
+  lp_log_set_logger(NULL);
+  cr_expect(strstr(lp_test_warned, "ibv_reg_mr(mlx5_0, host memory") && strstr(lp_test_warned, "ulimit -l"), "%s",
+            lp_test_warned);
 }
