@@ -45,10 +45,10 @@ enum { D_UP, D_CONNS, D_FAILOVERS, D_FAILBACKS, D_FLAPS, D_DEGRADED, D_COUNT };
 
 /* The per-process series. */
 static const char *const proc_series[] = {
-    "linkpass_replayed_requests_total",          "linkpass_replayed_bytes_total",       "linkpass_paths_lost_total",
-    "linkpass_last_failover_duration_seconds",   "linkpass_event_ring_overflows_total", "linkpass_up",
-    "linkpass_metrics_updated_timestamp_seconds"};
-enum { P_REPLAYED, P_REPLAYED_BYTES, P_LOST, P_LAST_FAILOVER, P_OVERFLOWS, P_UP, P_UPDATED, P_COUNT };
+    "linkpass_replayed_requests_total",           "linkpass_replayed_bytes_total",       "linkpass_paths_lost_total",
+    "linkpass_last_failover_duration_seconds",    "linkpass_event_ring_overflows_total", "linkpass_up",
+    "linkpass_metrics_updated_timestamp_seconds", "linkpass_syslog_lines_lost_total"};
+enum { P_REPLAYED, P_REPLAYED_BYTES, P_LOST, P_LAST_FAILOVER, P_OVERFLOWS, P_UP, P_UPDATED, P_SYSLOG_LOST, P_COUNT };
 
 struct dev {
   char name[NAME_MAX_LEN];
@@ -540,6 +540,7 @@ static void print_json(void) {
     json_num("paths_lost", p->v[P_LOST], 0);
     json_num("last_failover_seconds", p->v[P_LAST_FAILOVER], 6);
     json_num("event_ring_overflows", p->v[P_OVERFLOWS], 0);
+    json_num("syslog_lines_lost", p->v[P_SYSLOG_LOST], 0);
     printf(", \"devices\": [");
     for (int j = 0; j < p->ndevs; j++) {
       const struct dev *d = &p->devs[j];
@@ -588,6 +589,8 @@ static void print_table(const char *where, int from_dir) {
         "%.2f ms\n",
         p->pid, p->host[0] ? " on " : "", p->host, p->state, p->age_s, p->v[P_REPLAYED],
         p->v[P_REPLAYED_BYTES] / 1048576.0, p->v[P_LOST], p->v[P_LAST_FAILOVER] * 1e3);
+    if (p->v[P_SYSLOG_LOST] > 0)
+      printf("  %.0f event lines did not reach syslog (NCCL's log has them: its WARNs say why)\n", p->v[P_SYSLOG_LOST]);
     if (strcmp(p->state, "gone") == 0)
       printf("  (the process is gone without a last write: these figures are its last, and count for nothing now)\n");
     if (strcmp(p->state, "stale") == 0)

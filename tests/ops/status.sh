@@ -30,6 +30,8 @@ jq -e '[.events[] | select(.event == "failover" and .dev == "mlx5_0")] | length 
   fail "linkpass-status --json lists no failover event off mlx5_0: $(cat "$tmp/status.json")"
 jq -e '(.events | length) as $n | [.events[] | select(.time | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z$"))] | length == $n' \
   "$tmp/status.json" >/dev/null || fail "linkpass-status --json has an event without its time: $(cat "$tmp/status.json")"
+jq -e '[.processes[] | select(.syslog_lines_lost == 0)] | length == 2' "$tmp/status.json" >/dev/null ||
+  fail "linkpass-status --json does not say that no event line was lost from syslog: $(cat "$tmp/status.json")"
 # The JSON's counters are the files' own.
 for f in "$dir"/*.prom; do
   pid=$(sed -n 's/.*pid="\([0-9]*\)".*/\1/p' "$f" | head -1)
