@@ -367,10 +367,7 @@ static void report(struct lp_comm *c, int kind, int new_dev, int replayed, uint6
     atomic_store_explicit(&st->last_failover_ns, took_ns, rx);
   } else if (kind == LP_REPORT_FAILBACK) {
     atomic_fetch_add_explicit(&st->failbacks, 1, rx);
-    /* Counted where it came back: on its primary.  A receiving end whose
-     * primary was not usable at the failback went to a third NIC, which it
-     * never left. */
-    if (new_dev == fo->primary_dev) atomic_fetch_add_explicit(&st->dev[new_dev].failbacks, 1, rx);
+    atomic_fetch_add_explicit(&st->dev[new_dev].failbacks, 1, rx); /* counted where it came back */
   } else {
     atomic_fetch_add_explicit(&st->paths_lost, 1, rx);
   }

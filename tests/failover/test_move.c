@@ -484,28 +484,6 @@ Test(move, no_failback_to_a_primary_that_lacks_a_buffer_the_connection_used) {
   leave(c);
 }
 
-/* A failback's REQ finds the receiver's primary down: it answers from
- * another NIC.  The move is a failback (the line says so, and the total
- * counts it), but no NIC counts a connection end back on it: the end
- * never left the one it is on.  Before, that NIC's failbacks_total did. */
-Test(move, a_failback_that_cannot_reach_the_primary_counts_on_no_nic) {
-  static struct lp_recv_comm r;
-  struct lp_comm *c = receiver(&r, 0);
-  lp_link_uncount(&c->link);
-  c->fo->home = c->link;
-  cr_assert_eq(lp_link_open(&c->link, &env, &h, LP_DIR_RECV, 1, 1, ctrl, sizeof(ctrl), 0), ncclSuccess);
-  port_down(0);
-  send_req(1, LP_FO_FAILBACK, 0);
-  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
-  static struct lp_fo_ack a;
-  expect_msg(LP_MSG_FO_ACK, &a, sizeof(a));
-  cr_assert_neq(c->link.dev, 0, "on the primary, which is down");
-  cr_expect_eq(atomic_load(&h.stats.failbacks), 1);
-  for (int d = 0; d < 3; d++)
-    cr_expect_eq(atomic_load(&h.stats.dev[d].failbacks), 0, "mlx5_%d counts a connection end back on it", d);
-  leave(c);
-}
-
 /* The receiver's side of the same: a failback's REQ revives the path it
  * kept on its primary, whose connection to the sender's new QPs fails
  * once.  The kept path stays kept, and the next try on the primary revives
