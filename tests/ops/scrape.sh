@@ -54,7 +54,7 @@ run_perf 1M 10
 two_up() { scrape && [ "$(grep -c '^linkpass_up{.*} 1$' "$tmp/lp")" -eq 2 ]; }
 wait_until 15 "the scrape shows two running processes" two_up
 families=$(sed -n 's/^# TYPE \(linkpass_[a-z_]*\) .*/\1/p' "$tmp/scrape" | sort -u | wc -l)
-((families == 17)) || fail "the scrape has $families linkpass families, the plugin writes 17"
+((families == 18)) || fail "the scrape has $families linkpass families, the plugin writes 18"
 ends=$(scraped_sum linkpass_connections mlx5_0)
 ((ends > 0)) || fail "no connection on mlx5_0 in the scrape"
 pids_seen=$(sed -n 's/^linkpass_up{.*pid="\([0-9]*\)".*/\1/p' "$tmp/lp" | sort -u | tr '\n' ' ')
