@@ -117,10 +117,18 @@ struct lp_syslog_held {
   uint64_t dropped, dropped_said; /* lines that found the ring full too */
   uint64_t refused, refused_said; /* lines the socket refused (no daemon: ENOENT, ECONNREFUSED) */
   int refused_err;                /* why the last one was */
+  /* Once per outage: set when a refusal was said (or the socket was
+   * missing at open, which said so), cleared when a line goes out. */
+  int outage_said;
 };
 
-/* The socket refused a line for good (not for room); under h->mu. */
-static void refused(struct lp_syslog_held *h, int rc) {
+/* What the socket did with a line (send_dgram's answer, not -EAGAIN):
+ * refused for good, or taken; under h->mu. */
+static void took(struct lp_syslog_held *h, int rc) {
+  if (rc == 0) {
+    h->outage_said = 0;
+    return;
+  }
   h->refused++;
   h->refused_err = -rc;
 }
@@ -150,9 +158,11 @@ static unsigned send_held(const struct lp_syslog *sl, struct lp_syslog_held *h, 
     l->sweep = 0;
     if (l->mirror) LP_WARN("%s", l->dgram + l->msg);
     l->mirror = 0;
-    int rc = l->to_sock ? send_dgram(sl, l->dgram, l->len, flags) : 0;
-    if (rc == -EAGAIN) break;
-    if (rc != 0) refused(h, rc);
+    if (l->to_sock) {
+      int rc = send_dgram(sl, l->dgram, l->len, flags);
+      if (rc == -EAGAIN) break;
+      took(h, rc);
+    }
     h->head = --h->count == 0 ? 0 : h->head + 1;
   }
   return h->count;
@@ -220,8 +230,8 @@ static int emit(const struct lp_syslog *sl, int severity, const char *msg, int s
     int rc = l.to_sock && left == 0 ? send_dgram(sl, l.dgram, l.len, MSG_DONTWAIT) : -EAGAIN;
     if (l.to_sock && rc == -EAGAIN)
       hold(sl, h, &l);
-    else if (l.to_sock && rc != 0)
-      refused(h, rc);
+    else if (l.to_sock)
+      took(h, rc);
   }
   pthread_mutex_unlock(&h->mu);
   return first;
@@ -239,30 +249,36 @@ unsigned lp_syslog_flush(const struct lp_syslog *sl, int sweep_over, unsigned ea
   struct lp_syslog_held *h = sl->held;
   if (h == NULL) return 0;
   unsigned before, left;
-  uint64_t dropped, said, refused_now, refused_said;
-  int err;
+  /* What this call's rounds added, said once after them. */
+  uint64_t dropped = 0, refused = 0;
+  int err = 0, say = 0;
   do {
     pthread_mutex_lock(&h->mu);
     before = h->count;
     if (sweep_over) h->early_sent = 0;
     left = send_held(sl, h, sweep_over ? 0 : MSG_DONTWAIT, sweep_over, lp_now_ns(),
                      sweep_over ? LP_FLUSH_BATCH : LP_SYSLOG_HELD, early);
-    dropped = h->dropped, said = h->dropped_said;
-    h->dropped_said = dropped;
-    refused_now = h->refused, refused_said = h->refused_said, err = h->refused_err;
-    h->refused_said = refused_now;
+    dropped += h->dropped - h->dropped_said;
+    h->dropped_said = h->dropped;
+    refused += h->refused - h->refused_said;
+    h->refused_said = h->refused;
+    err = h->refused_err;
+    if (refused > 0 && !h->outage_said) say = h->outage_said = 1;
     pthread_mutex_unlock(&h->mu);
   } while (sweep_over && left > 0 && left < before);
-  if (dropped != said)
+  if (dropped > 0)
     LP_WARN(
         "syslog socket %s was full: %llu event lines were not sent to syslog (NCCL's log has them); raise "
         "net.unix.max_dgram_qlen or check that the syslog daemon keeps up",
-        sl->socket, (unsigned long long)(dropped - said));
-  if (refused_now != refused_said)
+        sl->socket, (unsigned long long)dropped);
+  /* Once per outage: a job on a host without a daemon would otherwise say
+   * it at every sweep. */
+  if (say)
     LP_WARN(
-        "syslog socket %s refused %llu event lines (%s): they are in NCCL's log only; check that the syslog "
-        "daemon listens there (linkpass_syslog_lines_lost_total counts them)",
-        sl->socket, (unsigned long long)(refused_now - refused_said), strerror(err));
+        "syslog socket %s refused %llu event lines (%s): they are in NCCL's log only, and so are the next ones "
+        "until it takes lines again; check that the syslog daemon listens there (linkpass_syslog_lines_lost_total "
+        "counts them)",
+        sl->socket, (unsigned long long)refused, strerror(err));
   return left;
 }
 
@@ -308,6 +324,7 @@ int lp_syslog_open(struct lp_syslog *sl) {
      * INFO line only, and NCCL's default level hides those. */
     struct stat st;
     const char *wrong = stat(sl->socket, &st) != 0 ? strerror(errno) : !S_ISSOCK(st.st_mode) ? "not a socket" : NULL;
+    h->outage_said = wrong != NULL; /* said here: the refusals that follow are only counted */
     if (wrong != NULL)
       LP_WARN(
           "syslog socket %s: %s: event lines reach NCCL's log only until a syslog daemon listens there (start "

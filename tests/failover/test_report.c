@@ -406,10 +406,23 @@ Test(report, a_sweeps_lines_fault_in_no_page_of_their_own) {
   lp_syslog_close(&sl);
 }
 
+static _Atomic int refusals_said;
+static void refusal_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line, const char *fmt,
+                           ...) {
+  (void)flags, (void)file, (void)line;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (level == NCCL_LOG_WARN && strstr(msg, "refused") && strstr(msg, "event lines")) refusals_said++;
+}
+
 /* The daemon goes away (its socket removed, as while rsyslog restarts):
  * the lines it refused are counted, for the metrics file, and none of the
- * held ones is lost without being counted.  Before, held lines the socket
- * refused were dropped without a count or a word. */
+ * held ones is lost without being counted; a WARN says so once for the
+ * outage, not at every flush.  Before, held lines the socket refused were
+ * dropped without a count or a word. */
 Test(report, lines_the_socket_refuses_are_counted) {
   struct lp_syslog sl;
   struct slow_daemon d;
@@ -417,12 +430,19 @@ Test(report, lines_the_socket_refuses_are_counted) {
   emit_seq(&sl, 0);
   cr_assert_eq(read_seq(d.fd), 0);
   daemon_stop(&d); /* no daemon now: ENOENT */
+  refusals_said = 0;
+  lp_log_set_logger(refusal_logger);
   for (int i = 1; i <= 3; i++) emit_seq(&sl, i);
   struct lp_report r = {.kind = LP_REPORT_FAILOVER, .dir = "send", .dev = "mlx5_0", .port = 1, .reason = "port_down"};
   for (int i = 0; i < 2; i++) lp_report_emit(&sl, &r, 1); /* a sweep's: held, then refused at the flush */
   lp_syslog_flush(&sl, 1, 0);
   cr_expect_eq(lp_syslog_lost(&sl), 5, "%llu lines counted lost of the 5 refused",
                (unsigned long long)lp_syslog_lost(&sl));
+  lp_report_emit(&sl, &r, 1);
+  lp_syslog_flush(&sl, 1, 0);
+  lp_log_set_logger(NULL);
+  cr_expect_eq(lp_syslog_lost(&sl), 6);
+  cr_expect_eq(refusals_said, 1, "%d WARNs for one outage", refusals_said);
   lp_syslog_close(&sl);
 }
 
