@@ -203,8 +203,13 @@ static ncclResult_t bring_up(struct lp_plugin *p) {
         "also cuts the channel a move needs, and moves wait until it returns; give NCCL_SOCKET_IFNAME a "
         "management interface",
         p->env.oob_ifname, p->env.cfg.ifname.set ? " (NCCL_SOCKET_IFNAME)" : " (no other interface is usable)");
-  if (gethostname(p->env.hostname, sizeof(p->env.hostname) - 1) != 0)
-    snprintf(p->env.hostname, sizeof(p->env.hostname), "?");
+  /* The name whole first: a legal 64-character name did not fit the
+   * wire's field and read as "?"; it is cut to the field instead, as
+   * linkpass-status cuts it. */
+  char host[256];
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "?");
+  host[sizeof(host) - 1] = '\0';
+  snprintf(p->env.hostname, sizeof(p->env.hostname), "%.*s", (int)sizeof(p->env.hostname) - 1, host);
 
   char a[64];
   LP_INFO(NCCL_INIT | NCCL_NET, "using %s%s, out-of-band interface %s %s", p->env.ibv.path,

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "wire.h"
 
 #define MAX_PROCS 256
 #define MAX_DEVS 64
@@ -661,10 +662,13 @@ static void usage(FILE *out) {
           "2 on a bad option\n");
 }
 
-/* This host's name, as the plugin puts it in %h and the host label. */
+/* This host's name, as the plugin puts it in %h and the host label: cut
+ * to LP_HOST_MAX - 1 characters, its wire field's. */
 static void local_host_name(char *out, size_t len) {
-  if (gethostname(out, len - 1) != 0) snprintf(out, len, "?");
-  out[len - 1] = '\0';
+  char host[256];
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "?");
+  host[sizeof(host) - 1] = '\0';
+  snprintf(out, len, "%.*s", LP_HOST_MAX - 1, host);
 }
 
 /* The directory of the plugin's LINKPASS_METRICS_FILE pattern, as the

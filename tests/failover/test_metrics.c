@@ -118,3 +118,41 @@ Test(metrics, written_atomically_by_rename) {
   rmdir(dir);
   cr_assert_lt(lp_metrics_write("/nonexistent-dir/m.prom", "x", 1), 0);
 }
+
+/* The HELP texts stay as they are (docs/OPERATIONS.md, "During an
+ * upgrade"): node_exporter's textfile collector drops a metric's samples
+ * where the files of two versions in its directory differ in its HELP.  A
+ * change here is a change of the interface: a new metric name instead. */
+Test(metrics, the_help_texts_are_those_of_the_interface) {
+  static const char *const help[] = {
+      "# HELP linkpass_path_up 1 when the NIC port may carry traffic, 0 while it is down or held down.",
+      "# HELP linkpass_connections Connections whose path currently uses the NIC port.",
+      "# HELP linkpass_failovers_total Connections moved off the NIC port because of a failure.",
+      "# HELP linkpass_failbacks_total Connections moved back to the NIC port once it was stable.",
+      "# HELP linkpass_port_flaps_total Times the NIC port went down or was drained as degraded.",
+      "# HELP linkpass_degraded_seconds_total Time the NIC port was not usable.",
+      "# HELP linkpass_standby_paths Standby paths connected on the NIC port, ready for a move to take.",
+      "# HELP linkpass_port_resend_ratio Share of its packets the NIC port sent again in its last window judged (250 ms, longer while it carries under 2000 packets; RC NAKs and local ACK timeouts); 0 before it carried enough traffic to judge.",
+      "# HELP linkpass_port_degraded_total Times the NIC port was drained for resending too many packets, or moving data too slowly, while up (a gray failure).",
+      "# HELP linkpass_port_busy_tx_bytes_per_second Rate at which the NIC port moved this process's large messages while one was in flight, in the last window that carried enough of them; 0 when too little traffic to judge.",
+      "# HELP linkpass_replayed_requests_total Messages written again on a new path after a move.",
+      "# HELP linkpass_replayed_bytes_total Bytes written again on a new path after a move.",
+      "# HELP linkpass_paths_lost_total Connections that failed because no healthy path remained.",
+      "# HELP linkpass_last_failover_duration_seconds From the fault being seen to traffic flowing on the new path, for the latest move.",
+      "# HELP linkpass_up 1 while the process runs; 0 once it has exited (its file stays behind).",
+      "# HELP linkpass_metrics_updated_timestamp_seconds When this file was last written (Unix time): a file not rewritten for long belongs to a dead process.",
+      "# HELP linkpass_syslog_lines_lost_total Event lines syslog did not get (NCCL's log has them): its socket was full for too long, or refused them.",
+      "# HELP linkpass_event_ring_overflows_total Control events lost because the ring was full."};
+  struct lp_metrics m = sample();
+  char buf[8192];
+  cr_assert_gt(lp_metrics_format(&m, buf, sizeof(buf)), 0);
+  size_t n = 0;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strncmp(line, "# HELP ", 7) != 0) continue;
+    cr_assert_lt(n, sizeof(help) / sizeof(help[0]), "a HELP more than the interface has: %s", line);
+    cr_expect_str_eq(line, help[n], "HELP %zu changed", n);
+    n++;
+  }
+  cr_expect_eq(n, sizeof(help) / sizeof(help[0]), "%zu HELP texts, the interface has %zu", n,
+               sizeof(help) / sizeof(help[0]));
+}
