@@ -344,19 +344,20 @@ static void name_inert(const char *const *names, size_t n, const char *off, lp_e
          count > 1 ? "have" : "has", off);
 }
 
-/* Names linkpass's own programs read from the environment, not the plugin
- * (linkpass-perf's --simverbs default). */
-static const char *const tool_settings[] = {"LINKPASS_SIMVERBS"};
+/* `k` is the LEN characters at `name` (an environment entry's name). */
+static int same_name(const char *k, const char *name, size_t len) {
+  return strlen(k) == len && strncmp(k, name, len) == 0;
+}
 
+/* The string settings, and the one name linkpass's own programs read
+ * (linkpass-perf's --simverbs default): not warned about. */
 static int known_name(const char *name, size_t len) {
+  static const char *const strings[] = {"LINKPASS_NIC_POOL",   "LINKPASS_METRICS_FILE",    "LINKPASS_SYSLOG_SOCKET",
+                                        "LINKPASS_RATE_BOARD", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_SIMVERBS"};
   for (size_t i = 0; i < NVARS; i++)
-    if (strlen(int_vars[i].name) == len && strncmp(int_vars[i].name, name, len) == 0) return 1;
-  static const char *const strings[] = {"LINKPASS_NIC_POOL", "LINKPASS_METRICS_FILE", "LINKPASS_SYSLOG_SOCKET",
-                                        "LINKPASS_RATE_BOARD", "LINKPASS_SYSLOG_FACILITY"};
+    if (same_name(int_vars[i].name, name, len)) return 1;
   for (size_t i = 0; i < NELEMS(strings); i++)
-    if (strlen(strings[i]) == len && strncmp(strings[i], name, len) == 0) return 1;
-  for (size_t i = 0; i < NELEMS(tool_settings); i++)
-    if (strlen(tool_settings[i]) == len && strncmp(tool_settings[i], name, len) == 0) return 1;
+    if (same_name(strings[i], name, len)) return 1;
   return 0;
 }
 
