@@ -31,6 +31,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/poll.sh"  # prom_sum
 build=$(cd "${1:?usage: many_conns.sh BUILD_DIR [K ...]}" && pwd)
 shift
+[ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 ks=("$@")
 ((${#ks[@]})) || ks=(1 16 128 1024)
 top=$(cd "$(dirname "$0")/.." && pwd)
