@@ -233,6 +233,10 @@ static const struct int_var int_vars[] = {
 
 #define NVARS (sizeof(int_vars) / sizeof(int_vars[0]))
 
+/* Below these, a setting is taken but warned about: it fails by itself. */
+#define LP_SETUP_TIMEOUT_LOW_MS 100
+#define LP_WATCHDOG_LOW_MS 10
+
 static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static void diag(lp_diag_fn fn, void *arg, int *count, const char *fmt, ...) {
@@ -295,15 +299,43 @@ void lp_config_defaults(struct lp_config *cfg) {
   derive(cfg);
 }
 
-/* A string variable kept as given, if it fits. */
-static void string_var(const char *name, const char *s, char *dst, size_t len, lp_diag_fn warn, void *warn_arg,
-                       int *nwarn, const char *fallback) {
+/* The settings kept as the strings they are given as, if they fit. */
+#define STR_FIELD(f) offsetof(struct lp_config, f), sizeof(((struct lp_config *)0)->f)
+static const struct str_var {
+  const char *name;
+  size_t off, len;
+  const char *fallback; /* what is used instead of a value too long */
+} str_vars[] = {
+    {"NCCL_IBVERBS_LIB", STR_FIELD(ibverbs_lib), "using the default library names"},
+    {"LINKPASS_NIC_POOL", STR_FIELD(nic_pool), "using pools ordered by closeness"},
+    {"LINKPASS_METRICS_FILE", STR_FIELD(metrics_file), "writing no metrics file"},
+    {"LINKPASS_SYSLOG_SOCKET", STR_FIELD(syslog_socket), "using /dev/log"},
+    {"LINKPASS_RATE_BOARD", STR_FIELD(rate_board), "using the default board"},
+};
+
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+static void string_var(const struct str_var *v, const char *s, struct lp_config *cfg, lp_diag_fn warn, void *warn_arg,
+                       int *nwarn) {
   if (s == NULL || *s == '\0') return;
-  if (strlen(s) >= len) {
-    diag(warn, warn_arg, nwarn, "%s is not valid: longer than %d characters; %s", name, (int)len - 1, fallback);
+  if (strlen(s) >= v->len) {
+    diag(warn, warn_arg, nwarn, "%s is not valid: longer than %d characters; %s", v->name, (int)v->len - 1,
+         v->fallback);
     return;
   }
-  snprintf(dst, len, "%s", s);
+  snprintf((char *)cfg + v->off, v->len, "%s", s);
+}
+
+/* Every name linkpass reads, by index, NULL past the last: the integer
+ * settings, the strings, the facility (parsed on its own) and the one
+ * name linkpass's own programs read (linkpass-perf's --simverbs default). */
+static const char *setting_name(size_t i) {
+  static const char *const others[] = {"LINKPASS_SYSLOG_FACILITY", "LINKPASS_SIMVERBS"};
+  if (i < NVARS) return int_vars[i].name;
+  i -= NVARS;
+  if (i < NELEMS(str_vars)) return str_vars[i].name;
+  i -= NELEMS(str_vars);
+  return i < NELEMS(others) ? others[i] : NULL;
 }
 
 /* Settings of a part that another setting turns off.  One that is set
@@ -325,8 +357,6 @@ static const char *const failover_settings[] = {"LINKPASS_WATCHDOG_MS",
 static const char *const gray_settings[] = {"LINKPASS_GRAY_RESEND_PPM", "LINKPASS_GRAY_RATE_PCT",
                                             "LINKPASS_RATE_BOARD"};
 
-#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
-
 static void name_inert(const char *const *names, size_t n, const char *off, lp_env_fn env, void *env_arg,
                        lp_diag_fn warn, void *warn_arg, int *nwarn) {
   char list[640];
@@ -344,32 +374,22 @@ static void name_inert(const char *const *names, size_t n, const char *off, lp_e
          count > 1 ? "have" : "has", off);
 }
 
-/* `k` is the LEN characters at `name` (an environment entry's name). */
-static int same_name(const char *k, const char *name, size_t len) {
-  return strlen(k) == len && strncmp(k, name, len) == 0;
-}
-
-/* The string settings, and the one name linkpass's own programs read
- * (linkpass-perf's --simverbs default): not warned about. */
-static int known_name(const char *name, size_t len) {
-  static const char *const strings[] = {"LINKPASS_NIC_POOL",   "LINKPASS_METRICS_FILE",    "LINKPASS_SYSLOG_SOCKET",
-                                        "LINKPASS_RATE_BOARD", "LINKPASS_SYSLOG_FACILITY", "LINKPASS_SIMVERBS"};
-  for (size_t i = 0; i < NVARS; i++)
-    if (same_name(int_vars[i].name, name, len)) return 1;
-  for (size_t i = 0; i < NELEMS(strings); i++)
-    if (same_name(strings[i], name, len)) return 1;
-  return 0;
-}
-
-/* The linkpass setting that shares the longest start with `name` (past
- * "LINKPASS_"), or NULL: what a misspelt name most likely meant. */
-static const char *nearest_name(const char *name, size_t len) {
+/* The setting that is the LEN characters at `name` (an environment
+ * entry's name), or the one that shares the longest start with it past
+ * "LINKPASS_", or NULL: what a misspelt name most likely meant.  *exact
+ * says which. */
+static const char *nearest_name(const char *name, size_t len, int *exact) {
   const char *best = NULL;
   size_t best_len = strlen("LINKPASS_");
-  for (size_t i = 0; i < NVARS; i++) {
-    const char *k = int_vars[i].name;
+  *exact = 0;
+  for (size_t i = 0; setting_name(i) != NULL; i++) {
+    const char *k = setting_name(i);
     size_t n = 0;
     while (n < len && k[n] != '\0' && k[n] == name[n]) n++;
+    if (n == len && k[n] == '\0') {
+      *exact = 1;
+      return k;
+    }
     if (n > best_len) {
       best = k;
       best_len = n;
@@ -385,8 +405,9 @@ int lp_config_unknown(char *const *environ_list, lp_diag_fn warn, void *warn_arg
     if (strncmp(e, "LINKPASS_", strlen("LINKPASS_")) != 0) continue;
     const char *eq = strchr(e, '=');
     size_t len = eq ? (size_t)(eq - e) : strlen(e);
-    if (known_name(e, len)) continue;
-    const char *near = nearest_name(e, len);
+    int exact;
+    const char *near = nearest_name(e, len, &exact);
+    if (exact) continue;
     diag(warn, warn_arg, &nwarn,
          "%.*s is not a linkpass setting, and does nothing%s%s%s (docs/CONFIGURATION.md lists them)",
          (int)(len > 64 ? 64 : len), e, near ? ": did you mean " : "", near ? near : "", near ? "?" : "");
@@ -479,12 +500,8 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
     }
   }
 
-  string_var("NCCL_IBVERBS_LIB", env(env_arg, "NCCL_IBVERBS_LIB"), cfg->ibverbs_lib, sizeof(cfg->ibverbs_lib), warn,
-             warn_arg, &nwarn, "using the default library names");
-  string_var("LINKPASS_NIC_POOL", env(env_arg, "LINKPASS_NIC_POOL"), cfg->nic_pool, sizeof(cfg->nic_pool), warn,
-             warn_arg, &nwarn, "using pools ordered by closeness");
-  string_var("LINKPASS_METRICS_FILE", env(env_arg, "LINKPASS_METRICS_FILE"), cfg->metrics_file,
-             sizeof(cfg->metrics_file), warn, warn_arg, &nwarn, "writing no metrics file");
+  for (size_t i = 0; i < NELEMS(str_vars); i++)
+    string_var(&str_vars[i], env(env_arg, str_vars[i].name), cfg, warn, warn_arg, &nwarn);
   /* NCCL runs a process per GPU: without the pid in the name the ranks of
    * a node overwrite one file, and each scrape shows one of them at random. */
   if (cfg->failover && cfg->metrics_file[0] != '\0' && strstr(cfg->metrics_file, "%p") == NULL)
@@ -492,10 +509,6 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
          "LINKPASS_METRICS_FILE=\"%s\" has no %%p: the ranks that share a node write over each other's file; put "
          "%%p (the process id) in the name",
          cfg->metrics_file);
-  string_var("LINKPASS_SYSLOG_SOCKET", env(env_arg, "LINKPASS_SYSLOG_SOCKET"), cfg->syslog_socket,
-             sizeof(cfg->syslog_socket), warn, warn_arg, &nwarn, "using /dev/log");
-  string_var("LINKPASS_RATE_BOARD", env(env_arg, "LINKPASS_RATE_BOARD"), cfg->rate_board, sizeof(cfg->rate_board), warn,
-             warn_arg, &nwarn, "using the default board");
 
   derive(cfg);
   /* Checked against each other: the watchdog exists to find a black hole
@@ -514,6 +527,20 @@ int lp_config_load(struct lp_config *cfg, lp_env_fn env, void *env_arg, lp_diag_
          "LINKPASS_FAILBACK_HOLDDOWN_MAX_MS=%d is below LINKPASS_FAILBACK_HOLDDOWN_MS=%d: every hold-down lasts %d ms; "
          "set the maximum at or above the first",
          cfg->failback_holddown_max_ms, cfg->failback_holddown_ms, cfg->failback_holddown_ms);
+
+  /* Values that fail by themselves, taken but named. */
+  if (cfg->setup_timeout_ms > 0 && cfg->setup_timeout_ms < LP_SETUP_TIMEOUT_LOW_MS)
+    diag(warn, warn_arg, &nwarn,
+         "LINKPASS_SETUP_TIMEOUT_MS=%d is below %d ms: a connection's setup across hosts (a TCP connect, the exchange, "
+         "the QPs of both ends, a peer that starts later) takes longer, and its connect would fail; use seconds, or 0 "
+         "for no limit",
+         cfg->setup_timeout_ms, LP_SETUP_TIMEOUT_LOW_MS);
+  if (cfg->failover && cfg->watchdog_ms > 0 && cfg->watchdog_ms < LP_WATCHDOG_LOW_MS)
+    diag(warn, warn_arg, &nwarn,
+         "LINKPASS_WATCHDOG_MS=%d is below %d ms: a healthy connection can go that long without a completion (a large "
+         "message on a slow or shared port, a busy host), and would move (reason stall); use 100 ms or more, or 0 to "
+         "turn the watchdog off",
+         cfg->watchdog_ms, LP_WATCHDOG_LOW_MS);
 
   s = env(env_arg, "LINKPASS_SYSLOG_FACILITY");
   if (s != NULL && *s != '\0') {

@@ -352,16 +352,48 @@ Test(config, settings_of_a_part_that_is_off_are_named) {
  * are not. */
 Test(config, an_unknown_linkpass_name_is_named_with_the_nearest_setting) {
   struct fake_env e = {0};
-  char *const environ_list[] = {
-      "PATH=/bin",          "LINKPASS_WATCHDOG=500", "LINKPASS_WATCHDOG_MS=100", "LINKPASS_SIMVERBS=/opt/simverbs",
-      "LINKPASS_NIC_POOL=", "LINKPASS_XYZ=1",        "NCCL_IB_HCA=mlx5",         NULL};
-  cr_assert_eq(lp_config_unknown(environ_list, fake_warn, &e), 2);
+  char *const environ_list[] = {"PATH=/bin",
+                                "LINKPASS_WATCHDOG=500",
+                                "LINKPASS_WATCHDOG_MS=100",
+                                "LINKPASS_SIMVERBS=/opt/simverbs",
+                                "LINKPASS_NIC_POOL=",
+                                "LINKPASS_XYZ=1",
+                                "NCCL_IB_HCA=mlx5",
+                                "LINKPASS_SYSLOG_FACILITY=local0",
+                                "LINKPASS_METRICS_FIL=/run/lp-%p.prom",
+                                NULL};
+  cr_assert_eq(lp_config_unknown(environ_list, fake_warn, &e), 3);
   cr_expect(strstr(e.warnings[0], "LINKPASS_WATCHDOG is not a linkpass setting") &&
                 strstr(e.warnings[0], "did you mean LINKPASS_WATCHDOG_MS?"),
             "%s", e.warnings[0]);
   cr_expect(strstr(e.warnings[1], "LINKPASS_XYZ is not a linkpass setting") && !strstr(e.warnings[1], "did you mean"),
             "%s", e.warnings[1]);
+  /* a string setting is suggested as well as an integer one */
+  cr_expect(strstr(e.warnings[2], "did you mean LINKPASS_METRICS_FILE?"), "%s", e.warnings[2]);
   cr_expect_eq(lp_config_unknown(NULL, fake_warn, &e), 0);
+}
+
+/* A setup timeout or a watchdog so short that it fails by itself is taken
+ * as set, and named: it was taken without a word. */
+Test(config, values_that_fail_by_themselves_are_named) {
+  struct fake_env e = {0};
+  struct lp_config cfg;
+  set(&e, "LINKPASS_SETUP_TIMEOUT_MS", "20");
+  set(&e, "LINKPASS_WATCHDOG_MS", "3");
+  cr_assert_eq(load(&e, &cfg), 2);
+  cr_expect(strstr(e.warnings[0], "LINKPASS_SETUP_TIMEOUT_MS=20 is below 100 ms"), "%s", e.warnings[0]);
+  cr_expect(strstr(e.warnings[1], "LINKPASS_WATCHDOG_MS=3 is below 10 ms") && strstr(e.warnings[1], "stall"), "%s",
+            e.warnings[1]);
+  cr_expect_eq(cfg.setup_timeout_ms, 20, "taken as set");
+  cr_expect_eq(cfg.watchdog_ms, 3, "taken as set");
+  struct fake_env ok = {0};
+  set(&ok, "LINKPASS_SETUP_TIMEOUT_MS", "100");
+  set(&ok, "LINKPASS_WATCHDOG_MS", "10");
+  cr_expect_eq(load(&ok, &cfg), 0, "at the bounds: no warning");
+  struct fake_env off = {0};
+  set(&off, "LINKPASS_SETUP_TIMEOUT_MS", "0");
+  set(&off, "LINKPASS_WATCHDOG_MS", "0");
+  cr_expect_eq(load(&off, &cfg), 0, "0 turns each off: no warning");
 }
 
 /* A ceiling below the first hold-down was raised to it without a word. */
