@@ -432,6 +432,38 @@ int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   return got;
 }
 
+/* ibv_destroy_qp: QP `qpn`'s completions not polled yet leave the CQ, as
+ * mlx5's destroy takes them out of its CQs: a poll after the destroy never
+ * returns a completion of a QP that is gone (its wr_id may name memory the
+ * consumer freed with it), and a consumer that counts on those completions
+ * to finish its work hangs here as it would on a NIC.  The others keep
+ * their order: they are moved up toward the tail over the ones taken out,
+ * and the head steps past the gap.  Under both the pollers' and the
+ * producers' locks. */
+void sv_cq_clean(struct ibv_cq *cq, uint32_t qpn) {
+  struct sv_cq_local *lc = (struct sv_cq_local *)cq;
+  struct sv_cq *q = &fab()->cqs[lc->index];
+  uint64_t mask = q->size - 1;
+  pthread_mutex_lock(&lc->poll_lock);
+  sv_lock(&q->lock);
+  uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed), kept = q->tail;
+  for (uint64_t i = q->tail; i-- > head;) {
+    struct sv_cqe *e = &lc->ring[i & mask];
+    if (e->wc.qp_num == qpn) continue;
+    kept--;
+    if (kept == i) continue;
+    struct sv_cqe *to = &lc->ring[kept & mask];
+    to->wc = e->wc;
+    to->frees = e->frees;
+    atomic_store_explicit(&to->seq, kept + 1, memory_order_release);
+  }
+  /* Release: a producer reuses the slots behind the new head only after
+   * it sees it. */
+  atomic_store_explicit(&q->head, kept, memory_order_release);
+  sv_unlock(&q->lock);
+  pthread_mutex_unlock(&lc->poll_lock);
+}
+
 int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
   struct sv_cq *q = &fab()->cqs[((struct sv_cq_local *)cq)->index];
   atomic_store(&q->armed, solicited_only ? 2u : 1u);

@@ -160,6 +160,10 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
   atomic_store(&q->state, IBV_QPS_RESET);
   atomic_store(&q->in_use, 0); /* peers now see an unreachable QP */
   sv_unlock(&q->rq_lock);
+  /* Nothing completes into its CQs from here on: no executor runs it, and
+   * peers find it gone. */
+  sv_cq_clean(qp->recv_cq, qpn);
+  if (qp->send_cq != qp->recv_cq) sv_cq_clean(qp->send_cq, qpn);
   pthread_mutex_unlock(&sv_lib.lock);
   sv_heap_free(fab(), rq_off);
   /* Off this process's list: an event of it not read yet is discarded

@@ -220,6 +220,8 @@ struct sv_ctx *sv_ctx_of(struct ibv_context *c);
 #define SV_CQ_GONE (-2)   /* sv_cq_push: destroyed */
 int sv_cq_push(struct sv_fabric *f, int cq_index, const struct ibv_wc *wc, uint64_t frees);
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+/* Take QP `qpn`'s unpolled completions out of `cq` (ibv_destroy_qp). */
+void sv_cq_clean(struct ibv_cq *cq, uint32_t qpn);
 int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 /* A consistent copy of the registration `key` names into *out; 0 when it
  * names none (never registered, deregistered, or its slot taken since). */

@@ -630,6 +630,60 @@ Test(data, a_send_queue_is_sized_by_its_caps_and_faulted_in_at_create) {
   }
 }
 
+/* Wait until A's CQ holds `n` completions not polled yet, without polling
+ * it (the engine thread completes them). */
+static void await_unpolled(int n) {
+  struct sv_cq *q = &fab->cqs[((struct sv_cq_local *)A.cq)->index];
+  uint64_t deadline = sv_now_ns() + WAIT_MS * 1000000ull;
+  for (;;) {
+    sv_lock(&q->lock);
+    uint64_t held = q->tail - atomic_load(&q->head);
+    sv_unlock(&q->lock);
+    if (held >= (uint64_t)n) break;
+    cr_assert_lt(sv_now_ns(), deadline, "A's CQ holds %llu completions, not %d, after %d ms", (unsigned long long)held,
+                 n, WAIT_MS);
+    sched_yield();
+  }
+}
+
+/* Destroying a QP takes its completions not polled yet out of the CQs it
+ * shared, as mlx5 does (its destroy cleans the QP's entries out of its send
+ * and receive CQs); the others stay, in order, and the CQ goes on.  Before,
+ * they stayed and were polled afterwards, naming a QP that was gone. */
+Test(data, destroying_a_qp_takes_its_completions_out_of_a_shared_cq) {
+  struct ibv_qp_init_attr ia = {.send_cq = A.cq,
+                                .recv_cq = A.cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp *other = ibv_create_qp(A.pd, &ia);
+  cr_assert_not_null(other);
+  struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  cr_assert_eq(ibv_modify_qp(other, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 1, 0, 64, B.mr->rkey), 0);
+  await_unpolled(1);
+  for (uint64_t id = 10; id < 12; id++) {
+    struct ibv_sge sg = {.addr = (uintptr_t)A.buf, .length = 64, .lkey = A.mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sg, .num_sge = 1}, *bad;
+    cr_assert_eq(ibv_post_recv(other, &wr, &bad), 0);
+  }
+  struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};
+  cr_assert_eq(ibv_modify_qp(other, &err, IBV_QP_STATE), 0);
+  await_unpolled(3); /* its two receives, flushed */
+  cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 3, 64, 64, B.mr->rkey), 0);
+  await_unpolled(4);
+  cr_assert_eq(ibv_destroy_qp(other), 0);
+  uint64_t want[] = {1, 3, 4};
+  for (size_t i = 0; i < 3; i++) {
+    if (i == 2) cr_assert_eq(post_write(&A, &B, IBV_WR_RDMA_WRITE, 4, 128, 64, B.mr->rkey), 0, "the CQ goes on");
+    struct ibv_wc wc = expect_wc(A.cq);
+    cr_assert_eq(wc.wr_id, want[i], "completion %zu is %llu (QP %u, status %d), not %llu", i,
+                 (unsigned long long)wc.wr_id, wc.qp_num, wc.status, (unsigned long long)want[i]);
+    cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+    cr_assert_eq(wc.qp_num, A.qp->qp_num);
+  }
+  cr_assert(cq_is_empty(A.cq));
+}
+
 /* `simverbs down` (or a test's teardown) while a process on the fabric still
  * writes its port counters (its engine thread does, every few ms): nothing
  * of the fabric's sysfs tree is left behind. */
