@@ -22,11 +22,12 @@
 #define LP_FO_READ_ANYWAY_NS 1000000000ull /* 1 s: a read whatever the set says */
 /* A standby is offered again this long after a move (the other moves of a
  * sweep come first), or after an offer that found no device or no answer. */
-#define LP_SB_AFTER_MOVE_NS 100000000ull /* 100 ms */
-#define LP_SB_RETRY_NS 1000000000ull     /* 1 s */
-#define LP_SB_PACE_NS 2000000ull         /* 2 ms between two pieces of such work in a process */
-#define LP_SWEEP_QUIET_NS 100000000ull   /* 100 ms without a move before paced work resumes (set_state) */
-#define LP_SB_ANSWER_NS 10000000000ull   /* 10 s: a standby offer not answered by then is made again */
+#define LP_SB_AFTER_MOVE_NS 100000000ull  /* 100 ms */
+#define LP_SB_RETRY_NS 1000000000ull      /* 1 s */
+#define LP_SB_RETRY_MAX_NS 32000000000ull /* 32 s: five doublings */
+#define LP_SB_PACE_NS 2000000ull          /* 2 ms between two pieces of such work in a process */
+#define LP_SWEEP_QUIET_NS 100000000ull    /* 100 ms without a move before paced work resumes (set_state) */
+#define LP_SB_ANSWER_NS 10000000000ull    /* 10 s: a standby offer not answered by then is made again */
 
 static const char *dev_name(const struct lp_comm *c, int dev) { return c->env->devs[dev].name; }
 static int dev_port(const struct lp_comm *c, int dev) { return c->env->devs[dev].port; }
@@ -784,11 +785,44 @@ static int failback_due(const struct lp_comm *c) {
          lp_health_trusted(c->health, fo->primary_dev, lp_now_ns()) && fo->peer_primary_ok;
 }
 
+/* No standby now: the next offer waits LP_SB_RETRY_NS, twice as long
+ * after each one in a row that made none, up to LP_SB_RETRY_MAX_NS.  A
+ * peer with no second NIC answers every offer with none, and each offer
+ * builds and destroys a link at both ends. */
+static void standby_later(struct lp_fo *fo, uint64_t now) {
+  uint64_t wait = fo->sb.retry_ns == 0 ? LP_SB_RETRY_NS : 2 * fo->sb.retry_ns;
+  fo->sb.retry_ns = wait < LP_SB_RETRY_MAX_NS ? wait : LP_SB_RETRY_MAX_NS;
+  fo->sb.next_ns = now + fo->sb.retry_ns;
+}
+
+/* Receiver: its side of the ready standby is gone (check_health): an
+ * answer of none to the offer it had taken.  The sender drops its side and
+ * offers a new one; a REQ of its that names the standby and crosses this
+ * is refused, as before. */
+static ncclResult_t standby_given_up(struct lp_comm *c) {
+  struct lp_fo_sb_answer a;
+  memset(&a, 0, sizeof(a));
+  hdr(&a.hdr, LP_MSG_FO_SB_ANSWER, sizeof(a));
+  a.conn_id = c->conn_id;
+  a.id = c->fo->sb.id;
+  return send_msg(c, &a, sizeof(a));
+}
+
 static ncclResult_t standby_answered(struct lp_send_comm *s, const struct lp_fo_sb_answer *a) {
   struct lp_comm *c = &s->base;
   struct lp_fo *fo = c->fo;
-  /* Not ready, and not a late answer to an older offer: none for now. */
-  if (!lp_sb_on_answer(c, &fo->sb, a) && fo->sb.state == LP_SB_NONE) fo->sb.next_ns = lp_now_ns() + LP_SB_RETRY_NS;
+  if (fo->sb.state == LP_SB_READY && a->id == fo->sb.id && !a->ok) { /* the peer gave its side up */
+    LP_INFO(NCCL_NET, "send connection 0x%llx: the peer gave its side of standby path %u up: offering a new one",
+            (unsigned long long)c->conn_id, a->id);
+    drop_standby(c);
+    fo->sb.retry_ns = 0;
+    standby_later(fo, lp_now_ns());
+    return ncclSuccess;
+  }
+  if (lp_sb_on_answer(c, &fo->sb, a))
+    fo->sb.retry_ns = 0;
+  else if (fo->sb.state == LP_SB_NONE) /* not a late answer to an older offer: none for now */
+    standby_later(fo, lp_now_ns());
   return ncclSuccess;
 }
 
@@ -831,7 +865,7 @@ static ncclResult_t tidy(struct lp_comm *c, uint64_t now) {
     if (lp_sb_offer(c, &fo->sb, fo->primary_dev, &m) == 0)
       rc = send_msg(c, &m, sizeof(m));
     else
-      fo->sb.next_ns = now + LP_SB_RETRY_NS; /* no other healthy device now */
+      standby_later(fo, now); /* no other healthy device now */
   }
   lp_health_paced_took(c->health, now, lp_now_ns());
   return rc;
@@ -961,13 +995,25 @@ static ncclResult_t check_health(struct lp_comm *c) {
   if (gen == fo->seen_gen || fo->state != LP_FO_IDLE) return ncclSuccess;
   fo->seen_gen = gen;
   /* A held-down port carrying a connection as a last resort is left only
-   * for a healthy one. */
-  int here_ok = lp_health_ok(h, c->link.dev) ||
-                (lp_health_link_up(h, c->link.dev) && choose_dev(c, -1, c->link.dev) == c->link.dev);
+   * for a healthy one: among held-down ports the choice goes by load, which
+   * counts this end where it is, and two such ports would trade it at
+   * every change of health. */
+  int here_ok = lp_health_ok(h, c->link.dev);
+  if (!here_ok && lp_health_link_up(h, c->link.dev)) {
+    int to = choose_dev(c, -1, c->link.dev);
+    here_ok = to < 0 || to == c->link.dev || !lp_health_ok(h, to);
+  }
   /* Rebuilt elsewhere: its port failed, or it was made before the
-   * connection carried a buffer that is not registered there. */
-  if (fo->sb.link.env != NULL && (!lp_health_ok(h, fo->sb.link.dev) || !lp_comm_may_use(c, fo->sb.link.dev)))
+   * connection carried a buffer that is not registered there.  Only the
+   * sender offers standbys: a receiver says it gave its side up, or the
+   * sender would hold its own as ready until a move it refuses. */
+  if (fo->sb.link.env != NULL && (!lp_health_ok(h, fo->sb.link.dev) || !lp_comm_may_use(c, fo->sb.link.dev))) {
     drop_standby(c);
+    if (c->kind == LP_COMM_RECV) {
+      ncclResult_t rc = standby_given_up(c);
+      if (rc != ncclSuccess) return rc;
+    }
+  }
   if (c->kind == LP_COMM_SEND) {
     struct lp_send_comm *s = (struct lp_send_comm *)c;
     if (!here_ok) return sender_start(s, lp_health_down_reason(h, c->link.dev), -1);
@@ -1016,7 +1062,7 @@ int lp_fo_hears_peer(const struct lp_comm *c) {
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return ncclSuccess;
-  fo->chores = lp_fo_chore_waits(c);
+  fo->chores = lp_fo_chore_waits(c, now);
   /* Between moves, with no port's health changed since the last look,
    * nothing below is due before the next look at the sockets: test() is
    * NCCL's spin loop, and this is on its path (docs/PERFORMANCE.md, "8-byte

@@ -137,16 +137,18 @@ static inline int lp_fo_has_retired(const struct lp_fo *fo) {
   return 0;
 }
 
-/* A chore of tidy() waits, or may become due, told without the clock
- * (tidy's chore_of needs it): its paced turn comes at a look, so the looks
- * keep their millisecond until it is done (standby paths built at every
- * 16th call took twice as long at 1,024 connections). */
-static inline int lp_fo_chore_waits(const struct lp_comm *c) {
+/* A chore of tidy() waits at `now`: its paced turn comes at a look, so the
+ * looks keep their millisecond until it is done (standby paths built at
+ * every 16th call took twice as long at 1,024 connections).  An offer out
+ * waits for its answer, which the control socket's news brings, and one
+ * not due before next_ns waits for a later look: neither keeps the looks
+ * (a sender with no NIC for a standby read the clock at every call). */
+static inline int lp_fo_chore_waits(const struct lp_comm *c, uint64_t now) {
   const struct lp_fo *fo = c->fo;
   if (lp_fo_has_retired(fo)) return 1;
   if (!c->env->cfg.standby) return 0;
   if (c->kind == LP_COMM_RECV) return fo->sb.state == LP_SB_ASKED;
-  return fo->sb.state != LP_SB_READY;
+  return fo->sb.state == LP_SB_NONE && now >= fo->sb.next_ns;
 }
 
 /* Whether failover has work that needs a progress call to read the clock:

@@ -36,6 +36,7 @@ struct lp_standby {
   int from;                    /* the device of the path it stands by for (its count in health.h) */
   struct lp_link link;         /* the standby link itself */
   uint64_t next_ns;            /* sender: no new offer before this time */
+  uint64_t retry_ns;           /* sender: the wait after the last offer that made none, 0 after one that made one */
   uint64_t offered_ns;         /* sender, OFFERED: when */
   struct lp_fo_sb_offer asked; /* receiver, ASKED: the offer */
 };

@@ -602,3 +602,150 @@ Test(move, a_path_lost_with_every_nic_down_says_no_healthy_nic) {
   cr_expect_not_null(strstr(lp_test_warned, "no healthy NIC on this side"), "the line said: %s", lp_test_warned);
   leave(c);
 }
+
+/* Whether the comm sent the peer nothing. */
+static int sent_nothing(void) {
+  const void *msg = NULL;
+  size_t n = 0;
+  int rc = 0;
+  for (int tries = 0; tries < 100 && rc == 0; tries++) rc = lp_ctl_recv(&peer, "test", &msg, &n);
+  return rc == 0;
+}
+
+static void send_sb_answer(uint32_t id, int ok) {
+  struct lp_fo_sb_answer a;
+  memset(&a, 0, sizeof(a));
+  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_SB_ANSWER, sizeof(a));
+  a.conn_id = 0x1234;
+  a.id = id;
+  a.ok = (uint32_t)ok;
+  a.link = peer_link();
+  cr_assert_eq(lp_ctl_send(&peer, "test", &a, sizeof(a)), 0);
+}
+
+/* The receiver's side of a ready standby goes with its NIC's port, and the
+ * receiver says so: an answer of none to the offer it had taken.  It said
+ * nothing, and only the sender offers standbys: the sender held its side
+ * as ready, offered no new one even once that NIC was back, and its next
+ * move named the standby, was refused and built a new path. */
+Test(move, a_receiver_that_gives_its_standby_up_tells_the_sender) {
+  static struct lp_recv_comm r;
+  struct lp_comm *c = receiver(&r, 0);
+  standby_on_1(c);
+  port_down(1);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_assert_eq(c->fo->sb.state, LP_SB_NONE, "the standby on the failed NIC is kept");
+  struct lp_fo_sb_answer a;
+  expect_msg(LP_MSG_FO_SB_ANSWER, &a, sizeof(a));
+  cr_expect_eq(a.id, 7, "it names standby %u, not 7", a.id);
+  cr_expect_eq(a.ok, 0);
+  leave(c);
+}
+
+/* The sender, told so, drops its side and offers a new standby when its
+ * wait is over; an answer of none to an offer it has since replaced is
+ * ignored. */
+Test(move, a_sender_told_its_standby_is_gone_offers_a_new_one) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  env.cfg.standby = 1;
+  standby_on_1(c);
+  send_sb_answer(6, 0); /* an older offer's: stale */
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_assert_eq(fo->sb.state, LP_SB_READY, "a stale answer dropped the standby");
+  send_sb_answer(7, 0);
+  fo->next_read_ns = 0;
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_assert_eq(fo->sb.state, LP_SB_NONE, "the sender still holds the standby the peer gave up");
+  cr_assert(lp_fo_has_retired(fo), "its side is not left to be destroyed");
+  cr_assert_gt(fo->sb.next_ns, lp_now_ns(), "the next offer does not wait");
+  fo->sb.next_ns = 0;
+  fo->next_read_ns = 0;
+  atomic_store(&h.paced_until, 0);
+  for (int i = 0; i < 2 && fo->sb.state == LP_SB_NONE; i++) { /* the old side's destroy first, then the offer */
+    atomic_store(&h.paced_until, 0);
+    fo->next_read_ns = 0;
+    cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  }
+  struct lp_fo_sb_offer m;
+  expect_msg(LP_MSG_FO_SB_OFFER, &m, sizeof(m));
+  cr_expect_gt(m.id, 7, "the new offer's id %u is not newer", m.id);
+  leave(c);
+}
+
+/* A peer that can never make a standby (no second NIC) answers every offer
+ * with none: each one built and destroyed a link at both ends, once a
+ * second for as long as the connection lived.  The waits double, to 32 s. */
+Test(move, offers_that_make_no_standby_wait_longer_each_time) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  env.cfg.standby = 1;
+  uint64_t want_s[] = {1, 2, 4, 8, 16, 32, 32};
+  for (size_t i = 0; i < sizeof(want_s) / sizeof(want_s[0]); i++) {
+    fo->sb.next_ns = 0;
+    fo->next_read_ns = 0;
+    atomic_store(&h.paced_until, 0);
+    cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+    struct lp_fo_sb_offer m;
+    expect_msg(LP_MSG_FO_SB_OFFER, &m, sizeof(m));
+    send_sb_answer(m.id, 0);
+    fo->next_read_ns = 0;
+    cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+    cr_assert_eq(fo->sb.state, LP_SB_NONE);
+    cr_assert_eq(fo->sb.retry_ns, want_s[i] * 1000000000ull, "after %zu offers of none the wait is %llu ms, not %llu s",
+                 i + 1, (unsigned long long)(fo->sb.retry_ns / 1000000), (unsigned long long)want_s[i]);
+    for (int k = 0; k < 2 && lp_fo_has_retired(fo); k++) { /* destroy what the refusal left, as tidy does */
+      atomic_store(&h.paced_until, 0);
+      fo->next_read_ns = 0;
+      uint64_t next = fo->sb.next_ns;
+      fo->sb.next_ns = 0;
+      cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+      fo->sb.next_ns = next;
+    }
+  }
+  leave(c);
+}
+
+/* With no device for a standby (the others down), a sender's failed offer
+ * left the chore waiting, and every test() of the connection read the
+ * clock for it (lp_fo_due) for as long as no standby could be made. */
+Test(move, a_sender_with_no_device_for_a_standby_does_not_keep_the_clock) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  env.cfg.standby = 1;
+  port_down(1);
+  port_down(2);
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_assert_eq(c->fo->sb.state, LP_SB_NONE);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess); /* the next look */
+  cr_expect_not(lp_fo_due(c), "failover still asks for the clock at every call");
+  leave(c);
+}
+
+/* An end that went to a held-down port as the last resort (mlx5_0 down,
+ * mlx5_1 and mlx5_2 up but held down) stays there until a healthy port
+ * comes.  The choice among held-down ports goes by load, which counted the
+ * end where it was: it moved to mlx5_2 at the next change of health, and
+ * back at the one after. */
+Test(move, an_end_on_a_held_down_last_resort_stays_until_a_healthy_port) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender_away(&s);
+  port_down(0);
+  for (int d = 1; d < 3; d++) atomic_store(&h.healthy[d], 0); /* up, held down */
+  atomic_fetch_add(&h.gen, 1);
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  cr_expect_eq(c->fo->state, LP_FO_IDLE, "it moved between two held-down ports");
+  cr_expect(sent_nothing(), "it offered a move between two held-down ports");
+  atomic_store(&h.healthy[2], 1); /* mlx5_2's hold-down ends */
+  atomic_fetch_add(&h.gen, 1);
+  c->fo->next_read_ns = 0;
+  cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
+  struct lp_fo_req m;
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_expect_eq(c->fo->next.dev, 2, "it moves onto mlx5_%d, not the healthy mlx5_2", c->fo->next.dev);
+  leave(c);
+}
