@@ -294,24 +294,35 @@ no_standby)
   expect_event event=failover dev=mlx5_0 reason=port_down path=new
   ! grep -q "path=standby" "$tmp/syslog" || fail "a move took a standby path with LINKPASS_STANDBY=0"
   ;;
-standby_refused)
+standby_given_up)
   # One channel: each end on mlx5_0 has its standby on rail 1.  node1's
-  # mlx5_1 goes first, so node1's ends drop their standbys while node0's
-  # still hold theirs; then node0's mlx5_0 goes.  node0's senders ask for
-  # the standby, node1 refuses it, and they move onto new paths (off rail
-  # 1 at node1's end) without losing or repeating a byte.
-  run_perf 1M 5 2 all_reduce --channels 1
+  # mlx5_1 goes: node1's ends drop their sides of the standbys there, and
+  # its receiving end tells node0's sender, which offers a new standby
+  # (only senders offer).  Once every end has one again, none on node1's
+  # failed mlx5_1, node0's mlx5_0 goes: node0's senders move onto their
+  # standbys, and none is refused.  Before, node1's receiving end dropped
+  # its side without a word: node0's sender held its own as ready, the
+  # standbys never came back to four, and its move was refused.
+  export LINKPASS_METRICS_FILE="$tmp/metrics-%p.prom"
+  run_perf 1M 15 2 all_reduce --channels 1
   wait_for '^ +1\.0 ' "$tmp/out"
-  sv link node1:mlx5_1 down
-  wait_for "mlx5_1:1 is down" "$tmp/out"
-  sv link node0:mlx5_0 down
-  expect_clean_run
-  expect_event event=failover dev=mlx5_0 dir=send reason=port_down path=new
-  grep -q "its standby path is gone at the peer" "$tmp/out" || fail "no sign that the peer refused the standby"
-  # node1's ends never land on its failed mlx5_1 (its ends that had their
-  # standby there rebuilt it elsewhere, or moved onto new paths).
   pid1=$(sed -n 's/^# *rank *1 pid *\([0-9]*\) on node1 .*/\1/p' "$tmp/out")
   [ -n "$pid1" ] || fail "no pid for rank 1 in the driver's header"
+  wait_for_standby 4 # a send and a receive end a process, each holding its side
+  sv link node1:mlx5_1 down
+  wait_for "mlx5_1:1 is down" "$tmp/out"
+  standbys_off_node1_mlx5_1() {
+    local all on1
+    all=$(prom_sum linkpass_standby_paths "$tmp"/metrics-*.prom)
+    on1=$(sed -n 's/^linkpass_standby_paths{device="mlx5_1",[^}]*} \([0-9]*\)$/\1/p' "$tmp/metrics-$pid1.prom" 2>/dev/null)
+    poll_saw="$all standby sides, ${on1:-?} on node1's mlx5_1"
+    ((all >= 4)) && [ "${on1:-1}" = 0 ]
+  }
+  wait_until 30 "every end's standby made again off node1's mlx5_1" standbys_off_node1_mlx5_1
+  sv link node0:mlx5_0 down
+  expect_clean_run
+  expect_event event=failover dev=mlx5_0 dir=send reason=port_down path=standby
+  ! grep -q "its standby path is gone at the peer" "$tmp/out" || fail "the peer refused a standby it had given up"
   ! grep -q "linkpass\[$pid1\]: event=failover .* new_dev=mlx5_1 " "$tmp/syslog" || fail "node1 moved onto its failed mlx5_1"
   ;;
 remote_port_down)

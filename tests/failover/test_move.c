@@ -749,3 +749,33 @@ Test(move, an_end_on_a_held_down_last_resort_stays_until_a_healthy_port) {
   cr_expect_eq(c->fo->next.dev, 2, "it moves onto mlx5_%d, not the healthy mlx5_2", c->fo->next.dev);
   leave(c);
 }
+
+/* A REQ that names a standby the receiver gave up (the REQ crossed its
+ * answer of none) is refused: the sender says so and offers a new path,
+ * one epoch later, naming no standby. */
+Test(move, a_refused_standby_is_followed_by_a_new_path) {
+  static struct lp_send_comm s;
+  struct lp_comm *c = sender(&s);
+  struct lp_fo *fo = c->fo;
+  standby_on_1(c);
+  pull_mlx5_0(c);
+  static struct lp_fo_req m;
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_assert_eq(m.standby, 7, "the REQ names standby %u, not 7", m.standby);
+  static struct lp_fo_ack a;
+  memset(&a, 0, sizeof(a));
+  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
+  a.conn_id = 0x1234;
+  a.epoch = m.epoch;
+  a.refused = 1;
+  cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
+  cr_assert_eq(look_capturing(c), ncclSuccess);
+  cr_expect_not_null(strstr(lp_test_warned, "its standby path is gone at the peer"), "the line said: %s",
+                     lp_test_warned);
+  cr_assert_eq(fo->sb.state, LP_SB_NONE, "the refused standby is kept");
+  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
+  cr_expect_eq(m.standby, 0, "the new offer names standby %u", m.standby);
+  cr_expect_eq(m.epoch, a.epoch + 1, "the new offer's epoch is %u", m.epoch);
+  cr_expect_eq(fo->next.dev, 1, "the new path is on mlx5_%d, not mlx5_1", fo->next.dev);
+  leave(c);
+}
