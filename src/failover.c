@@ -1062,6 +1062,15 @@ int lp_fo_hears_peer(const struct lp_comm *c) {
 ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
   struct lp_fo *fo = c->fo;
   if (fo == NULL) return ncclSuccess;
+  /* The peer closed its control connections: it closed its comm, or its
+   * process is gone.  Nothing is said to it and nothing built for it any
+   * more; the data path decides what the connection's last completions
+   * were (lp_comm_check_peer).  Sending to it failed the comm with a WARN
+   * at every job's end, in the comms one end had not closed yet. */
+  if (fo->peer_closed) {
+    fo->chores = 0;
+    return ncclSuccess;
+  }
   fo->chores = lp_fo_chore_waits(c, now);
   /* Between moves, with no port's health changed since the last look,
    * nothing below is due before the next look at the sockets: test() is
@@ -1079,6 +1088,7 @@ ncclResult_t lp_fo_progress(struct lp_comm *c, uint64_t now) {
     lp_ctl_tick(&c->ctl, c->peer, now); /* control connections given up: tell the peer, make them again */
     sync_ready(c);
   }
+  if (fo->peer_closed) return rc; /* this look found it (read_messages) */
   if (rc == ncclSuccess && c->kind == LP_COMM_SEND) rc = check_deadline((struct lp_send_comm *)c, now);
   if (rc == ncclSuccess) rc = check_health(c);
   if (rc == ncclSuccess) rc = tidy(c, now);

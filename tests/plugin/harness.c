@@ -44,7 +44,7 @@ static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
 static _Atomic int warns, rejected, accept_emfile;
-static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off, dead_regs;
+static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off, dead_regs, control_failed;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -82,6 +82,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
         strstr(msg, "link failover is on in this process and off in the peer's"))
       moves_mismatch++;
     if (strstr(msg, "writes nothing while link failover is off")) metrics_off++;
+    if (strstr(msg, "control channel to the peer failed")) control_failed++;
   }
   if (level <= NCCL_LOG_WARN || getenv("LP_HARNESS_VERBOSE"))
     fprintf(stderr, "[%s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
@@ -340,6 +341,10 @@ static void run_stream(const struct stream *s) {
   for (int i = 0; i < s->ncomms; i++) CHECK(hnet_deregmr(&net, c[i].comm, mh[i]));
   tear_down(c, s->ncomms);
   for (int i = 0; i < s->ncomms; i++) free(buf[i]);
+  /* The peer closing its comms is the end of the job, not a fault: the
+   * comms this end has not closed yet said nothing of it.  They failed,
+   * with a WARN each, once they found the control connection closed. */
+  if (control_failed > 0) die("%d WARN(s) that the control channel failed, at a normal close", (int)control_failed);
 }
 
 /* ---- close with requests outstanding ----------------------------------- */
