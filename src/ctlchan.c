@@ -64,14 +64,25 @@ void lp_ctl_not_taken(struct lp_ctl *ch, int i) {
   ch->path[i].told = 0;
 }
 
+/* Closed with bytes unread, a TCP socket sends a reset instead of an end
+ * of file, and the peer takes its end for a process that died (ECONNRESET)
+ * where this one only closed its comm.  Bytes unread at a close are usual:
+ * a standby's offer or answer, or a DROP, that crossed it.  They are read
+ * away first, a bounded amount (a peer that floods still gets its reset). */
+static void close_read(int fd) {
+  char buf[4096];
+  for (int i = 0; i < 64 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++) {}
+  close(fd);
+}
+
 void lp_ctl_close(struct lp_ctl *ch) {
   for (int i = 0; i < LP_CTL_PATHS; i++) {
     struct lp_ctl_path *p = &ch->path[i];
-    if (p->fd >= 0) close(p->fd);
+    if (p->fd >= 0) close_read(p->fd);
     free(p->rx);
     free(p->tx);
   }
-  for (int i = 0; i < ch->nspent; i++) close(ch->spent[i]);
+  for (int i = 0; i < ch->nspent; i++) close_read(ch->spent[i]);
   lp_sock_abort(ch->rm.fd);
   lp_sock_abort(ch->rm.conn);
   lp_ctl_init(ch);

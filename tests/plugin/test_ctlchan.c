@@ -484,3 +484,18 @@ Test(ctlchan, each_end_of_a_connection_is_said_as_what_it_was) {
   cr_expect(strstr(lp_ctl_err_str(-EPROTO), "garbage"));
   cr_expect_str_eq(lp_ctl_err_str(-EACCES), strerror(EACCES));
 }
+
+/* A comm closed with a message still unread on its control connections (a
+ * standby's offer that crossed the close, say) ends them as a close does:
+ * the peer reads an end of file, not a reset, which it takes for a process
+ * that died.  Linux resets a socket closed with bytes unread. */
+Test(ctlchan, a_close_with_a_message_unread_is_an_end_not_a_reset) {
+  struct ends e;
+  setup(&e, 2);
+  cr_assert_eq(send_notice(&e, 1), 0); /* never read by the receiver */
+  lp_ctl_close(&e.rx);
+  int err = 1;
+  cr_expect_eq(lp_ctl_peer_gone(&e.tx, "peer", &err), 1, "the close is not seen");
+  cr_expect_eq(err, 0, "the close was seen as %s", lp_ctl_err_str(err));
+  lp_ctl_close(&e.tx);
+}
