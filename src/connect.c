@@ -116,6 +116,12 @@ static uint64_t alt_wait_ns(const struct lp_env *env) {
   return setup > 0 && setup / 2 < LP_ALT_SETUP_NS ? setup / 2 : LP_ALT_SETUP_NS;
 }
 
+/* What to do about an error of socket(2), connect(2) or accept(2) that
+ * says this process ran out of descriptors. */
+static const char *open_file_hint(int err) {
+  return err == EMFILE || err == ENFILE ? " (raise the open-file limit, ulimit -n)" : "";
+}
+
 static const char *sock_err(int rc) { return rc == -EPIPE ? "connection closed by peer" : strerror(-rc); }
 
 static void describe_peer(char *out, size_t len, const char *host, const union lp_sockaddr *addr,
@@ -271,8 +277,11 @@ static ncclResult_t connect_start(struct lp_setup *p, int dev, int tc, struct lp
   int fd = lp_sock_connect_start(&st->to);
   if (fd < 0) {
     char a[64];
-    LP_WARN("connect: cannot reach the listener at %s: %s", lp_sockaddr_str(&st->to, a, sizeof(a)), strerror(-fd));
-    rc = ncclRemoteError;
+    /* Out of descriptors or buffers: this host's fault, not the peer's. */
+    int here = fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM;
+    LP_WARN("connect: %s the listener at %s: %s%s", here ? "no socket for a connection to" : "cannot reach",
+            lp_sockaddr_str(&st->to, a, sizeof(a)), strerror(-fd), open_file_hint(-fd));
+    rc = here ? ncclSystemError : ncclRemoteError;
     goto fail;
   }
   s->base.ctl.path[0].fd = fd;
@@ -515,7 +524,7 @@ static void take_new(struct lp_listen_comm *l, int lfd) {
     if (fd < 0 && fd != l->accept_err) { /* once per error, not per call of NCCL's accept loop */
       char a[64];
       LP_WARN("listener %s: cannot accept connections: %s%s", lp_sockaddr_str(&l->addr, a, sizeof(a)), strerror(-fd),
-              fd == -EMFILE || fd == -ENFILE ? " (raise the open-file limit, ulimit -n)" : "");
+              open_file_hint(-fd));
     }
     if (fd < 0) l->accept_err = fd;
     if (fd <= 0) break;

@@ -43,7 +43,7 @@ static int is_recv;
 static const char *scenario;
 static int fd_h = -1, fd_b = -1;
 /* The logger is called from the plugin's threads too. */
-static _Atomic int warns, rejected, accept_emfile;
+static _Atomic int warns, rejected, accept_emfile, connect_emfile;
 static _Atomic int saw_down, saw_failover, failbacks, moves_mismatch, metrics_off, dead_regs, control_failed;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -75,6 +75,7 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     warns++;
     if (strstr(msg, "rejected connection")) rejected++;
     if (strstr(msg, "cannot accept connections") && strstr(msg, "ulimit -n")) accept_emfile++;
+    if (strstr(msg, "no socket for a connection to the listener") && strstr(msg, "ulimit -n")) connect_emfile++;
     if (strstr(msg, "mlx5_0:1 is down")) atomic_store(&saw_down, 1);
     if (strstr(msg, "event=failover")) atomic_store(&saw_failover, 1);
     if (strstr(msg, "event=failback")) failbacks++;
@@ -973,6 +974,39 @@ static void run_accept_emfile(void) {
   tear_down(c, 1);
 }
 
+/* ---- connect with no descriptor left -----------------------------------
+ * The sender's process has used up its descriptors when it connects: the
+ * connect fails as this host's error (ncclSystemError), saying what to do,
+ * not as a listener it cannot reach (ncclRemoteError, which NCCL reports
+ * as the network's).  With descriptors back, the same handle connects. */
+static void run_connect_emfile(void) {
+  struct conn c[1];
+  memset(c, 0, sizeof(c));
+  if (is_recv) {
+    CHECK(hnet_listen(&net, 0, c[0].handle, &c[0].lc));
+    write_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    while (c[0].comm == NULL) CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
+  } else {
+    read_full(fd_h, c[0].handle, sizeof(c[0].handle));
+    struct rlimit was, none;
+    if (getrlimit(RLIMIT_NOFILE, &was) != 0) die("getrlimit: %s", strerror(errno));
+    int lowest = fcntl(fd_h, F_DUPFD, 0); /* the descriptor socket(2) would take */
+    if (lowest < 0) die("F_DUPFD: %s", strerror(errno));
+    close(lowest);
+    none = was;
+    none.rlim_cur = (rlim_t)lowest;
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
+    ncclResult_t rc = hnet_connect(&net, 0, c[0].handle, &c[0].comm);
+    if (setrlimit(RLIMIT_NOFILE, &was) != 0) die("setrlimit: %s", strerror(errno));
+    if (rc != ncclSystemError || c[0].comm != NULL)
+      die("connect with no descriptor left: result %d, not ncclSystemError (%d)", (int)rc, (int)ncclSystemError);
+    if (atomic_load(&connect_emfile) != 1) die("no WARN that this host ran out of descriptors, saying what to do");
+    while (c[0].comm == NULL) CHECK(hnet_connect(&net, 0, c[0].handle, &c[0].comm));
+  }
+  one_message(c, 0, 4096, NULL);
+  tear_down(c, 1);
+}
+
 /* ---- exit() while NCCL's thread is inside the plugin, mid-move ----------
  * An error path of the application calls exit() while NCCL's proxy thread
  * still calls test() and isend(), and while a connection is moving: the
@@ -1389,6 +1423,8 @@ int main(int argc, char **argv) {
     run_vanish();
   } else if (strcmp(scenario, "accept_emfile") == 0) {
     run_accept_emfile();
+  } else if (strcmp(scenario, "connect_emfile") == 0) {
+    run_connect_emfile();
   } else if (strcmp(scenario, "gpu") == 0) {
     run_gpu();
   } else if (strcmp(scenario, "idle_down") == 0) {
