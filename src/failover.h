@@ -100,6 +100,7 @@ struct lp_fo {
   int watch_off;              /* the peer closed or the comm failed: nothing to answer */
   int watch_tx;               /* an answer is still queued for a socket */
   int watch_queued;           /* on the watch's list of comms to arm again */
+  int watch_relook;           /* a look after a health change found the comm held: it comes back */
   unsigned watch_paths;       /* the control sockets to arm (bit i: c->ctl.path[i]) */
   int watch_fd[LP_CTL_PATHS]; /* their fds when last looked at: a connection made again has a new one */
 };

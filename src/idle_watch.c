@@ -102,14 +102,9 @@ static void arm(struct lp_idle_watch *w, struct lp_comm *c) {
   }
 }
 
-/* A health change: one progress call on a comm NCCL is not in, which
- * starts its move (or its failback) if its NIC is concerned.  Unlike an
- * answer, it does not wait for the comm to be idle: the last progress call
- * may have been this thread's own (a standby's set-up), and a comm NCCL
- * is calling only starts its move a little sooner.  Under w->mu. */
-static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
-  if (c->fo->watch_off) return;
-  if (!lp_comm_try_enter(c)) return; /* NCCL is in it: it looks itself */
+/* look_again's progress call, the comm held. */
+static void health_look(struct lp_idle_watch *w, struct lp_comm *c) {
+  c->fo->watch_relook = 0;
   if (lp_fo_due(c)) {
     lp_comm_progress(c);
     c->fo->watch_tx = lp_ctl_tx_pending(&c->ctl);
@@ -128,6 +123,29 @@ static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
       }
     }
   }
+}
+
+/* A health change: one progress call on a comm NCCL is not in, which
+ * starts its move (or its failback) if its NIC is concerned.  Unlike an
+ * answer, it does not wait for the comm to be idle: the last progress call
+ * may have been this thread's own (a standby's set-up), and a comm NCCL
+ * is calling only starts its move a little sooner.  Under w->mu. */
+static void look_again(struct lp_idle_watch *w, struct lp_comm *c) {
+  if (c->fo->watch_off) return;
+  if (!lp_comm_try_enter(c)) {
+    /* Held: a data call of NCCL's looks at the health itself, unless it
+     * read it before this change; a registration or a flush holds the comm
+     * and does not look.  So the look comes back (rearm_due): a comm left
+     * idle after it stayed on a dead NIC, its peer unwarned. */
+    c->fo->watch_relook = 1;
+    if (!c->fo->watch_queued) {
+      c->fo->watch_skip_until_ns = lp_now_ns() + LP_REMAKE_DEFER_NS;
+      c->fo->watch_queued = 1;
+      w->later[w->nlater++] = c;
+    }
+    return;
+  }
+  health_look(w, c);
   lp_comm_leave(c);
 }
 
@@ -198,6 +216,7 @@ static uint64_t rearm_due(struct lp_idle_watch *w, uint64_t now) {
     struct lp_comm *c = w->later[i];
     if (c->fo->watch_skip_until_ns <= now && !lp_comm_try_enter(c)) c->fo->watch_skip_until_ns = now + LP_IDLE_NS;
     if (c->fo->watch_skip_until_ns <= now) {
+      if (c->fo->watch_relook && !c->fo->watch_off) health_look(w, c); /* a look that found it held */
       uint64_t due = c->fo->watch_off ? UINT64_MAX : remake_step(c, now, &budget);
       /* What is queued now, not at the watch's last call: NCCL's calls may
        * have sent it, and an EPOLLOUT armed for nothing fires at once. */

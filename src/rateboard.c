@@ -207,6 +207,11 @@ void lp_rateboard_post(struct lp_rateboard *b, int dev, uint64_t guid, int port,
   uint32_t seq = atomic_load_explicit(&s->seq, rx);
   while (!atomic_compare_exchange_weak_explicit(&s->seq, &seq, seq + ((seq & 1u) ? 2u : 1u), memory_order_acq_rel, rx))
     continue;
+  /* The stores below stay after the odd count for a reader on another core
+   * (a seqlock's writer fence): the swap's release orders only what came
+   * before it, and on a weakly ordered CPU (AArch64) a reader could see a
+   * new field next to old ones under an even count both times. */
+  atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->guid, guid, rx);
   atomic_store_explicit(&s->port, port, rx);
   atomic_store_explicit(&s->mbps, mbps, rx);

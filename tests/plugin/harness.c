@@ -1290,6 +1290,48 @@ static void run_fatal_regmr(void) {
   tear_down(c, 1);
 }
 
+/* The port fails while a thread of NCCL's registers buffers on the idle
+ * comm over and over, and no data call comes: the idle watch's look after
+ * the health change finds the comm held by a registration, which does not
+ * look at the health itself.  The look must come back for it: the comm
+ * stayed on the dead NIC, its peer unwarned, until NCCL's next data call
+ * (7 runs in 12 failed so, in a reviewer's reproduction). */
+static void run_idle_down_regmr(void) {
+  struct conn c[1];
+  one_idle_comm_on_mlx5_0(c);
+  if (is_recv) {
+    struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
+    pthread_t t;
+    if (pthread_create(&t, NULL, reg_loop_main, &l) != 0) die("pthread_create");
+    for (double until = mono_s() + 10; atomic_load(&l.n) < 20 && atomic_load(&l.rc) == ncclSuccess;) {
+      if (mono_s() > until) die("20 registrations took more than 10 s");
+      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    }
+    link_set("node0:mlx5_0", "down");
+    int at_pull = atomic_load(&l.n);
+    for (double until = mono_s() + 10; atomic_load(&l.n) < at_pull + 300 && atomic_load(&l.rc) == ncclSuccess;) {
+      if (mono_s() > until) die("300 registrations after the pull took more than 10 s");
+      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    }
+    atomic_store(&l.stop, 1);
+    pthread_join(t, NULL);
+    if (atomic_load(&l.rc) != ncclSuccess) die("a registration failed (%d)", atomic_load(&l.rc));
+    free(l.buf);
+    signal_peer('p');
+  } else {
+    wait_peer();
+  }
+  await_failover_line(
+      "the comm stayed on the dead NIC: the watch's look after the pull found it held, and none came back");
+  signal_peer('m');
+  wait_peer();
+  one_message(c, 1, 64 << 10, NULL);
+  signal_peer('d');
+  wait_peer();
+  tear_down(c, 1);
+  if (is_recv) link_set("node0:mlx5_0", "up");
+}
+
 /* Under AddressSanitizer, exit() runs LeakSanitizer's check, which locks
  * the allocator; in a child forked while another thread held that lock it
  * waits for good (seen in CI: a known limit of fork in a threaded process
@@ -1423,6 +1465,8 @@ int main(int argc, char **argv) {
     run_vanish();
   } else if (strcmp(scenario, "accept_emfile") == 0) {
     run_accept_emfile();
+  } else if (strcmp(scenario, "idle_down_regmr") == 0) {
+    run_idle_down_regmr();
   } else if (strcmp(scenario, "connect_emfile") == 0) {
     run_connect_emfile();
   } else if (strcmp(scenario, "gpu") == 0) {
