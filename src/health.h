@@ -128,9 +128,9 @@ struct lp_health {
   struct lp_metrics_file metrics; /* LINKPASS_METRICS_FILE (metrics.h), control thread only */
   struct lp_netwatch nw;          /* RoCE interfaces (netwatch.h) */
   struct lp_event_ring ring;
-  int stop_fd;   /* eventfd: wakes the async threads to exit */
-  int change_fd; /* eventfd: counts generation changes, for the idle watch (-1: none) */
-  int running;
+  int stop_fd;         /* eventfd: wakes the async threads to exit */
+  int change_fd;       /* eventfd: counts generation changes, for the idle watch (-1: none) */
+  _Atomic int running; /* read by NCCL's threads while the exit stops the control plane */
   pthread_t control;
   int nasync;
   pthread_t async[LP_MAX_NICS];
