@@ -79,7 +79,8 @@ int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes
   r->busy_ns = busy_ns;
   r->opened_ns = now;
   r->port = *port;
-  if (!closes) return -1; /* the first tick, or totals that went back: start over */
+  if (!closes) return -1;                                /* the first tick, or totals that went back: start over */
+  if (r->age > LP_GRAY_RATE_FORGET_TICKS) r->recent = 0; /* slow windows from before a long quiet spell */
   r->mbps = (int64_t)(db * 1000u / dt);
   r->busy_pct = dt >= wall ? 100 : (int)(dt * 100u / wall);
   if (speed_mbps > 0 && r->mbps > speed_mbps / 8) r->mbps = speed_mbps / 8; /* MB/s: Mb/s over 8 */
@@ -88,10 +89,9 @@ int64_t lp_gray_rate_window(struct lp_gray_rate *r, uint64_t now, uint64_t bytes
 }
 
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct) {
-  if (r->lossy || r->shared) return 0;
   /* MB/s against Mb/s: a nominal speed in MB/s is speed_mbps / 8. */
   int wire_bound = ref_mbps > 0 && ref_mbps * 800 >= (int64_t)ref_speed_mbps * LP_GRAY_RATE_WIRE_PCT;
-  if (!wire_bound || r->busy_pct < LP_GRAY_RATE_BUSY_PCT) {
+  if (r->lossy || r->shared || !wire_bound || r->busy_pct < LP_GRAY_RATE_BUSY_PCT) {
     if (++r->unjudged > LP_GRAY_RATE_SPAN) r->recent = 0;
     return 0;
   }

@@ -175,6 +175,10 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
 #define LP_GRAY_RATE_BUSY_PCT 20 /* and the port judged was busy this share of the window or more: it set the pace */
 #define LP_GRAY_RATE_STRIKES 3   /* slow windows among the last LP_GRAY_RATE_SPAN judged before a port is slow */
 #define LP_GRAY_RATE_SPAN 4      /* (a preempted sender makes one slow window; a sender away makes one fast) */
+/* A window that closes this many ticks (10 s) after the last one forgets
+ * the slow ones before: they were of another time (an evaluation phase
+ * between two training phases, say). */
+#define LP_GRAY_RATE_FORGET_TICKS 40
 
 /* Judge a window that closed this tick against `ref_mbps`, the rate of the
  * typical other port of the pool (-1: none measured), whose nominal speed
@@ -202,9 +206,10 @@ static inline int lp_gray_rate_fresh(const struct lp_gray_rate *r) {
  * window in four): each such window started the count of slow ones over,
  * and delayed the drain by seconds.
  * A window that cannot be judged (no typical port measured, the typical
- * port not wire-bound, the port mostly idle) and a lossy or shared one
- * count neither way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the slow
- * ones.  When every port is slow alike, none is under a share of the
+ * port not wire-bound, the port mostly idle, lossy or shared) counts
+ * neither way; more than LP_GRAY_RATE_SPAN unjudged in a row forget the
+ * slow ones (lossy and shared ones did not count, and two slow windows
+ * drained the port with a third after any number of them).  When every port is slow alike, none is under a share of the
  * others, and nothing is judged slow. */
 int lp_gray_rate_judge(struct lp_gray_rate *r, int64_t ref_mbps, int ref_speed_mbps, int speed_mbps, int pct);
 

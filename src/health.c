@@ -579,7 +579,13 @@ static void gray_tick(struct lp_health *h, uint64_t now) {
     uint64_t guid = lp_env_nic_of(env, d)->attr.node_guid;
     if (atomic_exchange_explicit(&h->left_for_fault[d], 0, memory_order_relaxed)) h->fault_ns[d] = now;
     uint64_t fault = lp_rateboard_fault(&h->board, guid, env->devs[d].port, now);
-    lp_gray_fault(&h->gray[d], fault > h->fault_ns[d] ? fault : h->fault_ns[d]);
+    if (fault < h->fault_ns[d]) fault = h->fault_ns[d];
+    /* A connection left the port for a fault (here or in another process
+     * of the host): the rate window under way holds the fault's time too
+     * (a message out on a dead path counts as busy until the move took
+     * it), and starts over, as the resend windows do. */
+    if (fault > h->gray[d].fault_ns) lp_gray_rate_reset(&h->rate[d]);
+    lp_gray_fault(&h->gray[d], fault);
     lp_gray_window(&h->gray[d], ok, port.packets, port.resends, threshold, now);
     struct lp_tx_meter *m = &h->tx[d];
     uint64_t bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);

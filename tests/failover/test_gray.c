@@ -374,3 +374,37 @@ Test(gray_rate, counters_readable_at_one_end_only_start_the_window_over) {
   lp_gray_rate_window(&q, 250 * MS, 32 * MIB, 200 * MS, &no_bytes, 2000, 25000);
   cr_expect(!q.shared, "no port_xmit_data: never shared");
 }
+
+/* Lossy and shared windows are unjudged windows like the others: more than
+ * LP_GRAY_RATE_SPAN of them in a row forget the slow ones.  They counted
+ * for nothing: two slow windows, then any number of shared ones (another
+ * rank's connections on the port after a failover), and one more slow
+ * window drained the port. */
+Test(gray_rate, lossy_or_shared_windows_in_a_row_forget_the_slow_ones) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 1));
+  for (int i = 0; i < 1000; i++) {
+    r.shared = i % 2, r.lossy = !r.shared;
+    cr_expect(!judge(&r, 1), "a %s window is judged", r.shared ? "shared" : "lossy");
+  }
+  r.shared = r.lossy = 0;
+  cr_expect(!judge(&r, 1), "two slow windows from long before, and one now, drained the port");
+}
+
+/* A window that closes after a long quiet spell (no traffic to time: an
+ * evaluation phase) forgets the slow ones from before it. */
+Test(gray_rate, a_window_after_a_long_quiet_spell_forgets_the_slow_ones) {
+  struct lp_gray_rate r;
+  lp_gray_rate_reset(&r);
+  cr_expect(!judge(&r, 1));
+  cr_expect(!judge(&r, 1));
+  uint64_t t = 0;
+  window(&r, t, 0, 0, 0, 25000);
+  for (int i = 0; i <= LP_GRAY_RATE_FORGET_TICKS; i++) window(&r, t += 250 * MS, 0, 0, 0, 25000);
+  cr_expect_geq(window(&r, t += 250 * MS, 32 * MIB, 200 * MS, 0, 25000), 0, "the window closes");
+  cr_expect(!judge(&r, 1), "slow windows from more than 10 s before still counted");
+  cr_expect(!judge(&r, 1));
+  cr_expect(judge(&r, 1), "three slow windows of now drain it");
+}
