@@ -13,6 +13,12 @@ int lp_cts_ready(const struct lp_cts *slot, uint64_t seq, int *nreqs) {
     if (__atomic_load_n(&slot[i].seq, __ATOMIC_ACQUIRE) != seq) return 0;
     if (slot[i].idx != i || slot[i].nreqs != n) return -1;
   }
+  /* An entry past the count that already holds this message: the count is
+   * the slot's previous message's, read where the write has placed its
+   * later entries before the first one's start (a fabric may place a write
+   * out of address order): not whole yet.  Its entries past the count are
+   * never written, so theirs are an older lap's. */
+  if (n < LP_MAX_RECVS && __atomic_load_n(&slot[n].seq, __ATOMIC_ACQUIRE) == seq) return 0;
   *nreqs = n;
   return 1;
 }

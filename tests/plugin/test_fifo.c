@@ -147,3 +147,20 @@ Test(fifo, wrid_fields) {
   cr_expect_eq(lp_wrid_seq(id), 0x90abcdefu);
   cr_expect_neq(lp_wrid(LP_WR_DATA, 0, 1, 0), 0u, "a signaled wr_id must never be 0");
 }
+
+/* A clear-to-send of two sub-receives placed out of order over the slot's
+ * previous one, of one: its second entry and the first one's sequence
+ * number have landed, the first one's count not yet.  Taken as whole, the
+ * message went out as one sub-receive and the receiver failed the
+ * connection for a completion that did not fit. */
+Test(fifo, cts_whose_count_is_the_previous_laps_is_not_ready) {
+  struct lp_cts slot[LP_MAX_RECVS];
+  memset(slot, 0, sizeof(slot));
+  int n = 0, tags[2] = {1, 2};
+  put(slot, 2, 33, tags);
+  slot[0].nreqs = 1; /* entry 0: its seq landed, its count still message 1's */
+  cr_expect_eq(lp_cts_ready(slot, 33, &n), 0, "took a 2-receive clear-to-send as one of %d", n);
+  slot[0].nreqs = 2; /* the rest lands */
+  cr_expect_eq(lp_cts_ready(slot, 33, &n), 1);
+  cr_expect_eq(n, 2);
+}
