@@ -307,6 +307,15 @@ static void pull_mlx5_0(struct lp_comm *c) {
   cr_assert_eq(lp_fo_progress(c, lp_now_ns()), ncclSuccess);
 }
 
+/* Send comm c, with its standby 7 on mlx5_1, offers it when mlx5_0's port
+ * goes down: the REQ into *m. */
+static void offer_standby_on_1(struct lp_comm *c, struct lp_fo_req *m) {
+  standby_on_1(c);
+  pull_mlx5_0(c);
+  expect_msg(LP_MSG_FO_REQ, m, sizeof(*m));
+  cr_assert_eq(m->standby, 7, "the REQ names standby %u, not 7", m->standby);
+}
+
 /* The peer, a sender NCCL is calling, reads and ticks while comm c is left
  * to the watch, until c's second control connection is made again or 6 s
  * pass.  Returns c's live connections once the peer offered one again (0
@@ -388,15 +397,20 @@ Test(move, a_retried_failback_revives_the_kept_path_again) {
 
 /* The receiver's answer to the sender's REQ of epoch `epoch`: a new path,
  * nothing pending. */
-static void send_ack(uint32_t epoch) {
+/* The receiver's ACK of move `epoch`, with nothing pending; `refused`: it
+ * no longer holds the standby the REQ named. */
+static void send_ack_of(uint32_t epoch, int refused) {
   static struct lp_fo_ack a;
   memset(&a, 0, sizeof(a));
   lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
   a.conn_id = 0x1234;
   a.epoch = epoch;
-  a.link = peer_link();
+  a.refused = (uint32_t)refused;
+  if (!refused) a.link = peer_link();
   cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
 }
+
+static void send_ack(uint32_t epoch) { send_ack_of(epoch, 0); }
 
 /* Between the sender's REQ and the receiver's ACK, NCCL registers for the
  * connection a buffer that the offer's NIC could not take (a dma-buf on a
@@ -438,11 +452,8 @@ Test(move, a_standby_whose_nic_lacks_a_buffer_used_during_the_offer_is_not_follo
   static struct lp_send_comm s;
   struct lp_comm *c = sender(&s);
   struct lp_fo *fo = c->fo;
-  standby_on_1(c);
-  pull_mlx5_0(c);
   static struct lp_fo_req m;
-  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
-  cr_assert_eq(m.standby, 7, "the offer is the standby");
+  offer_standby_on_1(c, &m);
 
   uint32_t sb_qpn = fo->sb.link.qps[0]->qp_num;
   uses_buffer_on(c, 1u << 0 | 1u << 2);
@@ -757,25 +768,17 @@ Test(move, a_refused_standby_is_followed_by_a_new_path) {
   static struct lp_send_comm s;
   struct lp_comm *c = sender(&s);
   struct lp_fo *fo = c->fo;
-  standby_on_1(c);
-  pull_mlx5_0(c);
   static struct lp_fo_req m;
-  expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
-  cr_assert_eq(m.standby, 7, "the REQ names standby %u, not 7", m.standby);
-  static struct lp_fo_ack a;
-  memset(&a, 0, sizeof(a));
-  lp_msg_hdr_init(&a.hdr, (enum lp_msg_type)LP_MSG_FO_ACK, lp_fo_ack_len(0));
-  a.conn_id = 0x1234;
-  a.epoch = m.epoch;
-  a.refused = 1;
-  cr_assert_eq(lp_ctl_send(&peer, "test", &a, lp_fo_ack_len(0)), 0);
+  offer_standby_on_1(c, &m);
+  uint32_t epoch = m.epoch;
+  send_ack_of(epoch, 1);
   cr_assert_eq(look_capturing(c), ncclSuccess);
   cr_expect_not_null(strstr(lp_test_warned, "its standby path is gone at the peer"), "the line said: %s",
                      lp_test_warned);
   cr_assert_eq(fo->sb.state, LP_SB_NONE, "the refused standby is kept");
   expect_msg(LP_MSG_FO_REQ, &m, sizeof(m));
   cr_expect_eq(m.standby, 0, "the new offer names standby %u", m.standby);
-  cr_expect_eq(m.epoch, a.epoch + 1, "the new offer's epoch is %u", m.epoch);
+  cr_expect_eq(m.epoch, epoch + 1, "the new offer's epoch is %u", m.epoch);
   cr_expect_eq(fo->next.dev, 1, "the new path is on mlx5_%d, not mlx5_1", fo->next.dev);
   leave(c);
 }

@@ -935,20 +935,28 @@ static int take_free_slots(int *held, int n, int cap) {
   return n;
 }
 
+/* The process's open-file limit lowered to the descriptor the next
+ * socket(2) or accept(2) would take: it fails with EMFILE.  Returns the
+ * limit to put back. */
+static struct rlimit no_descriptor_left(void) {
+  struct rlimit was, none;
+  if (getrlimit(RLIMIT_NOFILE, &was) != 0) die("getrlimit: %s", strerror(errno));
+  int lowest = fcntl(fd_h, F_DUPFD, 0);
+  if (lowest < 0) die("F_DUPFD: %s", strerror(errno));
+  close(lowest);
+  none = was;
+  none.rlim_cur = (rlim_t)lowest;
+  if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
+  return was;
+}
+
 static void run_accept_emfile(void) {
   struct conn c[1];
   memset(c, 0, sizeof(c));
   if (is_recv) {
     CHECK(hnet_listen(&net, 0, c[0].handle, &c[0].lc));
     write_full(fd_h, c[0].handle, sizeof(c[0].handle));
-    struct rlimit was, none;
-    if (getrlimit(RLIMIT_NOFILE, &was) != 0) die("getrlimit: %s", strerror(errno));
-    int lowest = fcntl(fd_h, F_DUPFD, 0); /* the descriptor accept(2) would take */
-    if (lowest < 0) die("F_DUPFD: %s", strerror(errno));
-    close(lowest);
-    none = was;
-    none.rlim_cur = (rlim_t)lowest;
-    if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
+    struct rlimit was = no_descriptor_left();
     int held[64], nheld = 0;
     /* Many calls, as NCCL's accept loop makes them. */
     for (int i = 0; i < EMFILE_CALLS && c[0].comm == NULL; i++) {
@@ -988,14 +996,7 @@ static void run_connect_emfile(void) {
     while (c[0].comm == NULL) CHECK(hnet_accept(&net, c[0].lc, &c[0].comm));
   } else {
     read_full(fd_h, c[0].handle, sizeof(c[0].handle));
-    struct rlimit was, none;
-    if (getrlimit(RLIMIT_NOFILE, &was) != 0) die("getrlimit: %s", strerror(errno));
-    int lowest = fcntl(fd_h, F_DUPFD, 0); /* the descriptor socket(2) would take */
-    if (lowest < 0) die("F_DUPFD: %s", strerror(errno));
-    close(lowest);
-    none = was;
-    none.rlim_cur = (rlim_t)lowest;
-    if (setrlimit(RLIMIT_NOFILE, &none) != 0) die("setrlimit: %s", strerror(errno));
+    struct rlimit was = no_descriptor_left();
     ncclResult_t rc = hnet_connect(&net, 0, c[0].handle, &c[0].comm);
     if (setrlimit(RLIMIT_NOFILE, &was) != 0) die("setrlimit: %s", strerror(errno));
     if (rc != ncclSystemError || c[0].comm != NULL)
@@ -1237,6 +1238,24 @@ static void *reg_loop_main(void *arg) {
   return NULL;
 }
 
+/* A thread registering on `comm` over and over, from now on. */
+static void reg_loop_start(struct reg_loop *l, pthread_t *t, void *comm) {
+  memset(l, 0, sizeof(*l));
+  l->comm = comm;
+  l->buf = alloc_buf(4096);
+  atomic_store(&l->rc, ncclSuccess);
+  if (pthread_create(t, NULL, reg_loop_main, l) != 0) die("pthread_create");
+}
+
+/* Wait until the loop has made `n` registrations in all (or one failed);
+ * 10 s at most. */
+static void reg_loop_await(struct reg_loop *l, int n) {
+  for (double until = mono_s() + 10; atomic_load(&l->n) < n && atomic_load(&l->rc) == ncclSuccess;) {
+    if (mono_s() > until) die("registration %d did not come within 10 s (%d made)", n, atomic_load(&l->n));
+    nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+  }
+}
+
 /* NCCL registers buffers on a connection whose NIC has just died (a
  * DEVICE_FATAL on node0's mlx5_0, which carries it at both ends) and has
  * not moved yet: every command of the dead device's context answers EIO.
@@ -1252,23 +1271,17 @@ static void run_fatal_regmr(void) {
   struct conn c[1];
   one_idle_comm_on_mlx5_0(c);
   if (is_recv) {
-    struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
+    struct reg_loop l;
     pthread_t t;
-    if (pthread_create(&t, NULL, reg_loop_main, &l) != 0) die("pthread_create");
-    for (double until = mono_s() + 10; atomic_load(&l.n) < 100 && atomic_load(&l.rc) == ncclSuccess;) {
-      if (mono_s() > until) die("100 registrations took more than 10 s");
-      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
-    }
+    reg_loop_start(&l, &t, c[0].comm);
+    reg_loop_await(&l, 100);
     const char *sv = getenv("LP_HARNESS_SIMVERBS");
     char cmd[4096];
     snprintf(cmd, sizeof(cmd), "'%s' fault node0:mlx5_0 device-fatal >/dev/null", sv ? sv : "simverbs");
     int at_fault = atomic_load(&l.n);
     if (system(cmd) != 0) die("%s failed", cmd);
     /* 100 more after the fault. */
-    for (double until = mono_s() + 10; atomic_load(&l.n) < at_fault + 100 && atomic_load(&l.rc) == ncclSuccess;) {
-      if (mono_s() > until) die("100 registrations after the fault took more than 10 s");
-      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
-    }
+    reg_loop_await(&l, at_fault + 100);
     atomic_store(&l.stop, 1);
     pthread_join(t, NULL);
     if (atomic_load(&l.rc) != ncclSuccess)
@@ -1300,19 +1313,13 @@ static void run_idle_down_regmr(void) {
   struct conn c[1];
   one_idle_comm_on_mlx5_0(c);
   if (is_recv) {
-    struct reg_loop l = {.comm = c[0].comm, .buf = alloc_buf(4096), .rc = ncclSuccess};
+    struct reg_loop l;
     pthread_t t;
-    if (pthread_create(&t, NULL, reg_loop_main, &l) != 0) die("pthread_create");
-    for (double until = mono_s() + 10; atomic_load(&l.n) < 20 && atomic_load(&l.rc) == ncclSuccess;) {
-      if (mono_s() > until) die("20 registrations took more than 10 s");
-      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
-    }
+    reg_loop_start(&l, &t, c[0].comm);
+    reg_loop_await(&l, 20);
     link_set("node0:mlx5_0", "down");
     int at_pull = atomic_load(&l.n);
-    for (double until = mono_s() + 10; atomic_load(&l.n) < at_pull + 300 && atomic_load(&l.rc) == ncclSuccess;) {
-      if (mono_s() > until) die("300 registrations after the pull took more than 10 s");
-      nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
-    }
+    reg_loop_await(&l, at_pull + 300);
     atomic_store(&l.stop, 1);
     pthread_join(t, NULL);
     if (atomic_load(&l.rc) != ncclSuccess) die("a registration failed (%d)", atomic_load(&l.rc));
